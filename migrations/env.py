@@ -1,0 +1,56 @@
+"""Alembic environment for pgmem.
+
+Migrations run in one transaction that first takes a transaction-level advisory lock, so any number of
+processes may migrate the same database at once: the first applies the revisions, the others wait and
+then find nothing to do.
+"""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy import text
+
+from pgmem.migrate import MIGRATION_LOCK_KEY, engine_for
+from pgmem.schema import SCHEMA, metadata
+
+config = context.config
+
+
+def _include_object(obj, name, type_, reflected, compare_to):  # type: ignore[no-untyped-def]
+    # Only pgmem's own schema is ours to compare; views are created from sql/ by migrations.
+    if type_ == "table" and getattr(obj, "schema", None) not in (SCHEMA, None):
+        return False
+    if type_ == "table" and name == "alembic_version":
+        return False
+    return True
+
+
+def run_migrations_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is None:
+        engine = engine_for(config.get_main_option("sqlalchemy.url") or None)
+        with engine.connect() as connection:
+            _run(connection)
+        engine.dispose()
+    else:
+        _run(connection)
+
+
+def _run(connection) -> None:  # type: ignore[no-untyped-def]
+    context.configure(
+        connection=connection,
+        target_metadata=metadata,
+        version_table_schema=SCHEMA,
+        include_schemas=True,
+        include_object=_include_object,
+        transaction_per_migration=False,
+    )
+    with context.begin_transaction():
+        connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK_KEY})
+        connection.execute(text("CREATE SCHEMA IF NOT EXISTS pgmem"))
+        context.run_migrations()
+
+
+if context.is_offline_mode():
+    raise SystemExit("pgmem migrations run online only (they take an advisory lock)")
+run_migrations_online()

@@ -1,0 +1,238 @@
+"""Validation of input and conversion between :class:`pgmem.Message` and table rows.
+
+Everything here runs before any SQL is sent, so a bad message in a batch rejects the whole batch with
+nothing written. The limits are part of the public contract (README, "Limits").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, create_model
+
+from pgmem.errors import InvalidInput
+from pgmem.models import IGNORED_MESSAGE_ID, Message
+
+#: Largest message content accepted, in UTF-8 bytes.
+MAX_CONTENT_BYTES = 1 << 20
+#: Largest ``metadata``, ``instruct_content`` or ``tool_calls`` accepted, in bytes of JSON.
+MAX_JSON_BYTES = 1 << 20
+#: Longest role, action, sender, recipient, name or tool-call id accepted, in characters.
+MAX_NAME_CHARS = 1000
+#: Largest batch ``add_many`` accepts in one call.
+MAX_BATCH = 1_000_000
+
+_NAMESPACE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}")
+_KEY_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@/+=#\-]{0,254}")
+_ID_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@/+=#\-]{0,127}")
+
+# Messages that carry MetaGPT's ignored id are stored under an id derived from their content, so that
+# "the same message" (by content) is stored once. '~' is not allowed in caller ids, so these never clash.
+_CONTENT_ID_PREFIX = IGNORED_MESSAGE_ID + "~"
+
+
+def check_namespace(namespace: str) -> str:
+    if not isinstance(namespace, str) or not _NAMESPACE_RE.fullmatch(namespace):
+        raise InvalidInput(
+            f"invalid namespace {namespace!r}: use 1-63 characters from A-Z a-z 0-9 _ . - "
+            "starting with a letter or digit"
+        )
+    return namespace
+
+
+def check_key(key: str, what: str = "memory key") -> str:
+    if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
+        raise InvalidInput(
+            f"invalid {what} {key!r}: use 1-255 characters from A-Z a-z 0-9 _ . : @ / + = # - "
+            "starting with a letter, digit or _"
+        )
+    return key
+
+
+def _check_text(value: str, field: str, where: str, *, max_chars: int | None = MAX_NAME_CHARS) -> None:
+    if "\x00" in value:
+        raise InvalidInput(f"{where}{field} contains a NUL byte (\\x00), which PostgreSQL text cannot store")
+    try:
+        encoded = value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(f"{where}{field} contains a lone surrogate at position {exc.start}") from None
+    if max_chars is not None and len(value) > max_chars:
+        raise InvalidInput(f"{where}{field} is {len(value)} characters long; the limit is {max_chars}")
+    if max_chars is None and len(encoded) > MAX_CONTENT_BYTES:
+        raise InvalidInput(f"{where}{field} is {len(encoded)} bytes; the limit is {MAX_CONTENT_BYTES}")
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=str)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def dump_json(value: Any, field: str, where: str = "") -> str:
+    """Serialise ``value`` as strict JSON (no NaN, no NUL, no lone surrogates) within the size limit."""
+    try:
+        text = json.dumps(value, default=_default, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"{where}{field} is not JSON: {exc}") from None
+    if "\x00" in text or "\\u0000" in text:
+        raise InvalidInput(f"{where}{field} contains a NUL character, which PostgreSQL jsonb cannot store")
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(f"{where}{field} contains a lone surrogate at position {exc.start}") from None
+    if size > MAX_JSON_BYTES:
+        raise InvalidInput(f"{where}{field} is {size} bytes of JSON; the limit is {MAX_JSON_BYTES}")
+    return text
+
+
+def _encode_instruct(value: BaseModel | dict[str, Any] | None, where: str) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, BaseModel):
+        cls = type(value)
+        doc = {"kind": "model", "class": f"{cls.__module__}.{cls.__qualname__}", "value": value.model_dump(mode="json")}
+    elif isinstance(value, dict):
+        doc = {"kind": "dict", "value": value}
+    else:
+        raise InvalidInput(f"{where}instruct_content must be a pydantic model or a dict, not {type(value).__name__}")
+    return dump_json(doc, "instruct_content", where)
+
+
+def _resolve_class(path: str) -> type | None:
+    """Find an already imported class by ``module.QualName``; never imports (the path comes from the DB)."""
+    module_name, _, qualname = path.rpartition(".")
+    while module_name:
+        module = sys.modules.get(module_name)
+        if module is not None:
+            obj: Any = module
+            for part in qualname.split("."):
+                obj = getattr(obj, part, None)
+                if obj is None:
+                    return None
+            return obj if isinstance(obj, type) else None
+        module_name, _, head = module_name.rpartition(".")
+        qualname = f"{head}.{qualname}"
+    return None
+
+
+def decode_instruct(doc: dict[str, Any] | None) -> BaseModel | dict[str, Any] | None:
+    if doc is None:
+        return None
+    if doc.get("kind") != "model":
+        value: dict[str, Any] = doc.get("value", {})
+        return value
+    value = doc["value"]
+    cls = _resolve_class(doc["class"])
+    if cls is not None and issubclass(cls, BaseModel):
+        try:
+            return cls.model_validate(value)
+        except ValueError:
+            pass  # the class changed since the row was written; fall back to a plain model
+    name = doc["class"].rpartition(".")[2] or "InstructContent"
+    fields: dict[str, Any] = {k: (Any, None) for k in value}
+    model: type[BaseModel] = create_model(name, **fields)
+    return model(**value)
+
+
+def storage_id(message: Message) -> str:
+    if message.id == IGNORED_MESSAGE_ID:
+        return _CONTENT_ID_PREFIX + hashlib.sha256(message.content.encode("utf-8")).hexdigest()[:40]
+    return message.id
+
+
+def public_id(stored: str) -> str:
+    return IGNORED_MESSAGE_ID if stored.startswith(_CONTENT_ID_PREFIX) else stored
+
+
+def check_message_id(message_id: str, where: str = "") -> str:
+    if message_id == IGNORED_MESSAGE_ID:
+        return message_id
+    if not isinstance(message_id, str) or not _ID_RE.fullmatch(message_id):
+        raise InvalidInput(
+            f"{where}invalid message id {message_id!r}: use 1-128 characters from A-Z a-z 0-9 _ . : @ / + = # - "
+        )
+    return message_id
+
+
+def encode(message: Message, index: int | None = None) -> tuple[Any, ...]:
+    """Validate ``message`` and return its row for ``messages`` (column order of ``INSERT_COLUMNS``)."""
+    if not isinstance(message, Message):
+        raise InvalidInput(f"expected a pgmem.Message, got {type(message).__name__}")
+    where = "" if index is None else f"message {index}: "
+    check_message_id(message.id, where)
+    _check_text(message.content, "content", where, max_chars=None)
+    for field in ("role", "cause_by", "sent_from"):
+        _check_text(getattr(message, field), field, where)
+    for field in ("name", "tool_call_id"):
+        value = getattr(message, field)
+        if value is not None:
+            _check_text(value, field, where)
+    for name in message.send_to:
+        _check_text(name, "send_to", where)
+    content_bytes = message.content.encode("utf-8")
+    return (
+        storage_id(message),
+        message.content,
+        hashlib.sha256(content_bytes).digest(),
+        _encode_instruct(message.instruct_content, where),
+        message.role,
+        message.cause_by,
+        message.sent_from,
+        sorted(message.send_to),
+        dump_json(message.metadata, "metadata", where),
+        None if message.tool_calls is None else dump_json(message.tool_calls, "tool_calls", where),
+        message.name,
+        message.tool_call_id,
+        message._source_class,
+        message.created_at,
+    )
+
+
+INSERT_COLUMNS = (
+    "id",
+    "content",
+    "content_hash",
+    "instruct_content",
+    "role",
+    "cause_by",
+    "sent_from",
+    "send_to",
+    "metadata",
+    "tool_calls",
+    "name",
+    "tool_call_id",
+    "message_class",
+    "created_at",
+)
+
+
+def decode(row: tuple[Any, ...]) -> Message:
+    """Build a :class:`Message` from a row of ``SELECT_COLUMNS`` (see ``sql/messages.sql``)."""
+    (seq, id_, content, instruct, role, cause_by, sent_from, send_to, metadata, tool_calls, name,
+     tool_call_id, message_class, created_at) = row  # fmt: skip
+    message = Message.model_construct(
+        id=public_id(id_),
+        content=content,
+        instruct_content=decode_instruct(instruct),
+        role=role,
+        cause_by=cause_by,
+        sent_from=sent_from,
+        send_to=set(send_to),
+        metadata=metadata,
+        tool_calls=tool_calls,
+        name=name,
+        tool_call_id=tool_call_id,
+        created_at=created_at,
+    )
+    message._seq = seq
+    message._source_class = message_class
+    return message

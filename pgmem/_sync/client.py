@@ -1,0 +1,212 @@
+# Generated from pgmem/_async by tools/gen_sync.py: edit the async source, then regenerate.
+"""The client: a namespace, a pool (or the caller's connection), and the repositories."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg import Connection
+from psycopg.pq import TransactionStatus
+from psycopg_pool import ConnectionPool
+
+from pgmem import migrate as _migrate
+from pgmem._sync.messages import MessageRepository
+from pgmem._compat_sync import run_blocking
+from pgmem._rows import check_namespace
+from pgmem.errors import ClientClosed, ConnectionFailed, InvalidInput, SchemaOutOfDate, redact, translate
+from pgmem.settings import get_settings
+
+__all__ = ["Client", "connect"]
+
+
+class Client:
+    """A connection to pgmem's tables in one namespace, with its repositories.
+
+    Make one with :func:`pgmem.aconnect`; close it (or use it as a context manager) when done. A client
+    built from your connection or pool never closes it.
+
+    Attributes:
+        namespace: the tenant boundary every operation is scoped to.
+        messages: the :class:`AsyncMessageRepository`.
+    """
+
+    def __init__(
+        self,
+        *,
+        namespace: str,
+        pool: ConnectionPool[Any] | None = None,
+        connection: Connection[Any] | None = None,
+        owns_pool: bool = False,
+        conninfo: str | None = None,
+    ) -> None:
+        if (pool is None) == (connection is None):
+            raise InvalidInput("a client needs exactly one of a pool or a connection")
+        self.namespace = check_namespace(namespace)
+        self._pool = pool
+        self._conn = connection
+        self._owns_pool = owns_pool
+        self._closed = False
+        self.conninfo = conninfo
+        self.messages = MessageRepository(self)
+
+    def with_namespace(self, namespace: str) -> Client:
+        """A client for another namespace sharing this one's pool or connection (closing it closes nothing)."""
+        return Client(
+            namespace=namespace, pool=self._pool, connection=self._conn, owns_pool=False, conninfo=self.conninfo
+        )
+
+    @property
+    def closed(self) -> bool:
+        return self._closed or (self._conn is not None and self._conn.closed)
+
+    def close(self) -> None:
+        """Close the pool if this client opened it. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_pool and self._pool is not None:
+            self._pool.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ClientClosed("this pgmem client is closed")
+
+    @contextmanager
+    def connection(self, connection: Connection[Any] | None = None) -> Iterator[Connection[Any]]:
+        """Yield ``connection`` if given, else the client's connection, else one from the pool."""
+        self._check_open()
+        if connection is not None:
+            if connection.closed:
+                raise ClientClosed("the connection passed to pgmem is closed")
+            yield connection
+        elif self._conn is not None:
+            yield self._conn
+        else:
+            assert self._pool is not None
+            with self._pool.connection() as conn:
+                yield conn
+
+    @contextmanager
+    def transaction(self, connection: Connection[Any] | None = None) -> Iterator[Connection[Any]]:
+        """Yield a connection inside a transaction block that is all-or-nothing.
+
+        On a pgmem-owned (autocommit) connection this is ``BEGIN … COMMIT``. On a connection already in a
+        transaction it is a savepoint inside it: pgmem never commits a transaction it did not open. On a
+        non-autocommit connection outside a transaction the statements start the caller's implicit
+        transaction, which the caller commits.
+        """
+        with self.connection(connection) as conn:
+            if conn.autocommit or conn.info.transaction_status == TransactionStatus.INTRANS:
+                with conn.transaction():
+                    yield conn
+            else:
+                yield conn
+
+
+def _resolve_dsn(dsn: str | None) -> str:
+    if dsn:
+        return dsn
+    settings = get_settings()
+    if settings.dsn:
+        return settings.dsn
+    from pgmem.server import ensure_server
+
+    return ensure_server(settings.home)
+
+
+def _check_reachable(conninfo: str) -> None:
+    try:
+        conn = Connection.connect(conninfo, autocommit=True, connect_timeout=10)
+    except psycopg.OperationalError as exc:
+        params = psycopg.conninfo.conninfo_to_dict(conninfo)
+        where = params.get("host") or "localhost"
+        port = params.get("port")
+        raise ConnectionFailed(
+            f"cannot connect to PostgreSQL at {where}{':' + str(port) if port else ''}: {redact(str(exc)).strip()}"
+        ) from None
+    conn.close()
+
+
+def connect(
+    dsn: str | Connection[Any] | ConnectionPool[Any] | None = None,
+    *,
+    namespace: str = "default",
+    migrate: bool = True,
+    min_size: int = 1,
+    max_size: int = 10,
+) -> Client:
+    """Connect to pgmem.
+
+    Args:
+        dsn: a libpq DSN (URL or key=value), an open psycopg connection, or a psycopg pool. ``None``: the
+            ``PGMEM_DSN`` environment variable, else the embedded server under ``PGMEM_HOME`` (started on
+            first use and shared by every process).
+        namespace: the tenant boundary every operation of the client is scoped to.
+        migrate: bring the schema up to date (under an advisory lock; safe from many processes at once).
+            With ``False`` an out-of-date schema raises :class:`pgmem.SchemaOutOfDate`.
+
+    Example:
+        >>> async with await pgmem.aconnect(namespace="demo") as client:
+        ...     await client.messages.add("role:Alice", pgmem.Message(content="hi"))
+    """
+    check_namespace(namespace)
+    if isinstance(dsn, Connection):
+        _ensure_schema(_conninfo_of(dsn), migrate)
+        return Client(namespace=namespace, connection=dsn, conninfo=_conninfo_of(dsn))
+    if isinstance(dsn, ConnectionPool):
+        with dsn.connection() as conn:
+            conninfo = _conninfo_of(conn)
+        _ensure_schema(conninfo, migrate)
+        return Client(namespace=namespace, pool=dsn, conninfo=conninfo)
+    if dsn is not None and not isinstance(dsn, str):
+        raise InvalidInput(f"dsn must be a string, a psycopg connection or pool, not {type(dsn).__name__}")
+    if min_size < 0 or max_size < 1 or min_size > max_size:
+        raise InvalidInput(f"invalid pool size min_size={min_size} max_size={max_size}")
+    conninfo = _resolve_dsn(dsn)
+    _check_reachable(conninfo)
+    _ensure_schema(conninfo, migrate)
+    pool: ConnectionPool[Any] = ConnectionPool(
+        conninfo, min_size=min_size, max_size=max_size, kwargs={"autocommit": True}, open=False, name="pgmem"
+    )
+    with translate():
+        pool.open(wait=True, timeout=30)
+    return Client(namespace=namespace, pool=pool, owns_pool=True, conninfo=conninfo)
+
+
+def _conninfo_of(conn: Connection[Any]) -> str:
+    info = conn.info
+    return psycopg.conninfo.make_conninfo(info.dsn, password=info.password or None)
+
+
+def _ensure_schema(conninfo: str, migrate: bool) -> None:
+    with translate():
+        conn = Connection.connect(conninfo, autocommit=True)
+        try:
+            cur = conn.execute(
+                "SELECT to_regclass('pgmem.alembic_version') IS NOT NULL"
+            )
+            row = cur.fetchone()
+            current = None
+            if row is not None and row[0]:
+                cur = conn.execute("SELECT version_num FROM pgmem.alembic_version")
+                found = cur.fetchone()
+                current = None if found is None else str(found[0])
+        finally:
+            conn.close()
+    if current == _migrate.head_revision():
+        return
+    if not migrate:
+        raise SchemaOutOfDate(
+            f"database schema is at {current or 'nothing'}, this pgmem needs {_migrate.head_revision()}; "
+            "run `pgmem migrate` or connect with migrate=True"
+        )
+    run_blocking(_migrate.upgrade, conninfo)

@@ -1,0 +1,273 @@
+# Generated from pgmem/_async by tools/gen_sync.py: edit the async source, then regenerate.
+"""The message repository: a namespace's messages and the memories that refer to them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from psycopg import Connection
+from psycopg import errors as pg_errors
+
+from pgmem import queries
+from pgmem._rows import INSERT_COLUMNS, MAX_BATCH, check_key, check_message_id, decode, encode, storage_id
+from pgmem.errors import Conflict, InvalidInput, NotFound, translate
+from pgmem.models import MESSAGE_ROUTE_TO_ALL, Message, any_to_str
+
+if TYPE_CHECKING:
+    from pgmem._sync.client import Client
+
+__all__ = ["MessageRepository"]
+
+Q = queries.load("messages")
+
+
+def _positive(value: int, name: str, *, allow_zero: bool = True) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < (0 if allow_zero else 1):
+        raise InvalidInput(f"{name} must be an integer >= {0 if allow_zero else 1}, got {value!r}")
+    return value
+
+
+class MessageRepository:
+    """Messages of one namespace and the memories (named lists of messages) that hold them.
+
+    A message is stored once per namespace; each memory refers to it (``memory_entries``) in the order it
+    was added. Every method takes ``connection=``: pass your own connection to run inside your
+    transaction (pgmem never commits or rolls it back).
+
+    Example:
+        >>> repo = client.messages
+        >>> await repo.add("role:Alice", Message(content="hello", cause_by="UserRequirement"))
+        True
+        >>> [m.content for m in await repo.last("role:Alice", 10)]
+        ['hello']
+    """
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    @property
+    def namespace(self) -> str:
+        return self._client.namespace
+
+    def _rows(
+        self, name: str, params: dict[str, Any], connection: Connection[Any] | None
+    ) -> list[tuple[Any, ...]]:
+        with translate():
+            with self._client.connection(connection) as conn:
+                cur = conn.execute(Q[name], {"ns": self.namespace, **params}, binary=True)
+                return cur.fetchall()
+
+    def _messages(
+        self, name: str, params: dict[str, Any], connection: Connection[Any] | None
+    ) -> list[Message]:
+        return [decode(row) for row in self._rows(name, params, connection)]
+
+    def _scalar(self, name: str, params: dict[str, Any], connection: Connection[Any] | None) -> Any:
+        rows = self._rows(name, params, connection)
+        return rows[0][0] if rows else None
+
+    # -- writes ---------------------------------------------------------------------------------------
+
+    def add(self, memory: str, message: Message, *, connection: Connection[Any] | None = None) -> bool:
+        """Add ``message`` to ``memory``; return False when the memory already held it (same id, or same
+        content for messages carrying MetaGPT's ignored id). One statement, one round trip."""
+        check_key(memory)
+        row = dict(zip(INSERT_COLUMNS, encode(message), strict=True))
+        params = {"ns": self.namespace, "memory": memory, **row}
+        for attempt in (1, 2):
+            try:
+                with translate():
+                    with self._client.connection(connection) as conn:
+                        cur = conn.execute(Q["add_one"], params)
+                        added = cur.fetchone()
+                break
+            except pg_errors.ForeignKeyViolation as exc:
+                # A concurrent delete removed the message row between our insert and the entry's check;
+                # retried once on our own connection, reported when it runs in the caller's transaction.
+                if connection is not None or attempt == 2:
+                    raise Conflict(f"message {message.id} was deleted concurrently; add it again") from exc
+        if added is not None:
+            message._seq = added[0]
+        return added is not None
+
+    def add_many(
+        self, memory: str, messages: Iterable[Message], *, connection: Connection[Any] | None = None
+    ) -> int:
+        """Add messages in order, all or nothing, in one statement; return how many were new to the memory.
+
+        Every message is validated before anything is sent: one bad message rejects the whole batch.
+        """
+        check_key(memory)
+        batch = list(messages)
+        if len(batch) > MAX_BATCH:
+            raise InvalidInput(f"a batch holds at most {MAX_BATCH} messages, got {len(batch)}")
+        if not batch:
+            return 0
+        rows = [encode(m, i) for i, m in enumerate(batch)]
+        columns: dict[str, list[Any]] = {name: [] for name in INSERT_COLUMNS}
+        lists = list(columns.values())
+        for row in rows:
+            for target, value in zip(lists, row, strict=True):
+                target.append(value)
+        columns["send_to"] = [json.dumps(v) for v in columns["send_to"]]
+        with translate():
+            with self._client.connection(connection) as conn:
+                cur = conn.execute(Q["add_many"], {"ns": self.namespace, "memory": memory, **columns})
+                result = cur.fetchone()
+        return int(result[0]) if result else 0
+
+    def delete(
+        self, memory: str, message: Message | str, *, connection: Connection[Any] | None = None
+    ) -> bool:
+        """Remove a message (or message id) from ``memory``; return False when it was not there.
+
+        The message row itself is deleted when no other memory refers to it."""
+        check_key(memory)
+        message_id = storage_id(message) if isinstance(message, Message) else check_message_id(message)
+        return bool(self._scalar("delete", {"memory": memory, "id": message_id}, connection))
+
+    def delete_newest(
+        self, memory: str, *, connection: Connection[Any] | None = None
+    ) -> Message | None:
+        """Remove and return the newest message of ``memory`` (None when it is empty)."""
+        check_key(memory)
+        found = self._messages("delete_newest", {"memory": memory}, connection)
+        return found[0] if found else None
+
+    def clear(self, memory: str, *, connection: Connection[Any] | None = None) -> int:
+        """Empty ``memory``; return how many messages it held."""
+        check_key(memory)
+        return int(self._scalar("clear", {"memory": memory}, connection) or 0)
+
+    # -- reads ----------------------------------------------------------------------------------------
+
+    def last(self, memory: str, k: int = 0, *, connection: Connection[Any] | None = None) -> list[Message]:
+        """The last ``k`` messages of ``memory``, oldest first; all of them when ``k`` is 0."""
+        check_key(memory)
+        _positive(k, "k")
+        return self._messages("last_k", {"memory": memory, "k": k or None}, connection)
+
+    def count(self, memory: str, *, connection: Connection[Any] | None = None) -> int:
+        check_key(memory)
+        return int(self._scalar("count", {"memory": memory}, connection))
+
+    def at(
+        self, memory: str, position: int, *, connection: Connection[Any] | None = None
+    ) -> Message | None:
+        """The message at ``position`` (0-based, negative from the end, as a list index); None when out of range."""
+        check_key(memory)
+        if not isinstance(position, int) or isinstance(position, bool):
+            raise InvalidInput(f"position must be an integer, got {position!r}")
+        if position >= 0:
+            found = self._messages("at_position", {"memory": memory, "offset": position}, connection)
+        else:
+            found = self._messages("at_position_from_end", {"memory": memory, "offset": -position - 1}, connection)
+        return found[0] if found else None
+
+    def by_action(
+        self, memory: str, action: Any, *, connection: Connection[Any] | None = None
+    ) -> list[Message]:
+        """Messages of ``memory`` caused by ``action`` (a class or its ``module.ClassName``), in order."""
+        return self.by_actions(memory, [action], connection=connection)
+
+    def by_actions(
+        self, memory: str, actions: Iterable[Any], *, connection: Connection[Any] | None = None
+    ) -> list[Message]:
+        """Messages of ``memory`` caused by any of ``actions``, in memory order."""
+        check_key(memory)
+        names = sorted({any_to_str(a) for a in actions})
+        if not names:
+            return []
+        return self._messages("by_actions", {"memory": memory, "actions": names}, connection)
+
+    def by_role(self, memory: str, role: str, *, connection: Connection[Any] | None = None) -> list[Message]:
+        check_key(memory)
+        return self._messages("by_role", {"memory": memory, "role": role}, connection)
+
+    def by_sender(
+        self, memory: str, sender: Any, *, connection: Connection[Any] | None = None
+    ) -> list[Message]:
+        check_key(memory)
+        return self._messages("by_sender", {"memory": memory, "sender": any_to_str(sender)}, connection)
+
+    def by_recipient(
+        self,
+        memory: str,
+        recipient: Any,
+        *,
+        include_broadcast: bool = True,
+        connection: Connection[Any] | None = None,
+    ) -> list[Message]:
+        """Messages of ``memory`` addressed to ``recipient`` (and broadcasts unless ``include_broadcast=False``)."""
+        check_key(memory)
+        names = [any_to_str(recipient)] + ([MESSAGE_ROUTE_TO_ALL] if include_broadcast else [])
+        return self._messages("by_recipient", {"memory": memory, "names": names}, connection)
+
+    def by_content(
+        self, memory: str, needle: str, *, connection: Connection[Any] | None = None
+    ) -> list[Message]:
+        """Messages of ``memory`` whose content contains ``needle`` (exact substring), in order."""
+        check_key(memory)
+        if not isinstance(needle, str) or "\x00" in needle:
+            raise InvalidInput("needle must be a string without NUL bytes")
+        return self._messages("by_content", {"memory": memory, "needle": needle}, connection)
+
+    def search_text(
+        self, memory: str, query: str, *, limit: int = 10, connection: Connection[Any] | None = None
+    ) -> list[Message]:
+        """Full-text search (Postgres ``websearch_to_tsquery``, English), best match first."""
+        check_key(memory)
+        _positive(limit, "limit", allow_zero=False)
+        if not isinstance(query, str) or "\x00" in query:
+            raise InvalidInput("query must be a string without NUL bytes")
+        return self._messages("search_text", {"memory": memory, "query": query, "limit": limit}, connection)
+
+    def new_positions(
+        self, memory: str, observed: Sequence[Message], k: int = 0, *, connection: Connection[Any] | None = None
+    ) -> list[int]:
+        """0-based positions in ``observed`` of the messages not among the last ``k`` of ``memory`` (all when 0)."""
+        check_key(memory)
+        _positive(k, "k")
+        if not observed:
+            return []
+        ids = [storage_id(m) for m in observed]
+        if k == 0:
+            rows = self._rows("find_news_all", {"memory": memory, "ids": ids}, connection)
+        else:
+            rows = self._rows("find_news_recent", {"memory": memory, "ids": ids, "k": k}, connection)
+        return [int(r[0]) - 1 for r in rows]
+
+    def find_news(
+        self, memory: str, observed: Sequence[Message], k: int = 0, *, connection: Connection[Any] | None = None
+    ) -> list[Message]:
+        """The messages of ``observed`` not among the last ``k`` of ``memory`` (all when 0), in one query."""
+        return [observed[i] for i in self.new_positions(memory, observed, k, connection=connection)]
+
+    def get_message(self, message_id: str, *, connection: Connection[Any] | None = None) -> Message:
+        """The message with ``message_id`` in this namespace; raises :class:`pgmem.NotFound`."""
+        found = self._messages("get_message", {"id": check_message_id(message_id)}, connection)
+        if not found:
+            raise NotFound(f"no message {message_id!r} in namespace {self.namespace!r}")
+        return found[0]
+
+    def actions(self, memory: str, *, connection: Connection[Any] | None = None) -> list[str]:
+        """The distinct actions (``cause_by``) of ``memory``."""
+        check_key(memory)
+        return [r[0] for r in self._rows("list_actions", {"memory": memory}, connection)]
+
+    def count_actions(self, memory: str, *, connection: Connection[Any] | None = None) -> int:
+        check_key(memory)
+        return int(self._scalar("count_actions", {"memory": memory}, connection))
+
+    def memories(self, *, connection: Connection[Any] | None = None) -> list[str]:
+        """The keys of every memory in the namespace."""
+        return [r[0] for r in self._rows("list_memories", {}, connection)]
+
+    def stats(
+        self, *, all_namespaces: bool = False, connection: Connection[Any] | None = None
+    ) -> list[tuple[str, str, str, str, int]]:
+        """Message counts by (namespace, memory, role, action)."""
+        rows = self._rows("stats", {"ns": None if all_namespaces else self.namespace}, connection)
+        return [(r[0], r[1], r[2], r[3], int(r[4])) for r in rows]

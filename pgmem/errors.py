@@ -1,0 +1,94 @@
+"""The exception tree of pgmem.
+
+Every error pgmem raises on purpose derives from :class:`PgmemError`. Driver errors are translated in one
+place (:func:`translate`), always chained with ``raise ... from exc`` so the original cause stays visible.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+import psycopg_pool
+from psycopg import errors as pg_errors
+
+__all__ = [
+    "ClientClosed",
+    "Conflict",
+    "ConnectionFailed",
+    "InvalidInput",
+    "NotFound",
+    "PgmemError",
+    "SchemaOutOfDate",
+    "translate",
+]
+
+
+class PgmemError(Exception):
+    """Base class of every error pgmem raises."""
+
+
+class InvalidInput(PgmemError, ValueError):
+    """The caller passed something pgmem refuses to store or use; nothing was written."""
+
+
+class NotFound(PgmemError, LookupError):
+    """The requested row does not exist."""
+
+
+class Conflict(PgmemError):
+    """The write conflicts with a row that already exists (e.g. same id, different content)."""
+
+
+class SchemaOutOfDate(PgmemError):
+    """The database schema is missing or older than this version of pgmem; run ``pgmem migrate``."""
+
+
+class ConnectionFailed(PgmemError, ConnectionError):
+    """The database could not be reached. The message names the host and the cause, never the password."""
+
+
+class ClientClosed(PgmemError):
+    """The client (or its pool) was closed and cannot be used any more."""
+
+
+_PASSWORD_RE = re.compile(r"(password\s*=\s*)(\S+)|(://[^:/@\s]*:)([^@\s]*)(@)", re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """Remove passwords from a DSN or an error message that quotes one."""
+
+    def _sub(m: re.Match[str]) -> str:
+        if m.group(1):
+            return m.group(1) + "***"
+        return f"{m.group(3)}***{m.group(5)}"
+
+    return _PASSWORD_RE.sub(_sub, text)
+
+
+@contextmanager
+def translate() -> Iterator[None]:
+    """Translate driver errors raised inside the block into pgmem's exception tree."""
+    try:
+        yield
+    except PgmemError:
+        raise
+    except pg_errors.UndefinedTable as exc:
+        raise SchemaOutOfDate(
+            f"pgmem's tables are missing ({exc.diag.message_primary}); run `pgmem migrate` "
+            "or connect with migrate=True"
+        ) from exc
+    except (pg_errors.CharacterNotInRepertoire, pg_errors.UntranslatableCharacter) as exc:
+        raise InvalidInput(f"text the database cannot store: {exc.diag.message_primary}") from exc
+    except pg_errors.ProgramLimitExceeded as exc:
+        raise InvalidInput(f"value too large for the database: {exc.diag.message_primary}") from exc
+    except pg_errors.UniqueViolation as exc:
+        raise Conflict(exc.diag.message_detail or str(exc)) from exc
+    except psycopg_pool.PoolClosed as exc:
+        raise ClientClosed(f"the client is closed: {exc}") from exc
+    except psycopg.OperationalError as exc:
+        raise ConnectionFailed(redact(str(exc))) from exc
+    except psycopg.InterfaceError as exc:
+        raise ClientClosed(f"the connection is closed: {exc}") from exc

@@ -1,0 +1,108 @@
+"""pgmem's message model (pydantic v2), shared by every facade."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+
+#: MetaGPT's ``metagpt.const.IGNORED_MESSAGE_ID``: messages carrying it are compared by content.
+IGNORED_MESSAGE_ID = "0"
+#: MetaGPT's ``MESSAGE_ROUTE_TO_ALL``: the default ``send_to`` (broadcast).
+MESSAGE_ROUTE_TO_ALL = "<all>"
+
+
+def any_to_str(value: Any) -> str:
+    """Name an action, role or class the way MetaGPT does: strings as they are, classes as
+    ``module.ClassName``, other objects by their class."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, type) or callable(value):
+        return f"{value.__module__}.{value.__name__}"
+    cls = type(value)
+    return f"{cls.__module__}.{cls.__name__}"
+
+
+def any_to_str_set(values: Any) -> set[str]:
+    if values is None:
+        return set()
+    if isinstance(values, str | type) or not hasattr(values, "__iter__"):
+        return {any_to_str(values)}
+    if isinstance(values, dict):
+        return {any_to_str(v) for v in values.values()}
+    return {any_to_str(v) for v in values}
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Message(BaseModel):
+    """One message of an agent conversation.
+
+    Example:
+        >>> m = Message(content="Write a PRD", role="user", cause_by="UserRequirement", send_to={"PM"})
+        >>> m.send_to
+        {'PM'}
+
+    ``cause_by`` and ``sent_from`` accept a class (stored as ``module.ClassName``) or a string;
+    ``send_to`` accepts a name, a class or an iterable of them (default: broadcast, ``{"<all>"}``).
+    Two messages are equal when their ids are equal; messages carrying MetaGPT's ignored id (``"0"``)
+    are equal when their contents are.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, validate_assignment=False)
+
+    id: str = Field(default_factory=_new_id)
+    content: str = ""
+    instruct_content: BaseModel | dict[str, Any] | None = None
+    role: str = "user"
+    cause_by: str = ""
+    sent_from: str = ""
+    send_to: set[str] = Field(default_factory=lambda: {MESSAGE_ROUTE_TO_ALL})
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    tool_calls: list[dict[str, Any]] | None = None
+    name: str | None = None
+    tool_call_id: str | None = None
+    created_at: datetime = Field(default_factory=_now)
+
+    # The caller's message class (``module.ClassName``) when a facade converted it; stored so that other
+    # processes can return the same class.
+    _source_class: str | None = PrivateAttr(default=None)
+    # Position in the memory it was read from (the memory entry's sequence number).
+    _seq: int | None = PrivateAttr(default=None)
+
+    @field_validator("cause_by", "sent_from", mode="before")
+    @classmethod
+    def _name_of(cls, value: Any) -> str:
+        return "" if value is None else any_to_str(value)
+
+    @field_validator("send_to", mode="before")
+    @classmethod
+    def _names_of(cls, value: Any) -> set[str]:
+        names = any_to_str_set(value)
+        return names if names else {MESSAGE_ROUTE_TO_ALL}
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Message):
+            return NotImplemented
+        if self.id == IGNORED_MESSAGE_ID and other.id == IGNORED_MESSAGE_ID:
+            return self.content == other.content
+        return self.id == other.id
+
+    def __hash__(self) -> int:
+        return hash(("content", self.content) if self.id == IGNORED_MESSAGE_ID else ("id", self.id))
+
+    def __str__(self) -> str:
+        return f"{self.role}: {self.content}"
+
+    @property
+    def seq(self) -> int | None:
+        """The message's position in the memory it was read from (None for a message not read back)."""
+        return self._seq

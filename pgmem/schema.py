@@ -1,0 +1,113 @@
+"""The one schema declaration (SQLAlchemy Core), which alembic compares migrations against.
+
+Every table lives in the ``pgmem`` schema and carries ``namespace`` in every primary key, unique
+constraint and foreign key, so the schema can be distributed by namespace on Citus and row-level security
+can key on it.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Computed,
+    DateTime,
+    ForeignKeyConstraint,
+    Identity,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
+
+SCHEMA = "pgmem"
+
+#: Full-text configuration of the ``tsv`` column (see README, "Text search").
+TEXT_SEARCH_CONFIG = "english"
+
+#: Only this many leading characters of a message are indexed for full-text search (tsvector size limit).
+FTS_MAX_CHARS = 200_000
+
+metadata = MetaData(schema=SCHEMA)
+
+memories = Table(
+    "memories",
+    metadata,
+    Column("namespace", Text, nullable=False),
+    Column("key", Text, nullable=False),
+    Column("kind", Text, nullable=False, server_default=text("'memory'")),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("namespace", "key", name="memories_pkey"),
+    comment="A named memory (e.g. one role's memory); holds references to messages.",
+)
+
+messages = Table(
+    "messages",
+    metadata,
+    Column("namespace", Text, nullable=False),
+    Column("id", Text, nullable=False),
+    Column("seq", BigInteger, Identity(always=False), nullable=False),
+    Column("content", Text, nullable=False),
+    Column("content_hash", LargeBinary, nullable=False, comment="sha256 of the UTF-8 content"),
+    Column("instruct_content", JSONB, nullable=True),
+    Column("role", Text, nullable=False, server_default=text("'user'")),
+    Column("cause_by", Text, nullable=False, server_default=text("''")),
+    Column("sent_from", Text, nullable=False, server_default=text("''")),
+    Column("send_to", ARRAY(Text), nullable=False, server_default=text("'{<all>}'::text[]")),
+    Column("metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("tool_calls", JSONB, nullable=True),
+    Column("name", Text, nullable=True),
+    Column("tool_call_id", Text, nullable=True),
+    Column("message_class", Text, nullable=True, comment="module.ClassName of the caller's message class"),
+    Column("tokens", Integer, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column(
+        "tsv",
+        TSVECTOR,
+        Computed(f"to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, left(content, {FTS_MAX_CHARS}))", persisted=True),
+    ),
+    PrimaryKeyConstraint("namespace", "id", name="messages_pkey"),
+    Index("messages_namespace_seq_key", "namespace", "seq", unique=True),
+    Index("messages_cause_by_idx", "namespace", "cause_by", "seq"),
+    Index("messages_role_idx", "namespace", "role", "seq"),
+    Index("messages_sent_from_idx", "namespace", "sent_from", "seq"),
+    Index("messages_content_hash_idx", "namespace", "content_hash"),
+    Index("messages_send_to_idx", "send_to", postgresql_using="gin"),
+    Index("messages_tsv_idx", "tsv", postgresql_using="gin"),
+    comment="Every message, stored once per namespace; memories refer to it through memory_entries.",
+)
+
+memory_entries = Table(
+    "memory_entries",
+    metadata,
+    Column("namespace", Text, nullable=False),
+    Column("memory", Text, nullable=False),
+    Column("message_id", Text, nullable=False),
+    Column("seq", BigInteger, Identity(always=False), nullable=False),
+    Column("cause_by", Text, nullable=False, comment="copy of messages.cause_by (immutable) for index scans"),
+    Column("added_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("namespace", "memory", "message_id", name="memory_entries_pkey"),
+    ForeignKeyConstraint(
+        ["namespace", "memory"],
+        ["pgmem.memories.namespace", "pgmem.memories.key"],
+        ondelete="CASCADE",
+        name="memory_entries_memory_fkey",
+    ),
+    ForeignKeyConstraint(
+        ["namespace", "message_id"],
+        ["pgmem.messages.namespace", "pgmem.messages.id"],
+        ondelete="CASCADE",
+        name="memory_entries_message_fkey",
+    ),
+    Index("memory_entries_order_key", "namespace", "memory", "seq", unique=True),
+    Index("memory_entries_cause_by_idx", "namespace", "memory", "cause_by", "seq"),
+    Index("memory_entries_message_idx", "namespace", "message_id"),
+    comment="Which messages a memory holds, in the order they were added.",
+)
+
+__all__ = ["FTS_MAX_CHARS", "SCHEMA", "TEXT_SEARCH_CONFIG", "memories", "memory_entries", "messages", "metadata"]

@@ -1,0 +1,34 @@
+"""Settings read from the environment (``PGMEM_*``), with pydantic-settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import platformdirs
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_home() -> Path:
+    return Path(platformdirs.user_data_dir("pgmem", appauthor=False))
+
+
+class Settings(BaseSettings):
+    """Process-wide settings.
+
+    ``PGMEM_DSN``: the PostgreSQL server to use; unset means the embedded server under ``PGMEM_HOME``.
+    ``PGMEM_HOME``: where the embedded server keeps its data (default: the user's data directory).
+    ``PGMEM_NAMESPACE``: the namespace of the default client.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="PGMEM_", extra="ignore")
+
+    dsn: str | None = None
+    home: Path = Field(default_factory=_default_home)
+    namespace: str = "default"
+    pool_min_size: int = 1
+    pool_max_size: int = 10
+
+
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,247 @@
+-- Named queries of the message repository, loaded once by pgmem.queries (one `-- name: x` block each).
+-- Parameters are psycopg named placeholders; every statement is scoped to one namespace (%(ns)s).
+-- Selects of messages return the columns in the order pgmem._rows.decode expects:
+--   seq, id, content, instruct_content, role, cause_by, sent_from, send_to, metadata, tool_calls,
+--   name, tool_call_id, message_class, created_at
+
+-- name: add_one
+-- One statement: register the memory, store the message once (a known id is kept as stored), and
+-- reference it from the memory. Returns the entry's sequence number, or nothing when the memory already
+-- held the message.
+WITH memory AS (
+    INSERT INTO pgmem.memories (namespace, key) VALUES (%(ns)s, %(memory)s)
+    ON CONFLICT DO NOTHING
+), message AS (
+    INSERT INTO pgmem.messages (namespace, id, content, content_hash, instruct_content, role, cause_by,
+                                sent_from, send_to, metadata, tool_calls, name, tool_call_id,
+                                message_class, created_at)
+    VALUES (%(ns)s, %(id)s, %(content)s, %(content_hash)s, %(instruct_content)s::jsonb, %(role)s,
+            %(cause_by)s, %(sent_from)s, %(send_to)s::text[], %(metadata)s::jsonb, %(tool_calls)s::jsonb,
+            %(name)s, %(tool_call_id)s, %(message_class)s, %(created_at)s)
+    ON CONFLICT (namespace, id) DO NOTHING
+)
+INSERT INTO pgmem.memory_entries (namespace, memory, message_id, cause_by)
+VALUES (%(ns)s, %(memory)s, %(id)s, %(cause_by)s)
+ON CONFLICT DO NOTHING
+RETURNING seq;
+
+-- name: add_many
+-- The batch arrives as one array per column (one round trip); send_to travels as a JSON array per
+-- message (arrays of arrays must be rectangular in Postgres). Entries are numbered in batch order; a message repeated in the batch or already in the memory is skipped. Returns the number of
+-- entries added.
+WITH batch AS (
+    SELECT *
+    FROM unnest(%(id)s::text[], %(content)s::text[], %(content_hash)s::bytea[],
+                %(instruct_content)s::text[], %(role)s::text[], %(cause_by)s::text[],
+                %(sent_from)s::text[], %(send_to)s::text[], %(metadata)s::text[], %(tool_calls)s::text[],
+                %(name)s::text[], %(tool_call_id)s::text[], %(message_class)s::text[],
+                %(created_at)s::timestamptz[])
+         WITH ORDINALITY AS b(id, content, content_hash, instruct_content, role, cause_by, sent_from,
+                             send_to, metadata, tool_calls, name, tool_call_id, message_class,
+                             created_at, ord)
+), memory AS (
+    INSERT INTO pgmem.memories (namespace, key) VALUES (%(ns)s, %(memory)s)
+    ON CONFLICT DO NOTHING
+), message AS (
+    INSERT INTO pgmem.messages (namespace, id, content, content_hash, instruct_content, role, cause_by,
+                                sent_from, send_to, metadata, tool_calls, name, tool_call_id,
+                                message_class, created_at)
+    SELECT %(ns)s, id, content, content_hash, instruct_content::jsonb, role, cause_by, sent_from,
+           ARRAY(SELECT jsonb_array_elements_text(send_to::jsonb)), metadata::jsonb, tool_calls::jsonb,
+           name, tool_call_id, message_class,
+           created_at
+    FROM batch ORDER BY ord
+    ON CONFLICT (namespace, id) DO NOTHING
+), entry AS (
+    INSERT INTO pgmem.memory_entries (namespace, memory, message_id, cause_by)
+    SELECT %(ns)s, %(memory)s, id, cause_by FROM batch ORDER BY ord
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+)
+SELECT count(*) FROM entry;
+
+-- name: last_k
+-- The last k messages of a memory, oldest first (k NULL: all). Walks memory_entries_order_key backwards.
+SELECT e.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
+       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
+FROM (SELECT seq, message_id FROM pgmem.memory_entries
+      WHERE namespace = %(ns)s AND memory = %(memory)s
+      ORDER BY seq DESC LIMIT %(k)s) AS e
+JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = e.message_id
+ORDER BY e.seq;
+
+-- name: by_actions
+-- Messages caused by any of the actions, in memory order (memory_entries_cause_by_idx).
+SELECT e.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
+       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
+FROM pgmem.memory_entries AS e
+JOIN pgmem.messages AS m ON m.namespace = e.namespace AND m.id = e.message_id
+WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND e.cause_by = ANY(%(actions)s::text[])
+ORDER BY e.seq;
+
+-- name: by_role
+SELECT e.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
+       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
+FROM pgmem.memory_entries AS e
+JOIN pgmem.messages AS m ON m.namespace = e.namespace AND m.id = e.message_id
+WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND m.role = %(role)s
+ORDER BY e.seq;
+
+-- name: by_sender
+SELECT e.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
+       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
+FROM pgmem.memory_entries AS e
+JOIN pgmem.messages AS m ON m.namespace = e.namespace AND m.id = e.message_id
+WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND m.sent_from = %(sender)s
+ORDER BY e.seq;
+
+-- name: by_recipient
+-- Messages addressed to any of the names (the caller adds '<all>' to include broadcasts).
+SELECT e.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
+       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
+FROM pgmem.memory_entries AS e
+JOIN pgmem.messages AS m ON m.namespace = e.namespace AND m.id = e.message_id
+WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND m.send_to && %(names)s::text[]
+ORDER BY e.seq;
+
+-- name: by_content
+-- Messages whose content contains the string (exact substring, as MetaGPT's `in`).
+SELECT e.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
+       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
+FROM pgmem.memory_entries AS e
+JOIN pgmem.messages AS m ON m.namespace = e.namespace AND m.id = e.message_id
+WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND strpos(m.content, %(needle)s) > 0
+ORDER BY e.seq;
+
+-- name: search_text
+-- Full-text search (websearch syntax) ranked by ts_rank_cd, best first.
+SELECT e.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
+       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
+FROM pgmem.messages AS m
+JOIN pgmem.memory_entries AS e ON e.namespace = m.namespace AND e.message_id = m.id
+WHERE m.namespace = %(ns)s AND e.memory = %(memory)s
+  AND m.tsv @@ websearch_to_tsquery('english', %(query)s)
+ORDER BY ts_rank_cd(m.tsv, websearch_to_tsquery('english', %(query)s)) DESC, e.seq DESC
+LIMIT %(limit)s;
+
+-- name: at_position
+-- The message at a 0-based position (negative: from the end), like a Python list index.
+SELECT e.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
+       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
+FROM (SELECT seq, message_id FROM pgmem.memory_entries
+      WHERE namespace = %(ns)s AND memory = %(memory)s
+      ORDER BY seq ASC OFFSET %(offset)s LIMIT 1) AS e
+JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = e.message_id;
+
+-- name: at_position_from_end
+SELECT e.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
+       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
+FROM (SELECT seq, message_id FROM pgmem.memory_entries
+      WHERE namespace = %(ns)s AND memory = %(memory)s
+      ORDER BY seq DESC OFFSET %(offset)s LIMIT 1) AS e
+JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = e.message_id;
+
+-- name: get_message
+SELECT NULL::bigint, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
+       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
+FROM pgmem.messages AS m
+WHERE m.namespace = %(ns)s AND m.id = %(id)s;
+
+-- name: count
+SELECT count(*) FROM pgmem.memory_entries WHERE namespace = %(ns)s AND memory = %(memory)s;
+
+-- name: count_actions
+-- Number of distinct actions in a memory (len() of MetaGPT's Memory.index).
+SELECT count(DISTINCT cause_by) FROM pgmem.memory_entries
+WHERE namespace = %(ns)s AND memory = %(memory)s AND cause_by <> '';
+
+-- name: list_actions
+SELECT DISTINCT cause_by FROM pgmem.memory_entries
+WHERE namespace = %(ns)s AND memory = %(memory)s AND cause_by <> ''
+ORDER BY cause_by;
+
+-- name: find_news_all
+-- 1-based positions of the observed ids that the memory does not hold (one PK probe each).
+SELECT o.ord
+FROM unnest(%(ids)s::text[]) WITH ORDINALITY AS o(id, ord)
+WHERE NOT EXISTS (SELECT 1 FROM pgmem.memory_entries AS e
+                  WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND e.message_id = o.id)
+ORDER BY o.ord;
+
+-- name: find_news_recent
+-- 1-based positions of the observed ids that are not among the memory's last k entries.
+WITH recent AS (
+    SELECT message_id FROM pgmem.memory_entries
+    WHERE namespace = %(ns)s AND memory = %(memory)s
+    ORDER BY seq DESC LIMIT %(k)s
+)
+SELECT o.ord
+FROM unnest(%(ids)s::text[]) WITH ORDINALITY AS o(id, ord)
+WHERE o.id NOT IN (SELECT message_id FROM recent)
+ORDER BY o.ord;
+
+-- name: delete
+-- Remove a message from a memory; the message row itself goes when no other memory refers to it.
+-- Returns the number of entries removed (0 or 1).
+WITH entry AS (
+    DELETE FROM pgmem.memory_entries
+    WHERE namespace = %(ns)s AND memory = %(memory)s AND message_id = %(id)s
+    RETURNING message_id
+), orphan AS (
+    DELETE FROM pgmem.messages AS m USING entry
+    WHERE m.namespace = %(ns)s AND m.id = entry.message_id
+      AND NOT EXISTS (SELECT 1 FROM pgmem.memory_entries AS o
+                      WHERE o.namespace = %(ns)s AND o.message_id = entry.message_id
+                        AND o.memory <> %(memory)s)
+)
+SELECT count(*) FROM entry;
+
+-- name: delete_newest
+-- Remove and return the newest message of a memory. SKIP LOCKED: two processes popping at once take
+-- two different messages instead of one waiting for the other and finding its row gone.
+WITH newest AS (
+    SELECT namespace, memory, message_id, seq FROM pgmem.memory_entries
+    WHERE namespace = %(ns)s AND memory = %(memory)s
+    ORDER BY seq DESC LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), entry AS (
+    DELETE FROM pgmem.memory_entries AS e USING newest
+    WHERE e.namespace = newest.namespace AND e.memory = newest.memory AND e.message_id = newest.message_id
+    RETURNING e.message_id, e.seq
+), orphan AS (
+    DELETE FROM pgmem.messages AS m USING entry
+    WHERE m.namespace = %(ns)s AND m.id = entry.message_id
+      AND NOT EXISTS (SELECT 1 FROM pgmem.memory_entries AS o
+                      WHERE o.namespace = %(ns)s AND o.message_id = entry.message_id
+                        AND o.memory <> %(memory)s)
+)
+SELECT entry.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
+       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
+FROM entry JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = entry.message_id;
+
+-- name: clear
+-- Empty a memory; messages no other memory refers to are deleted with it. Returns the entries removed.
+WITH entry AS (
+    DELETE FROM pgmem.memory_entries
+    WHERE namespace = %(ns)s AND memory = %(memory)s
+    RETURNING message_id
+), orphan AS (
+    DELETE FROM pgmem.messages AS m USING entry
+    WHERE m.namespace = %(ns)s AND m.id = entry.message_id
+      AND NOT EXISTS (SELECT 1 FROM pgmem.memory_entries AS o
+                      WHERE o.namespace = %(ns)s AND o.message_id = entry.message_id
+                        AND o.memory <> %(memory)s)
+)
+SELECT count(*) FROM entry;
+
+-- name: list_memories
+SELECT key FROM pgmem.memories WHERE namespace = %(ns)s ORDER BY key;
+
+-- name: stats
+-- Message counts by namespace, memory, role and action (all namespaces when %(ns)s is NULL).
+SELECT e.namespace, e.memory, m.role, m.cause_by, count(*) AS messages
+FROM pgmem.memory_entries AS e
+JOIN pgmem.messages AS m ON m.namespace = e.namespace AND m.id = e.message_id
+WHERE %(ns)s::text IS NULL OR e.namespace = %(ns)s::text
+GROUP BY 1, 2, 3, 4
+ORDER BY 1, 2, 3, 4;
