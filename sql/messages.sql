@@ -245,3 +245,23 @@ JOIN pgmem.messages AS m ON m.namespace = e.namespace AND m.id = e.message_id
 WHERE %(ns)s::text IS NULL OR e.namespace = %(ns)s::text
 GROUP BY 1, 2, 3, 4
 ORDER BY 1, 2, 3, 4;
+
+-- name: trim
+-- Keep only the newest %(keep)s messages of a memory; older ones are removed (and their rows when no
+-- other memory refers to them). Returns the entries removed.
+WITH boundary AS (
+    SELECT seq FROM pgmem.memory_entries
+    WHERE namespace = %(ns)s AND memory = %(memory)s
+    ORDER BY seq DESC OFFSET %(keep)s LIMIT 1
+), entry AS (
+    DELETE FROM pgmem.memory_entries
+    WHERE namespace = %(ns)s AND memory = %(memory)s AND seq <= (SELECT seq FROM boundary)
+    RETURNING message_id
+), orphan AS (
+    DELETE FROM pgmem.messages AS m USING entry
+    WHERE m.namespace = %(ns)s AND m.id = entry.message_id
+      AND NOT EXISTS (SELECT 1 FROM pgmem.memory_entries AS o
+                      WHERE o.namespace = %(ns)s AND o.message_id = entry.message_id
+                        AND o.memory <> %(memory)s)
+)
+SELECT count(*) FROM entry;

@@ -140,6 +140,12 @@ class AsyncMessageRepository:
         check_key(memory)
         return int(await self._scalar("clear", {"memory": memory}, connection) or 0)
 
+    async def trim(self, memory: str, keep_last: int, *, connection: AsyncConnection[Any] | None = None) -> int:
+        """Keep only the newest ``keep_last`` messages of ``memory``; return how many were removed."""
+        check_key(memory)
+        _positive(keep_last, "keep_last")
+        return int(await self._scalar("trim", {"memory": memory, "keep": keep_last}, connection) or 0)
+
     # -- reads ----------------------------------------------------------------------------------------
 
     async def last(self, memory: str, k: int = 0, *, connection: AsyncConnection[Any] | None = None) -> list[Message]:

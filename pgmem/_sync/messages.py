@@ -141,6 +141,12 @@ class MessageRepository:
         check_key(memory)
         return int(self._scalar("clear", {"memory": memory}, connection) or 0)
 
+    def trim(self, memory: str, keep_last: int, *, connection: Connection[Any] | None = None) -> int:
+        """Keep only the newest ``keep_last`` messages of ``memory``; return how many were removed."""
+        check_key(memory)
+        _positive(keep_last, "keep_last")
+        return int(self._scalar("trim", {"memory": memory, "keep": keep_last}, connection) or 0)
+
     # -- reads ----------------------------------------------------------------------------------------
 
     def last(self, memory: str, k: int = 0, *, connection: Connection[Any] | None = None) -> list[Message]:

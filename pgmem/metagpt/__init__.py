@@ -1,0 +1,9 @@
+"""MetaGPT's memory APIs on Postgres: durable, shared between processes, queryable with SQL.
+
+``from pgmem.metagpt import Memory`` is a drop-in for ``metagpt.memory.Memory`` with the same method
+names, arguments and semantics, taking and returning the caller's own message class.
+"""
+
+from pgmem.metagpt.memory import Memory, MemoryIndex
+
+__all__ = ["Memory", "MemoryIndex"]
