@@ -13,3 +13,8 @@ T = TypeVar("T")
 async def run_blocking(func: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """Run blocking work (alembic) without blocking the event loop."""
     return await asyncio.to_thread(func, *args, **kwargs)
+
+
+def make_lock() -> asyncio.Lock:
+    """A lock for the flavour: asyncio here, threading in the sync flavour."""
+    return asyncio.Lock()

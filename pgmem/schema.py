@@ -110,4 +110,89 @@ memory_entries = Table(
     comment="Which messages a memory holds, in the order they were added.",
 )
 
-__all__ = ["FTS_MAX_CHARS", "SCHEMA", "TEXT_SEARCH_CONFIG", "memories", "memory_entries", "messages", "metadata"]
+queue_items = Table(
+    "queue_items",
+    metadata,
+    Column("namespace", Text, nullable=False),
+    Column("id", BigInteger, Identity(always=False), nullable=False),
+    Column("queue", Text, nullable=False),
+    Column("message_id", Text, nullable=False),
+    Column("priority", Integer, nullable=False, server_default=text("0"), comment="lower is served first"),
+    Column("status", Text, nullable=False, server_default=text("'ready'"), comment="ready | dead"),
+    Column("enqueued_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column(
+        "available_at",
+        DateTime(timezone=True),
+        nullable=False,
+        server_default=text("now()"),
+        comment="claimable from then on: the delay, the retry backoff, or the end of the current lease",
+    ),
+    Column("attempts", Integer, nullable=False, server_default=text("0"), comment="claims so far; fences ack"),
+    Column("max_attempts", Integer, nullable=False, server_default=text("5")),
+    Column("claimed_at", DateTime(timezone=True), nullable=True),
+    Column("claimed_by", Text, nullable=True),
+    Column("lease_until", DateTime(timezone=True), nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("dedup_key", Text, nullable=True),
+    Column("died_at", DateTime(timezone=True), nullable=True),
+    PrimaryKeyConstraint("namespace", "id", name="queue_items_pkey"),
+    ForeignKeyConstraint(
+        ["namespace", "message_id"],
+        ["pgmem.messages.namespace", "pgmem.messages.id"],
+        name="queue_items_message_fkey",
+    ),
+    Index(
+        "queue_items_claim_idx",
+        "namespace",
+        "queue",
+        "priority",
+        "id",
+        postgresql_where=text("status = 'ready'"),
+    ),
+    Index(
+        "queue_items_dedup_key",
+        "namespace",
+        "queue",
+        "dedup_key",
+        unique=True,
+        postgresql_where=text("dedup_key IS NOT NULL AND status = 'ready'"),
+    ),
+    Index("queue_items_message_idx", "namespace", "message_id"),
+    Index("queue_items_dead_idx", "namespace", "queue", "died_at", postgresql_where=text("status = 'dead'")),
+    comment="Live queue items (ready, leased or dead); acknowledged items move to queue_archive.",
+)
+
+queue_archive = Table(
+    "queue_archive",
+    metadata,
+    Column("namespace", Text, nullable=False),
+    Column("id", BigInteger, nullable=False),
+    Column("queue", Text, nullable=False),
+    Column("message_id", Text, nullable=False),
+    Column("priority", Integer, nullable=False),
+    Column("enqueued_at", DateTime(timezone=True), nullable=False),
+    Column("claimed_at", DateTime(timezone=True), nullable=True),
+    Column("acked_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("attempts", Integer, nullable=False),
+    Column("claimed_by", Text, nullable=True),
+    Column("dedup_key", Text, nullable=True),
+    PrimaryKeyConstraint("namespace", "id", name="queue_archive_pkey"),
+    Index("queue_archive_acked_idx", "namespace", "queue", "acked_at"),
+    Index("queue_archive_message_idx", "namespace", "message_id"),
+    comment="Acknowledged queue items, kept for analytics until the retention policy purges them.",
+)
+
+subscriptions = Table(
+    "subscriptions",
+    metadata,
+    Column("namespace", Text, nullable=False),
+    Column("subscriber", Text, nullable=False),
+    Column("addresses", ARRAY(Text), nullable=False, comment="names the subscriber answers to (send_to)"),
+    Column("watch", ARRAY(Text), nullable=True, comment="actions (cause_by) it takes broadcasts of; NULL: all"),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("namespace", "subscriber", name="subscriptions_pkey"),
+    comment="Who receives published messages in an inbox queue (inbox:<subscriber>).",
+)
+
+__all__ = ["FTS_MAX_CHARS", "SCHEMA", "TEXT_SEARCH_CONFIG", "memories", "memory_entries", "messages", "metadata", "queue_archive",
+           "queue_items", "subscriptions"]

@@ -181,7 +181,8 @@ WHERE o.id NOT IN (SELECT message_id FROM recent)
 ORDER BY o.ord;
 
 -- name: delete
--- Remove a message from a memory; the message row itself goes when no other memory refers to it.
+-- Remove a message from a memory; the message row itself goes when nothing else (another memory, a
+-- queue item, the queue archive) refers to it.
 -- Returns the number of entries removed (0 or 1).
 WITH entry AS (
     DELETE FROM pgmem.memory_entries
@@ -193,6 +194,10 @@ WITH entry AS (
       AND NOT EXISTS (SELECT 1 FROM pgmem.memory_entries AS o
                       WHERE o.namespace = %(ns)s AND o.message_id = entry.message_id
                         AND o.memory <> %(memory)s)
+      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_items AS q
+                      WHERE q.namespace = %(ns)s AND q.message_id = entry.message_id)
+      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive AS a
+                      WHERE a.namespace = %(ns)s AND a.message_id = entry.message_id)
 )
 SELECT count(*) FROM entry;
 
@@ -214,6 +219,10 @@ WITH newest AS (
       AND NOT EXISTS (SELECT 1 FROM pgmem.memory_entries AS o
                       WHERE o.namespace = %(ns)s AND o.message_id = entry.message_id
                         AND o.memory <> %(memory)s)
+      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_items AS q
+                      WHERE q.namespace = %(ns)s AND q.message_id = entry.message_id)
+      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive AS a
+                      WHERE a.namespace = %(ns)s AND a.message_id = entry.message_id)
 )
 SELECT entry.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
        m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
@@ -231,6 +240,10 @@ WITH entry AS (
       AND NOT EXISTS (SELECT 1 FROM pgmem.memory_entries AS o
                       WHERE o.namespace = %(ns)s AND o.message_id = entry.message_id
                         AND o.memory <> %(memory)s)
+      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_items AS q
+                      WHERE q.namespace = %(ns)s AND q.message_id = entry.message_id)
+      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive AS a
+                      WHERE a.namespace = %(ns)s AND a.message_id = entry.message_id)
 )
 SELECT count(*) FROM entry;
 
@@ -263,5 +276,9 @@ WITH boundary AS (
       AND NOT EXISTS (SELECT 1 FROM pgmem.memory_entries AS o
                       WHERE o.namespace = %(ns)s AND o.message_id = entry.message_id
                         AND o.memory <> %(memory)s)
+      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_items AS q
+                      WHERE q.namespace = %(ns)s AND q.message_id = entry.message_id)
+      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive AS a
+                      WHERE a.namespace = %(ns)s AND a.message_id = entry.message_id)
 )
 SELECT count(*) FROM entry;

@@ -20,6 +20,7 @@ DST = ROOT / "pgmem" / "_sync"
 REPLACEMENTS = {
     "AsyncClient": "Client",
     "AsyncMessageRepository": "MessageRepository",
+    "AsyncQueueRepository": "QueueRepository",
     "AsyncConnection": "Connection",
     "AsyncConnectionPool": "ConnectionPool",
     "AsyncCursor": "Cursor",

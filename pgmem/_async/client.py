@@ -13,6 +13,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgmem import migrate as _migrate
 from pgmem._async.messages import AsyncMessageRepository
+from pgmem._async.queues import AsyncQueueRepository
 from pgmem._compat_async import run_blocking
 from pgmem._rows import check_namespace
 from pgmem.errors import ClientClosed, ConnectionFailed, InvalidInput, SchemaOutOfDate, redact, translate
@@ -30,6 +31,7 @@ class AsyncClient:
     Attributes:
         namespace: the tenant boundary every operation is scoped to.
         messages: the :class:`AsyncMessageRepository`.
+        queues: the :class:`AsyncQueueRepository` (queues, routing to subscribers' inboxes).
     """
 
     def __init__(
@@ -50,6 +52,7 @@ class AsyncClient:
         self._closed = False
         self.conninfo = conninfo
         self.messages = AsyncMessageRepository(self)
+        self.queues = AsyncQueueRepository(self)
 
     def with_namespace(self, namespace: str) -> AsyncClient:
         """A client for another namespace sharing this one's pool or connection (closing it closes nothing)."""
@@ -66,6 +69,7 @@ class AsyncClient:
         if self._closed:
             return
         self._closed = True
+        await self.queues.close()
         if self._owns_pool and self._pool is not None:
             await self._pool.close()
 

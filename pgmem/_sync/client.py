@@ -14,6 +14,7 @@ from psycopg_pool import ConnectionPool
 
 from pgmem import migrate as _migrate
 from pgmem._sync.messages import MessageRepository
+from pgmem._sync.queues import QueueRepository
 from pgmem._compat_sync import run_blocking
 from pgmem._rows import check_namespace
 from pgmem.errors import ClientClosed, ConnectionFailed, InvalidInput, SchemaOutOfDate, redact, translate
@@ -31,6 +32,7 @@ class Client:
     Attributes:
         namespace: the tenant boundary every operation is scoped to.
         messages: the :class:`AsyncMessageRepository`.
+        queues: the :class:`AsyncQueueRepository` (queues, routing to subscribers' inboxes).
     """
 
     def __init__(
@@ -51,6 +53,7 @@ class Client:
         self._closed = False
         self.conninfo = conninfo
         self.messages = MessageRepository(self)
+        self.queues = QueueRepository(self)
 
     def with_namespace(self, namespace: str) -> Client:
         """A client for another namespace sharing this one's pool or connection (closing it closes nothing)."""
@@ -67,6 +70,7 @@ class Client:
         if self._closed:
             return
         self._closed = True
+        self.queues.close()
         if self._owns_pool and self._pool is not None:
             self._pool.close()
 

@@ -1,0 +1,436 @@
+"""Queues claimed with ``FOR UPDATE SKIP LOCKED``, with leases, retries, dead letters and LISTEN/NOTIFY,
+and routing of published messages to subscribers' inbox queues."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import socket
+import time
+from collections.abc import AsyncIterator, Iterable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from psycopg import AsyncConnection, sql
+
+from pgmem import queries
+from pgmem._compat_async import make_lock
+from pgmem._rows import INSERT_COLUMNS, MAX_BATCH, check_key, encode
+from pgmem.errors import InvalidInput, translate
+from pgmem.models import Message, any_to_str
+from pgmem.queueing import (
+    CHANNEL,
+    MAX_ATTEMPTS,
+    MAX_CLAIM,
+    MAX_DELAY_SECONDS,
+    MAX_LEASE_SECONDS,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    Delivery,
+    LeaseLost,
+    PushResult,
+    QueueItem,
+    backoff,
+    check_queue,
+    decode_item,
+    integer,
+    seconds,
+)
+
+if TYPE_CHECKING:
+    from pgmem._async.client import AsyncClient
+
+__all__ = ["AsyncQueueRepository"]
+
+Q = queries.load("queues")
+
+_WORKER = f"{socket.gethostname()}:{os.getpid()}"
+
+
+class AsyncQueueRepository:
+    """Named queues of messages shared by any number of processes.
+
+    A queue exists once something is pushed to it (names follow the memory-key rule). ``claim`` takes
+    items with ``FOR UPDATE SKIP LOCKED`` and leases them: an item whose worker dies becomes claimable
+    again when its lease ends. ``ack`` archives an item, ``nack`` retries it after a backoff and
+    dead-letters it after ``max_attempts`` claims. ``wait`` blocks on LISTEN/NOTIFY (polling as a
+    fallback) until something is claimable.
+
+    Example:
+        >>> await client.queues.push("jobs", Message(content="build"), priority=1)
+        >>> for item in await client.queues.claim("jobs", n=10, lease=30):
+        ...     ...  # do the work
+        ...     await client.queues.ack(item)
+    """
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+        self._listener: AsyncConnection[Any] | None = None
+        self._listen_lock = make_lock()
+
+    @property
+    def namespace(self) -> str:
+        return self._client.namespace
+
+    async def _rows(
+        self, name: str, params: dict[str, Any], connection: AsyncConnection[Any] | None
+    ) -> list[tuple[Any, ...]]:
+        with translate():
+            async with self._client.connection(connection) as conn:
+                cur = await conn.execute(Q[name], {"ns": self.namespace, **params}, binary=True)
+                return await cur.fetchall()
+
+    # -- producing ------------------------------------------------------------------------------------
+
+    def _push_params(
+        self, queue: str, priority: int, delay: float | timedelta | None, max_attempts: int
+    ) -> dict[str, Any]:
+        return {
+            "queue": check_queue(queue),
+            "priority": integer(priority, "priority", MIN_PRIORITY, MAX_PRIORITY),
+            "delay": seconds(delay, "delay", maximum=MAX_DELAY_SECONDS),
+            "max_attempts": integer(max_attempts, "max_attempts", 1, MAX_ATTEMPTS),
+        }
+
+    async def push(
+        self,
+        queue: str,
+        message: Message,
+        *,
+        priority: int = 0,
+        delay: float | timedelta | None = None,
+        dedup_key: str | None = None,
+        max_attempts: int = 5,
+        connection: AsyncConnection[Any] | None = None,
+    ) -> PushResult:
+        """Enqueue ``message`` (stored once; pushing a stored message enqueues it again).
+
+        Args:
+            priority: lower is served first (32-bit integer).
+            delay: seconds (or a timedelta) before the item becomes claimable.
+            dedup_key: while a ready item of this queue has the same key, the push is a no-op and
+                returns ``PushResult(None, False)``.
+            max_attempts: claims before the item is dead-lettered by ``nack``.
+            connection: your connection, to enqueue inside your transaction (consumers are woken at
+                commit; a rollback leaves no item).
+        """
+        params = self._push_params(queue, priority, delay, max_attempts)
+        if dedup_key is not None:
+            check_key(dedup_key, "dedup key")
+        row = dict(zip(INSERT_COLUMNS, encode(message), strict=True))
+        rows = await self._rows("push", {**params, **row, "dedup_key": dedup_key}, connection)
+        item_id = rows[0][0]
+        return PushResult(item_id, item_id is not None)
+
+    async def push_many(
+        self,
+        queue: str,
+        messages: Iterable[Message],
+        *,
+        priority: int = 0,
+        delay: float | timedelta | None = None,
+        dedup_keys: Iterable[str | None] | None = None,
+        max_attempts: int = 5,
+        connection: AsyncConnection[Any] | None = None,
+    ) -> list[int]:
+        """Enqueue messages in order in one statement, all or nothing; return the ids of the new items
+        (items skipped for their dedup key have none)."""
+        params = self._push_params(queue, priority, delay, max_attempts)
+        batch = list(messages)
+        if len(batch) > MAX_BATCH:
+            raise InvalidInput(f"a batch holds at most {MAX_BATCH} messages, got {len(batch)}")
+        keys = list(dedup_keys) if dedup_keys is not None else [None] * len(batch)
+        if len(keys) != len(batch):
+            raise InvalidInput(f"{len(keys)} dedup keys for {len(batch)} messages")
+        for key in keys:
+            if key is not None:
+                check_key(key, "dedup key")
+        if not batch:
+            return []
+        columns: dict[str, list[Any]] = {name: [] for name in INSERT_COLUMNS}
+        lists = list(columns.values())
+        for i, m in enumerate(batch):
+            for target, value in zip(lists, encode(m, i), strict=True):
+                target.append(value)
+        columns["send_to"] = [json.dumps(v) for v in columns["send_to"]]
+        rows = await self._rows("push_many", {**params, **columns, "dedup_key": keys}, connection)
+        return list(rows[0][0])
+
+    # -- consuming ------------------------------------------------------------------------------------
+
+    async def claim(
+        self,
+        queue: str,
+        n: int = 1,
+        *,
+        lease: float | timedelta = 30.0,
+        worker: str | None = None,
+        connection: AsyncConnection[Any] | None = None,
+    ) -> list[QueueItem]:
+        """Claim up to ``n`` claimable items, lowest priority value first, then oldest, in one statement.
+
+        Each item is leased for ``lease`` seconds: unacknowledged by then, it becomes claimable again.
+        """
+        params = {
+            "queue": check_queue(queue),
+            "n": integer(n, "n", 1, MAX_CLAIM),
+            "lease": seconds(lease, "lease", maximum=MAX_LEASE_SECONDS, allow_zero=False),
+            "worker": worker or _WORKER,
+        }
+        return [decode_item(r) for r in await self._rows("claim", params, connection)]
+
+    async def ack(
+        self, items: QueueItem | Iterable[QueueItem], *, connection: AsyncConnection[Any] | None = None
+    ) -> None:
+        """Acknowledge items (one statement): they move to the archive.
+
+        Raises:
+            LeaseLost: for items whose lease was taken by another claim (or that were already
+                acknowledged); the others are acknowledged all the same.
+        """
+        batch = [items] if isinstance(items, QueueItem) else list(items)
+        if not batch:
+            return
+        for item in batch:
+            if not isinstance(item, QueueItem):
+                raise InvalidInput(f"ack takes QueueItem objects, got {type(item).__name__}")
+        rows = await self._rows(
+            "ack", {"ids": [i.id for i in batch], "attempts": [i.attempts for i in batch]}, connection
+        )
+        done = {r[0] for r in rows}
+        lost = [i.id for i in batch if i.id not in done]
+        if lost:
+            raise LeaseLost(f"lease lost on item(s) {lost}: claimed again after the lease ended, or already acknowledged")
+
+    async def nack(
+        self,
+        item: QueueItem,
+        *,
+        error: str | None = None,
+        retry_in: float | timedelta | None = None,
+        dead: bool = False,
+        connection: AsyncConnection[Any] | None = None,
+    ) -> str:
+        """Give an item back: it is retried after ``retry_in`` seconds (default: exponential backoff,
+        1 s doubling up to 5 min), or dead-lettered when it has been claimed ``max_attempts`` times or
+        ``dead`` is True. Returns the item's new status, ``"ready"`` or ``"dead"``."""
+        if not isinstance(item, QueueItem):
+            raise InvalidInput(f"nack takes a QueueItem, got {type(item).__name__}")
+        delay = backoff(item.attempts) if retry_in is None else seconds(retry_in, "retry_in", maximum=MAX_DELAY_SECONDS)
+        if error is not None:
+            error = error.replace("\x00", "\\x00")[:10_000]
+        rows = await self._rows(
+            "nack",
+            {"id": item.id, "attempts": item.attempts, "delay": delay, "error": error, "dead": dead},
+            connection,
+        )
+        if not rows:
+            raise LeaseLost(f"lease lost on item {item.id}")
+        return str(rows[0][0])
+
+    async def extend(
+        self, item: QueueItem, lease: float | timedelta = 30.0, *, connection: AsyncConnection[Any] | None = None
+    ) -> QueueItem:
+        """Heartbeat: extend the lease of a held item to ``lease`` seconds from now."""
+        if not isinstance(item, QueueItem):
+            raise InvalidInput(f"extend takes a QueueItem, got {type(item).__name__}")
+        length = seconds(lease, "lease", maximum=MAX_LEASE_SECONDS, allow_zero=False)
+        rows = await self._rows("extend", {"id": item.id, "attempts": item.attempts, "lease": length}, connection)
+        if not rows:
+            raise LeaseLost(f"lease lost on item {item.id}")
+        return dataclasses.replace(item, lease_until=rows[0][0], available_at=rows[0][0])
+
+    async def _listen(self) -> AsyncConnection[Any]:
+        if self._listener is None or self._listener.closed:
+            if not self._client.conninfo:
+                raise InvalidInput("waiting on a queue needs a client that knows its DSN")
+            with translate():
+                conn = await AsyncConnection.connect(self._client.conninfo, autocommit=True)
+                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+            self._listener = conn
+        return self._listener
+
+    async def _wait_for_notify(self, conn: AsyncConnection[Any], key: str, timeout: float) -> None:
+        with translate():
+            async for notify in conn.notifies(timeout=timeout):
+                if notify.payload == key:
+                    return
+
+    async def wait(
+        self,
+        queue: str,
+        n: int = 1,
+        *,
+        timeout: float = 30.0,
+        lease: float | timedelta = 30.0,
+        poll_interval: float = 5.0,
+        worker: str | None = None,
+    ) -> list[QueueItem]:
+        """Claim up to ``n`` items, waiting up to ``timeout`` seconds for one to become claimable.
+
+        Woken by NOTIFY from ``push`` (sent at its commit); delayed items and lease expiries are caught
+        by sleeping until the next ``available_at``, and ``poll_interval`` bounds every sleep in case a
+        notification is lost (e.g. the listening connection dropped). Returns ``[]`` on timeout.
+        """
+        check_queue(queue)
+        timeout = seconds(timeout, "timeout", maximum=MAX_DELAY_SECONDS)
+        poll = seconds(poll_interval, "poll_interval", maximum=3600.0, allow_zero=False)
+        key = f"{self.namespace}/{queue}"
+        deadline = time.monotonic() + timeout
+        async with self._listen_lock:
+            listener = await self._listen()  # LISTEN before the first claim: no wake-up can be missed
+            while True:
+                items = await self.claim(queue, n, lease=lease, worker=worker)
+                if items:
+                    return items
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return []
+                pause = min(remaining, poll)
+                rows = await self._rows("next_available", {"queue": queue}, None)
+                if rows and rows[0][0] is not None:
+                    pause = max(0.0, min(pause, float(rows[0][0])))
+                if pause > 0:
+                    await self._wait_for_notify(listener, key, pause)
+
+    async def consume(
+        self,
+        queue: str,
+        *,
+        n: int = 1,
+        lease: float | timedelta = 30.0,
+        idle_timeout: float | None = None,
+        poll_interval: float = 5.0,
+        worker: str | None = None,
+    ) -> AsyncIterator[QueueItem]:
+        """Iterate over claimed items as they arrive; stops after ``idle_timeout`` seconds without one
+        (``None``: never). The caller acks or nacks each item."""
+        while True:
+            items = await self.wait(
+                queue, n, timeout=idle_timeout if idle_timeout is not None else 3600.0, lease=lease,
+                poll_interval=poll_interval, worker=worker,
+            )
+            if not items:
+                if idle_timeout is not None:
+                    return
+                continue
+            for item in items:
+                yield item
+
+    async def close(self) -> None:
+        """Close the listening connection, if ``wait`` opened one."""
+        if self._listener is not None:
+            await self._listener.close()
+            self._listener = None
+
+    # -- inspecting and maintenance -------------------------------------------------------------------
+
+    async def depth(self, queue: str, *, connection: AsyncConnection[Any] | None = None) -> dict[str, int]:
+        """``{"ready": …, "claimable": …, "dead": …}``: items not yet acknowledged (leased included), those
+        claimable now, and dead letters."""
+        rows = await self._rows("depth", {"queue": check_queue(queue)}, connection)
+        ready, claimable, dead = rows[0]
+        return {"ready": int(ready), "claimable": int(claimable), "dead": int(dead)}
+
+    async def peek(
+        self, queue: str, limit: int = 100, *, connection: AsyncConnection[Any] | None = None
+    ) -> list[QueueItem]:
+        """Items of the queue in claim order, without claiming them."""
+        params = {"queue": check_queue(queue), "limit": integer(limit, "limit", 1, MAX_BATCH)}
+        return [decode_item(r) for r in await self._rows("peek", params, connection)]
+
+    async def dead_letters(
+        self, queue: str, limit: int = 100, *, connection: AsyncConnection[Any] | None = None
+    ) -> list[QueueItem]:
+        params = {"queue": check_queue(queue), "limit": integer(limit, "limit", 1, MAX_BATCH)}
+        return [decode_item(r) for r in await self._rows("dead_letters", params, connection)]
+
+    async def requeue(
+        self,
+        queue: str,
+        items: Iterable[QueueItem | int] | None = None,
+        *,
+        connection: AsyncConnection[Any] | None = None,
+    ) -> int:
+        """Put dead letters back in the queue with a fresh attempt budget (all of them when ``items`` is
+        None); return how many."""
+        ids = None if items is None else [i.id if isinstance(i, QueueItem) else int(i) for i in items]
+        rows = await self._rows("requeue_dead", {"queue": check_queue(queue), "ids": ids}, connection)
+        return len(rows)
+
+    async def purge_archive(
+        self,
+        older_than: float | timedelta,
+        *,
+        queue: str | None = None,
+        connection: AsyncConnection[Any] | None = None,
+    ) -> int:
+        """Retention: delete archived (acknowledged) items older than ``older_than`` seconds, and the
+        messages nothing else refers to. Returns the items deleted."""
+        age = seconds(older_than, "older_than", maximum=100 * 366 * 24 * 3600.0)
+        params = {"queue": None if queue is None else check_queue(queue), "older_than": age}
+        rows = await self._rows("purge_archive", params, connection)
+        return int(rows[0][0])
+
+    async def clear(self, queue: str, *, connection: AsyncConnection[Any] | None = None) -> int:
+        """Delete every live item of the queue (ready, leased and dead); return how many."""
+        rows = await self._rows("clear_queue", {"queue": check_queue(queue)}, connection)
+        return int(rows[0][0])
+
+    # -- routing --------------------------------------------------------------------------------------
+
+    async def subscribe(
+        self,
+        subscriber: str,
+        *,
+        addresses: Iterable[Any] | None = None,
+        watch: Iterable[Any] | None = None,
+        connection: AsyncConnection[Any] | None = None,
+    ) -> None:
+        """Subscribe ``subscriber`` to published messages (its inbox is the queue ``inbox:<subscriber>``).
+
+        Args:
+            addresses: names it answers to in ``send_to`` (default: ``{subscriber}``).
+            watch: actions (classes or ``module.ClassName``) whose broadcasts it receives, like MetaGPT's
+                ``rc.watch``; ``None`` receives every broadcast.
+        """
+        check_key(subscriber, "subscriber")
+        names = sorted({any_to_str(a) for a in addresses}) if addresses is not None else [subscriber]
+        actions = None if watch is None else sorted({any_to_str(a) for a in watch})
+        await self._rows_none("subscribe", {"subscriber": subscriber, "addresses": names, "watch": actions}, connection)
+
+    async def unsubscribe(self, subscriber: str, *, connection: AsyncConnection[Any] | None = None) -> None:
+        await self._rows_none("unsubscribe", {"subscriber": check_key(subscriber, "subscriber")}, connection)
+
+    async def _rows_none(self, name: str, params: dict[str, Any], connection: AsyncConnection[Any] | None) -> None:
+        with translate():
+            async with self._client.connection(connection) as conn:
+                await conn.execute(Q[name], {"ns": self.namespace, **params})
+
+    async def publish(
+        self,
+        memory: str,
+        message: Message,
+        *,
+        priority: int = 0,
+        connection: AsyncConnection[Any] | None = None,
+    ) -> Delivery:
+        """Add ``message`` to ``memory`` (e.g. the team's shared environment) and deliver it to the inbox
+        of every subscriber it is addressed to, in one statement: the message and all its deliveries
+        exist, or none do. Publishing a message the memory already holds delivers nothing again."""
+        check_key(memory)
+        row = dict(zip(INSERT_COLUMNS, encode(message), strict=True))
+        params = {"memory": memory, "priority": integer(priority, "priority", MIN_PRIORITY, MAX_PRIORITY), **row}
+        rows = await self._rows("publish", params, connection)
+        seq, inboxes, _ = rows[0]
+        return Delivery(seq, list(inboxes or []))
+
+    async def inbox(
+        self, subscriber: str, n: int = 10, *, lease: float | timedelta = 30.0, timeout: float = 0.0
+    ) -> list[QueueItem]:
+        """Claim up to ``n`` messages delivered to ``subscriber``, waiting up to ``timeout`` seconds."""
+        queue = "inbox:" + check_key(subscriber, "subscriber")
+        if timeout > 0:
+            return await self.wait(queue, n, timeout=timeout, lease=lease)
+        return await self.claim(queue, n, lease=lease)

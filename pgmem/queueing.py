@@ -1,0 +1,109 @@
+"""Queue value types and input checks shared by the sync and async queue repositories."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
+
+from pgmem._rows import check_key, decode
+from pgmem.errors import Conflict, InvalidInput
+from pgmem.models import Message
+
+#: Longest lease a claim may take (a worker that needs longer extends its lease).
+MAX_LEASE_SECONDS = 24 * 3600.0
+#: Longest delay or retry backoff.
+MAX_DELAY_SECONDS = 366 * 24 * 3600.0
+#: Most items one claim may take.
+MAX_CLAIM = 1000
+#: Priorities are 32-bit integers; lower is served first.
+MIN_PRIORITY, MAX_PRIORITY = -(2**31), 2**31 - 1
+#: Most attempts an item may be given before it is dead-lettered.
+MAX_ATTEMPTS = 1000
+#: Channel every push notifies (payload: "namespace/queue").
+CHANNEL = "pgmem_queue"
+
+
+class LeaseLost(Conflict):
+    """The item's lease expired and another claim took it (or it was already acknowledged)."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueItem:
+    """A claimed (or peeked) queue item.
+
+    ``attempts`` is the number of claims so far, including this one; with ``id`` it identifies this
+    lease, so a worker whose lease expired cannot acknowledge an item another worker now holds.
+    """
+
+    id: int
+    queue: str
+    priority: int
+    attempts: int
+    max_attempts: int
+    enqueued_at: datetime
+    available_at: datetime
+    lease_until: datetime | None
+    dedup_key: str | None
+    message: Message
+
+
+class PushResult(NamedTuple):
+    """``id`` of the new item; ``created`` is False (and ``id`` None) when a ready item of the queue
+    already had the same dedup key."""
+
+    id: int | None
+    created: bool
+
+
+class Delivery(NamedTuple):
+    """What :meth:`publish` did: the message's position in the memory (None when the memory already
+    held it, in which case nothing was delivered) and the inbox queues it was delivered to."""
+
+    seq: int | None
+    inboxes: list[str]
+
+
+def decode_item(row: tuple[Any, ...]) -> QueueItem:
+    return QueueItem(
+        id=row[0],
+        queue=row[1],
+        priority=row[2],
+        attempts=row[3],
+        max_attempts=row[4],
+        enqueued_at=row[5],
+        available_at=row[6],
+        lease_until=row[7],
+        dedup_key=row[8],
+        message=decode(row[9:]),
+    )
+
+
+def check_queue(name: str) -> str:
+    """Queue names follow the memory-key rule; a queue exists as soon as something is pushed to it."""
+    return check_key(name, "queue name")
+
+
+def seconds(value: float | int | timedelta | None, what: str, *, maximum: float, allow_zero: bool = True) -> float:
+    if value is None:
+        return 0.0
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidInput(f"{what} must be a number of seconds or a timedelta, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero) or value > maximum:
+        low = "0 <=" if allow_zero else "0 <"
+        raise InvalidInput(f"{what} must be {low} seconds <= {maximum:g}, got {value!r}")
+    return float(value)
+
+
+def integer(value: int, what: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidInput(f"{what} must be an integer in [{low}, {high}], got {value!r}")
+    return value
+
+
+def backoff(attempts: int, base: float = 1.0, cap: float = 300.0) -> float:
+    """Seconds before retry number ``attempts`` (exponential: 1 s, 2 s, 4 s … capped at 5 min)."""
+    return float(min(cap, base * (2 ** max(0, attempts - 1))))

@@ -1,0 +1,249 @@
+-- Named queries of the queue repository (pgmem._async.queues). Items live in pgmem.queue_items while
+-- ready, leased or dead; an acknowledged item moves to pgmem.queue_archive in the same statement.
+-- A claimed item stays 'ready' with available_at = the end of its lease, so an item whose worker died
+-- becomes claimable again by itself; `attempts` counts claims and fences ack/nack/extend.
+-- Item rows are returned as:
+--   id, queue, priority, attempts, max_attempts, enqueued_at, available_at, lease_until, dedup_key,
+--   then the message columns of sql/messages.sql (seq, id, content, ... created_at)
+
+-- name: push
+-- Store the message once, enqueue it (unless a ready item of the queue has the same dedup key), and
+-- wake waiting consumers: NOTIFY is sent at commit, with the transaction.
+WITH message AS (
+    INSERT INTO pgmem.messages (namespace, id, content, content_hash, instruct_content, role, cause_by,
+                                sent_from, send_to, metadata, tool_calls, name, tool_call_id,
+                                message_class, created_at)
+    VALUES (%(ns)s, %(id)s, %(content)s, %(content_hash)s, %(instruct_content)s::jsonb, %(role)s,
+            %(cause_by)s, %(sent_from)s, %(send_to)s::text[], %(metadata)s::jsonb, %(tool_calls)s::jsonb,
+            %(name)s, %(tool_call_id)s, %(message_class)s, %(created_at)s)
+    ON CONFLICT (namespace, id) DO NOTHING
+), item AS (
+    INSERT INTO pgmem.queue_items (namespace, queue, message_id, priority, available_at, max_attempts,
+                                   dedup_key)
+    VALUES (%(ns)s, %(queue)s, %(id)s, %(priority)s, now() + %(delay)s * interval '1 second',
+            %(max_attempts)s, %(dedup_key)s)
+    ON CONFLICT (namespace, queue, dedup_key) WHERE dedup_key IS NOT NULL AND status = 'ready' DO NOTHING
+    RETURNING id
+), wake AS (
+    SELECT pg_notify('pgmem_queue', %(ns)s || '/' || %(queue)s) FROM item
+)
+SELECT (SELECT id FROM item), (SELECT count(*) FROM wake);
+
+-- name: push_many
+-- A batch, one array per column; items are numbered in batch order. Returns the ids of the new items.
+WITH batch AS (
+    SELECT *
+    FROM unnest(%(id)s::text[], %(content)s::text[], %(content_hash)s::bytea[],
+                %(instruct_content)s::text[], %(role)s::text[], %(cause_by)s::text[],
+                %(sent_from)s::text[], %(send_to)s::text[], %(metadata)s::text[], %(tool_calls)s::text[],
+                %(name)s::text[], %(tool_call_id)s::text[], %(message_class)s::text[],
+                %(created_at)s::timestamptz[], %(dedup_key)s::text[])
+         WITH ORDINALITY AS b(id, content, content_hash, instruct_content, role, cause_by, sent_from,
+                             send_to, metadata, tool_calls, name, tool_call_id, message_class,
+                             created_at, dedup_key, ord)
+), message AS (
+    INSERT INTO pgmem.messages (namespace, id, content, content_hash, instruct_content, role, cause_by,
+                                sent_from, send_to, metadata, tool_calls, name, tool_call_id,
+                                message_class, created_at)
+    SELECT %(ns)s, id, content, content_hash, instruct_content::jsonb, role, cause_by, sent_from,
+           ARRAY(SELECT jsonb_array_elements_text(send_to::jsonb)), metadata::jsonb, tool_calls::jsonb,
+           name, tool_call_id, message_class, created_at
+    FROM batch ORDER BY ord
+    ON CONFLICT (namespace, id) DO NOTHING
+), item AS (
+    INSERT INTO pgmem.queue_items (namespace, queue, message_id, priority, available_at, max_attempts,
+                                   dedup_key)
+    SELECT %(ns)s, %(queue)s, id, %(priority)s, now() + %(delay)s * interval '1 second', %(max_attempts)s,
+           dedup_key
+    FROM batch ORDER BY ord
+    ON CONFLICT (namespace, queue, dedup_key) WHERE dedup_key IS NOT NULL AND status = 'ready' DO NOTHING
+    RETURNING id
+), wake AS (
+    SELECT pg_notify('pgmem_queue', %(ns)s || '/' || %(queue)s) WHERE EXISTS (SELECT 1 FROM item)
+)
+SELECT coalesce((SELECT array_agg(id ORDER BY id) FROM item), '{}'), (SELECT count(*) FROM wake);
+
+-- name: claim
+-- Take up to %(n)s claimable items, best priority (lowest) first, then oldest. SKIP LOCKED: concurrent
+-- claimers take different items instead of queueing behind each other's row locks. The lease is the new
+-- available_at; attempts + 1 is the fencing token the worker must present to ack, nack or extend.
+WITH candidate AS (
+    SELECT namespace, id FROM pgmem.queue_items
+    WHERE namespace = %(ns)s AND queue = %(queue)s AND status = 'ready' AND available_at <= now()
+    ORDER BY priority, id
+    LIMIT %(n)s
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE pgmem.queue_items AS q
+    SET attempts = q.attempts + 1,
+        available_at = now() + %(lease)s * interval '1 second',
+        lease_until = now() + %(lease)s * interval '1 second',
+        claimed_at = now(),
+        claimed_by = %(worker)s
+    FROM candidate
+    WHERE q.namespace = candidate.namespace AND q.id = candidate.id
+    RETURNING q.*
+)
+SELECT c.id, c.queue, c.priority, c.attempts, c.max_attempts, c.enqueued_at, c.available_at, c.lease_until,
+       c.dedup_key,
+       NULL::bigint, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
+       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
+FROM claimed AS c
+JOIN pgmem.messages AS m ON m.namespace = c.namespace AND m.id = c.message_id
+ORDER BY c.priority, c.id;
+
+-- name: ack
+-- Move acknowledged items to the archive, each only if the caller still holds its lease (same attempt
+-- and the lease not yet taken by another claim). Returns the ids acknowledged.
+WITH done AS (
+    DELETE FROM pgmem.queue_items AS q
+    USING unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS a(id, attempts)
+    WHERE q.namespace = %(ns)s AND q.id = a.id AND q.attempts = a.attempts AND q.status = 'ready'
+    RETURNING q.*
+), archived AS (
+    INSERT INTO pgmem.queue_archive (namespace, id, queue, message_id, priority, enqueued_at, claimed_at,
+                                     attempts, claimed_by, dedup_key)
+    SELECT namespace, id, queue, message_id, priority, enqueued_at, claimed_at, attempts, claimed_by,
+           dedup_key
+    FROM done
+)
+SELECT id FROM done;
+
+-- name: nack
+-- Give an item back: retry after %(delay)s seconds, or dead-letter it when it has used max_attempts.
+-- Returns its new status, nothing when the caller no longer holds the lease.
+UPDATE pgmem.queue_items
+SET status = CASE WHEN attempts >= max_attempts OR %(dead)s THEN 'dead' ELSE 'ready' END,
+    died_at = CASE WHEN attempts >= max_attempts OR %(dead)s THEN now() END,
+    available_at = now() + %(delay)s * interval '1 second',
+    lease_until = NULL,
+    last_error = %(error)s
+WHERE namespace = %(ns)s AND id = %(id)s AND attempts = %(attempts)s AND status = 'ready'
+RETURNING status, available_at;
+
+-- name: extend
+-- Heartbeat: push the lease of a held item %(lease)s seconds from now. Returns the new lease end.
+UPDATE pgmem.queue_items
+SET available_at = now() + %(lease)s * interval '1 second',
+    lease_until = now() + %(lease)s * interval '1 second'
+WHERE namespace = %(ns)s AND id = %(id)s AND attempts = %(attempts)s AND status = 'ready'
+  AND lease_until IS NOT NULL
+RETURNING lease_until;
+
+-- name: next_available
+-- Seconds until the next item of the queue becomes claimable (NULL: the queue has no ready item).
+SELECT extract(epoch FROM min(available_at) - now())::float8 FROM pgmem.queue_items
+WHERE namespace = %(ns)s AND queue = %(queue)s AND status = 'ready';
+
+-- name: depth
+-- Ready items (leased ones included) and dead letters of a queue.
+SELECT count(*) FILTER (WHERE status = 'ready'),
+       count(*) FILTER (WHERE status = 'ready' AND available_at <= now()),
+       count(*) FILTER (WHERE status = 'dead')
+FROM pgmem.queue_items
+WHERE namespace = %(ns)s AND queue = %(queue)s;
+
+-- name: dead_letters
+SELECT q.id, q.queue, q.priority, q.attempts, q.max_attempts, q.enqueued_at, q.available_at, q.lease_until,
+       q.dedup_key,
+       NULL::bigint, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
+       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
+FROM pgmem.queue_items AS q
+JOIN pgmem.messages AS m ON m.namespace = q.namespace AND m.id = q.message_id
+WHERE q.namespace = %(ns)s AND q.queue = %(queue)s AND q.status = 'dead'
+ORDER BY q.died_at, q.id
+LIMIT %(limit)s;
+
+-- name: requeue_dead
+-- Put dead letters back (all of the queue's when %(ids)s is NULL) with a fresh attempt budget.
+UPDATE pgmem.queue_items
+SET status = 'ready', died_at = NULL, attempts = 0, available_at = now(), lease_until = NULL
+WHERE namespace = %(ns)s AND queue = %(queue)s AND status = 'dead'
+  AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
+RETURNING id;
+
+-- name: purge_archive
+-- Retention: drop archived items acknowledged more than %(older_than)s seconds ago (all queues when
+-- %(queue)s is NULL), and the messages that nothing refers to any more. Returns the items removed.
+WITH gone AS (
+    DELETE FROM pgmem.queue_archive
+    WHERE namespace = %(ns)s AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+      AND acked_at < now() - %(older_than)s * interval '1 second'
+    RETURNING message_id
+), orphan AS (
+    DELETE FROM pgmem.messages AS m
+    USING (SELECT DISTINCT message_id FROM gone) AS g
+    WHERE m.namespace = %(ns)s AND m.id = g.message_id
+      AND NOT EXISTS (SELECT 1 FROM pgmem.memory_entries AS e
+                      WHERE e.namespace = %(ns)s AND e.message_id = g.message_id)
+      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_items AS q
+                      WHERE q.namespace = %(ns)s AND q.message_id = g.message_id)
+      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive AS a
+                      WHERE a.namespace = %(ns)s AND a.message_id = g.message_id
+                        AND a.acked_at >= now() - %(older_than)s * interval '1 second')
+)
+SELECT count(*) FROM gone;
+
+-- name: clear_queue
+-- Remove every live item of a queue (ready, leased and dead). Returns how many.
+WITH gone AS (
+    DELETE FROM pgmem.queue_items WHERE namespace = %(ns)s AND queue = %(queue)s RETURNING message_id
+)
+SELECT count(*) FROM gone;
+
+-- name: peek
+-- The live items of a queue in claim order, without claiming them (MessageQueue.dump).
+SELECT q.id, q.queue, q.priority, q.attempts, q.max_attempts, q.enqueued_at, q.available_at, q.lease_until,
+       q.dedup_key,
+       NULL::bigint, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
+       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
+FROM pgmem.queue_items AS q
+JOIN pgmem.messages AS m ON m.namespace = q.namespace AND m.id = q.message_id
+WHERE q.namespace = %(ns)s AND q.queue = %(queue)s AND q.status = 'ready'
+ORDER BY q.priority, q.id
+LIMIT %(limit)s;
+
+-- name: subscribe
+INSERT INTO pgmem.subscriptions (namespace, subscriber, addresses, watch)
+VALUES (%(ns)s, %(subscriber)s, %(addresses)s::text[], %(watch)s::text[])
+ON CONFLICT (namespace, subscriber) DO UPDATE SET addresses = excluded.addresses, watch = excluded.watch;
+
+-- name: unsubscribe
+DELETE FROM pgmem.subscriptions WHERE namespace = %(ns)s AND subscriber = %(subscriber)s;
+
+-- name: publish
+-- Store a message in a memory (the shared environment) and deliver it to the inbox queue
+-- ('inbox:' || subscriber) of every subscriber it is addressed to, all in one statement: either the
+-- message and all its deliveries exist, or none. Addressed means: one of the subscriber's addresses is in
+-- send_to, or the message is a broadcast ('<all>') of an action the subscriber watches (watch NULL: any).
+WITH memory AS (
+    INSERT INTO pgmem.memories (namespace, key) VALUES (%(ns)s, %(memory)s)
+    ON CONFLICT DO NOTHING
+), message AS (
+    INSERT INTO pgmem.messages (namespace, id, content, content_hash, instruct_content, role, cause_by,
+                                sent_from, send_to, metadata, tool_calls, name, tool_call_id,
+                                message_class, created_at)
+    VALUES (%(ns)s, %(id)s, %(content)s, %(content_hash)s, %(instruct_content)s::jsonb, %(role)s,
+            %(cause_by)s, %(sent_from)s, %(send_to)s::text[], %(metadata)s::jsonb, %(tool_calls)s::jsonb,
+            %(name)s, %(tool_call_id)s, %(message_class)s, %(created_at)s)
+    ON CONFLICT (namespace, id) DO NOTHING
+), entry AS (
+    INSERT INTO pgmem.memory_entries (namespace, memory, message_id, cause_by)
+    VALUES (%(ns)s, %(memory)s, %(id)s, %(cause_by)s)
+    ON CONFLICT DO NOTHING
+    RETURNING seq
+), target AS (
+    SELECT s.subscriber FROM pgmem.subscriptions AS s
+    WHERE s.namespace = %(ns)s
+      AND EXISTS (SELECT 1 FROM entry)
+      AND (s.addresses && %(send_to)s::text[]
+           OR ('<all>' = ANY(%(send_to)s::text[]) AND (s.watch IS NULL OR %(cause_by)s = ANY(s.watch))))
+), delivery AS (
+    INSERT INTO pgmem.queue_items (namespace, queue, message_id, priority)
+    SELECT %(ns)s, 'inbox:' || subscriber, %(id)s, %(priority)s FROM target ORDER BY subscriber
+    RETURNING queue
+), wake AS (
+    SELECT pg_notify('pgmem_queue', %(ns)s || '/' || queue) FROM delivery
+)
+SELECT (SELECT seq FROM entry), (SELECT array_agg(queue ORDER BY queue) FROM delivery),
+       (SELECT count(*) FROM wake);
