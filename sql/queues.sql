@@ -247,3 +247,30 @@ WITH memory AS (
 )
 SELECT (SELECT seq FROM entry), (SELECT array_agg(queue ORDER BY queue) FROM delivery),
        (SELECT count(*) FROM wake);
+
+-- name: take
+-- Claim and acknowledge in one statement (MetaGPT's MessageQueue.pop): up to %(n)s claimable items
+-- leave the queue for the archive and are returned; at most once, no lease.
+WITH candidate AS (
+    SELECT namespace, id FROM pgmem.queue_items
+    WHERE namespace = %(ns)s AND queue = %(queue)s AND status = 'ready' AND available_at <= now()
+    ORDER BY priority, id
+    LIMIT %(n)s
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    DELETE FROM pgmem.queue_items AS q USING candidate
+    WHERE q.namespace = candidate.namespace AND q.id = candidate.id
+    RETURNING q.*
+), archived AS (
+    INSERT INTO pgmem.queue_archive (namespace, id, queue, message_id, priority, enqueued_at, claimed_at,
+                                     attempts, claimed_by, dedup_key)
+    SELECT namespace, id, queue, message_id, priority, enqueued_at, now(), attempts + 1, %(worker)s, dedup_key
+    FROM done
+)
+SELECT d.id, d.queue, d.priority, d.attempts + 1, d.max_attempts, d.enqueued_at, d.available_at, NULL::timestamptz,
+       d.dedup_key,
+       NULL::bigint, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
+       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
+FROM done AS d
+JOIN pgmem.messages AS m ON m.namespace = d.namespace AND m.id = d.message_id
+ORDER BY d.priority, d.id;

@@ -180,6 +180,21 @@ class AsyncQueueRepository:
         }
         return [decode_item(r) for r in await self._rows("claim", params, connection)]
 
+    async def take(
+        self,
+        queue: str,
+        n: int = 1,
+        *,
+        worker: str | None = None,
+        connection: AsyncConnection[Any] | None = None,
+    ) -> list[QueueItem]:
+        """Claim and acknowledge up to ``n`` items in one statement (at most once: no lease, no retry).
+
+        For consumers that cannot fail half-way, like MetaGPT's ``MessageQueue.pop``; two processes
+        taking from one queue never get the same item."""
+        params = {"queue": check_queue(queue), "n": integer(n, "n", 1, MAX_CLAIM), "worker": worker or _WORKER}
+        return [decode_item(r) for r in await self._rows("take", params, connection)]
+
     async def ack(
         self, items: QueueItem | Iterable[QueueItem], *, connection: AsyncConnection[Any] | None = None
     ) -> None:

@@ -5,5 +5,6 @@ names, arguments and semantics, taking and returning the caller's own message cl
 """
 
 from pgmem.metagpt.memory import Memory, MemoryIndex
+from pgmem.metagpt.message_queue import MessageQueue
 
-__all__ = ["Memory", "MemoryIndex"]
+__all__ = ["Memory", "MemoryIndex", "MessageQueue"]
