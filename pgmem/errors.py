@@ -39,7 +39,8 @@ class NotFound(PgmemError, LookupError):
 
 
 class Conflict(PgmemError):
-    """The write conflicts with a row that already exists (e.g. same id, different content)."""
+    """The write conflicts with a row that already exists (e.g. same id, different content), or lost a race
+    with a concurrent transaction (deadlock, serialization failure) and was rolled back: retry it."""
 
 
 class SchemaOutOfDate(PgmemError):
@@ -89,6 +90,12 @@ def translate() -> Iterator[None]:
     except psycopg_pool.PoolClosed as exc:
         raise ClientClosed(f"the client is closed: {exc}") from exc
     except psycopg.OperationalError as exc:
+        if (exc.sqlstate or "").startswith("40"):
+            # SQLSTATE class 40 (deadlock, serialization failure) is an OperationalError in psycopg, but
+            # the server is fine: the transaction lost a race with another one and can be retried.
+            raise Conflict(
+                f"rolled back by a concurrent transaction ({exc.diag.message_primary}); retry the operation"
+            ) from exc
         raise ConnectionFailed(redact(str(exc))) from exc
     except psycopg.InterfaceError as exc:
         raise ClientClosed(f"the connection is closed: {exc}") from exc

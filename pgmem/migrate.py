@@ -8,6 +8,7 @@ from typing import Any
 import psycopg
 from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
 from pgmem.errors import translate
@@ -52,10 +53,17 @@ def upgrade(dsn: str) -> str:
     cfg = alembic_config()
     engine = engine_for(dsn)
     try:
-        with translate(), engine.connect() as connection:
-            cfg.attributes["connection"] = connection
-            command.upgrade(cfg, "head")
-            connection.commit()
+        with translate():
+            try:
+                with engine.connect() as connection:
+                    cfg.attributes["connection"] = connection
+                    command.upgrade(cfg, "head")
+                    connection.commit()
+            except DBAPIError as exc:
+                # SQLAlchemy wraps the driver's error; translate the driver's (e.g. ConnectionFailed).
+                if isinstance(exc.orig, psycopg.Error):
+                    raise exc.orig from exc
+                raise
     finally:
         engine.dispose()
     return head_revision()

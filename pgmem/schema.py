@@ -194,5 +194,15 @@ subscriptions = Table(
     comment="Who receives published messages in an inbox queue (inbox:<subscriber>).",
 )
 
-__all__ = ["FTS_MAX_CHARS", "SCHEMA", "TEXT_SEARCH_CONFIG", "memories", "memory_entries", "messages", "metadata", "queue_archive",
-           "queue_items", "subscriptions"]
+__all__ = [
+    "FTS_MAX_CHARS",
+    "SCHEMA",
+    "TEXT_SEARCH_CONFIG",
+    "memories",
+    "memory_entries",
+    "messages",
+    "metadata",
+    "queue_archive",
+    "queue_items",
+    "subscriptions",
+]

@@ -27,8 +27,12 @@ RETURNING seq;
 
 -- name: add_many
 -- The batch arrives as one array per column (one round trip); send_to travels as a JSON array per
--- message (arrays of arrays must be rectangular in Postgres). Entries are numbered in batch order; a message repeated in the batch or already in the memory is skipped. Returns the number of
--- entries added.
+-- message (arrays of arrays must be rectangular in Postgres). Entries are numbered in batch order; a
+-- message repeated in the batch or already in the memory is skipped (the first occurrence counts).
+-- Returns the number of entries added.
+-- Rows are inserted in id order, not batch order: two batches holding the same messages in different
+-- orders then take their row locks in one global order and cannot deadlock. The entries' sequence
+-- numbers are drawn in batch order first (`numbered`), so the memory still keeps the batch order.
 WITH batch AS (
     SELECT *
     FROM unnest(%(id)s::text[], %(content)s::text[], %(content_hash)s::bytea[],
@@ -39,6 +43,11 @@ WITH batch AS (
          WITH ORDINALITY AS b(id, content, content_hash, instruct_content, role, cause_by, sent_from,
                              send_to, metadata, tool_calls, name, tool_call_id, message_class,
                              created_at, ord)
+), numbered AS (
+    SELECT first.id, first.cause_by, first.ord,
+           nextval(pg_get_serial_sequence('pgmem.memory_entries', 'seq')) AS seq
+    FROM (SELECT DISTINCT ON (id) id, cause_by, ord FROM batch ORDER BY id, ord) AS first
+    ORDER BY first.ord
 ), memory AS (
     INSERT INTO pgmem.memories (namespace, key) VALUES (%(ns)s, %(memory)s)
     ON CONFLICT DO NOTHING
@@ -46,15 +55,16 @@ WITH batch AS (
     INSERT INTO pgmem.messages (namespace, id, content, content_hash, instruct_content, role, cause_by,
                                 sent_from, send_to, metadata, tool_calls, name, tool_call_id,
                                 message_class, created_at)
-    SELECT %(ns)s, id, content, content_hash, instruct_content::jsonb, role, cause_by, sent_from,
+    SELECT DISTINCT ON (id)
+           %(ns)s, id, content, content_hash, instruct_content::jsonb, role, cause_by, sent_from,
            ARRAY(SELECT jsonb_array_elements_text(send_to::jsonb)), metadata::jsonb, tool_calls::jsonb,
            name, tool_call_id, message_class,
            created_at
-    FROM batch ORDER BY ord
+    FROM batch ORDER BY id, ord
     ON CONFLICT (namespace, id) DO NOTHING
 ), entry AS (
-    INSERT INTO pgmem.memory_entries (namespace, memory, message_id, cause_by)
-    SELECT %(ns)s, %(memory)s, id, cause_by FROM batch ORDER BY ord
+    INSERT INTO pgmem.memory_entries (namespace, memory, message_id, cause_by, seq)
+    SELECT %(ns)s, %(memory)s, id, cause_by, seq FROM numbered ORDER BY id
     ON CONFLICT DO NOTHING
     RETURNING 1
 )

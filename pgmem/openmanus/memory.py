@@ -48,11 +48,20 @@ def from_core(core: CoreMessage) -> Message:
 
 
 def drop_orphan_tool_results(messages: list[Message]) -> list[Message]:
-    """Drop tool results at the start of a window: their assistant tool call is outside it."""
-    start = 0
-    while start < len(messages) and messages[start].role == Role.TOOL.value:
-        start += 1
-    return messages[start:]
+    """Drop the tool results whose assistant tool call is not earlier in the window.
+
+    Dropping only the tool results at the start is not enough: when agents share a memory, another
+    agent's message can land between an assistant's tool results, and a window starting at that message
+    still holds a result of the call before it.
+    """
+    called: set[str] = set()
+    kept = []
+    for message in messages:
+        if message.role == Role.TOOL.value and message.tool_call_id not in called:
+            continue
+        called.update(call.id for call in message.tool_calls or ())
+        kept.append(message)
+    return kept
 
 
 class Memory:
@@ -111,8 +120,8 @@ class Memory:
         return self.get_recent_messages(self.max_messages)
 
     def get_recent_messages(self, n: int) -> list[Message]:
-        """The last ``n`` messages of the window (at most ``max_messages``), never starting with a tool
-        result whose assistant tool call is not included."""
+        """The last ``n`` messages of the window (at most ``max_messages``), without the tool results
+        whose assistant tool call is not included."""
         if not isinstance(n, int) or isinstance(n, bool) or n < 0:
             raise InvalidInput(f"n must be a non-negative integer, got {n!r}")
         if n == 0:

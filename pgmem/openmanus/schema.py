@@ -5,10 +5,10 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 
-class Role(str, Enum):
+class Role(str, Enum):  # noqa: UP042 - OpenManus's own definition; StrEnum formats differently
     """Message roles of the OpenAI chat format."""
 
     SYSTEM = "system"
@@ -99,6 +99,9 @@ class Message(BaseModel):
     ) -> Message:
         """An assistant message carrying raw tool calls from an LLM response (objects with ``id`` and
         ``function``)."""
-        calls = [{"id": call.id, "function": call.function.model_dump(), "type": "function"} for call in tool_calls]
+        calls = [
+            ToolCall(id=call.id, function=Function.model_validate(call.function.model_dump()), type="function")
+            for call in tool_calls
+        ]
         text = content if isinstance(content, str) else "\n".join(content)
         return cls(role=Role.ASSISTANT.value, content=text, tool_calls=calls, base64_image=base64_image, **kwargs)

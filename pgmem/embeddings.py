@@ -1,0 +1,221 @@
+"""Embedding providers behind one small interface.
+
+* :class:`HashingEmbedder` — the offline default: deterministic, no model download, no network. Hashed
+  word unigrams and character trigrams (stop words dropped), L2-normalised, so texts with the same words
+  in another order are (near-)identical. Good enough for de-duplication, tests and the demo; not a
+  semantic model.
+* :class:`OpenAIEmbedder` — the ``openai`` package (``base_url`` configurable, so any compatible server
+  works); rate limits and transient errors are retried with exponential backoff by the client.
+* :class:`SentenceTransformerEmbedder` — local models, with the optional extra ``pgmem[local]``.
+
+Every provider has a ``model`` name and a fixed ``dimension``; vectors of another dimension are an
+error, never silently truncated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from pgmem.errors import InvalidInput, PgmemError
+
+Vectors = npt.NDArray[np.float32]
+
+
+class EmbeddingError(PgmemError):
+    """The embedding provider failed or answered with something unusable."""
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """What pgmem needs of an embedding provider."""
+
+    model: str
+    dimension: int
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        """Embed ``texts``; return a float32 array of shape ``(len(texts), dimension)``."""
+        ...
+
+    async def aembed(self, texts: Sequence[str]) -> Vectors:
+        """The async twin of :meth:`embed`."""
+        ...
+
+
+def check_vectors(vectors: Any, count: int, dimension: int, model: str) -> Vectors:
+    """Validate a provider's answer: ``count`` finite vectors of ``dimension``; return them as float32."""
+    array = np.asarray(vectors, dtype=np.float32)
+    if array.ndim != 2 or array.shape[0] != count:
+        raise EmbeddingError(f"{model}: expected {count} vectors, got an array of shape {array.shape}")
+    if array.shape[1] != dimension:
+        raise EmbeddingError(f"{model}: expected {dimension} dimensions, got {array.shape[1]}")
+    if not np.isfinite(array).all():
+        raise EmbeddingError(f"{model}: the provider returned NaN or infinite values")
+    return array
+
+
+def check_query_vector(vector: Any, dimension: int) -> Vectors:
+    """A caller's query vector: one row of ``dimension`` finite floats."""
+    try:
+        array = np.asarray(vector, dtype=np.float32).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"not a vector: {exc}") from None
+    if array.shape[0] != dimension:
+        raise InvalidInput(f"query vector has {array.shape[0]} dimensions; the model has {dimension}")
+    if not np.isfinite(array).all():
+        raise InvalidInput("query vector contains NaN or infinite values")
+    return array
+
+
+def normalize(vectors: Vectors) -> Vectors:
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    result: Vectors = (vectors / norms).astype(np.float32, copy=False)
+    return result
+
+
+_WORD_RE = re.compile(r"\w+", re.UNICODE)
+_STOP_WORDS = frozenset(
+    "a an and are as at be by for from has have in is it its of on or that the this to was were will with".split()
+)
+
+
+class HashingEmbedder:
+    """Deterministic offline embeddings from hashed words and character trigrams.
+
+    Example:
+        >>> e = HashingEmbedder()
+        >>> a, b = e.embed(["Write a cli snake game", "Write a game of cli snake"])
+        >>> float(a @ b) > 0.99
+        True
+    """
+
+    def __init__(self, dimension: int = 384, *, trigram_weight: float = 0.5) -> None:
+        if not isinstance(dimension, int) or not 8 <= dimension <= 16000:
+            raise InvalidInput(f"dimension must be an integer in [8, 16000], got {dimension!r}")
+        self.dimension = dimension
+        self.trigram_weight = trigram_weight
+        self.model = f"pgmem-hash-{dimension}"
+
+    def _features(self, text: str) -> dict[int, float]:
+        features: dict[int, float] = {}
+        for word in _WORD_RE.findall(text.lower()):
+            if word in _STOP_WORDS:
+                continue
+            grams = [("w", word, 1.0)]
+            padded = f"#{word}#"
+            grams += [("t", padded[i : i + 3], self.trigram_weight) for i in range(len(padded) - 2)]
+            for kind, gram, weight in grams:
+                digest = hashlib.blake2b(f"{kind}:{gram}".encode(), digest_size=8).digest()
+                value = int.from_bytes(digest, "little")
+                bucket = value % self.dimension
+                sign = 1.0 if (value >> 63) & 1 else -1.0
+                features[bucket] = features.get(bucket, 0.0) + sign * weight
+        return features
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        for row, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise InvalidInput(f"text {row} is a {type(text).__name__}, not a string")
+            for bucket, value in self._features(text).items():
+                out[row, bucket] = value
+        return normalize(out)
+
+    async def aembed(self, texts: Sequence[str]) -> Vectors:
+        return self.embed(texts)
+
+
+class OpenAIEmbedder:
+    """Embeddings from the OpenAI API (or any server speaking it, via ``base_url``).
+
+    Args:
+        model: e.g. ``text-embedding-3-small`` (1536 dimensions) or ``text-embedding-3-large`` (3072).
+        dimension: the model's output size; checked on every answer.
+        api_key / base_url: default to the ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL`` environment.
+        batch_size: texts per request.
+        max_retries: retries of rate-limited and transient failures, with exponential backoff (done by
+            the ``openai`` client).
+    """
+
+    def __init__(
+        self,
+        model: str = "text-embedding-3-small",
+        dimension: int = 1536,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        batch_size: int = 256,
+        max_retries: int = 6,
+        timeout: float = 60.0,
+    ) -> None:
+        import openai
+
+        self.model = model
+        self.dimension = dimension
+        self.batch_size = batch_size
+        self._client = openai.OpenAI(api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout)
+        self._aclient = openai.AsyncOpenAI(
+            api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout
+        )
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        import openai
+
+        rows: list[list[float]] = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = list(texts[start : start + self.batch_size])
+            try:
+                answer = self._client.embeddings.create(model=self.model, input=batch)
+            except openai.OpenAIError as exc:
+                raise EmbeddingError(f"{self.model}: {exc}") from exc
+            rows.extend(d.embedding for d in sorted(answer.data, key=lambda d: d.index))
+        return normalize(check_vectors(rows, len(texts), self.dimension, self.model)) if texts else np.zeros(
+            (0, self.dimension), np.float32
+        )
+
+    async def aembed(self, texts: Sequence[str]) -> Vectors:
+        import openai
+
+        rows: list[list[float]] = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = list(texts[start : start + self.batch_size])
+            try:
+                answer = await self._aclient.embeddings.create(model=self.model, input=batch)
+            except openai.OpenAIError as exc:
+                raise EmbeddingError(f"{self.model}: {exc}") from exc
+            rows.extend(d.embedding for d in sorted(answer.data, key=lambda d: d.index))
+        return normalize(check_vectors(rows, len(texts), self.dimension, self.model)) if texts else np.zeros(
+            (0, self.dimension), np.float32
+        )
+
+
+class SentenceTransformerEmbedder:
+    """Local sentence-transformers models (``pip install 'pgmem[local]'``)."""
+
+    def __init__(self, model: str = "sentence-transformers/all-MiniLM-L6-v2", *, device: str = "cpu") -> None:
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise EmbeddingError("sentence-transformers is not installed: pip install 'pgmem[local]'") from exc
+        self._model = SentenceTransformer(model, device=device)
+        self.model = model
+        self.dimension = int(self._model.get_sentence_embedding_dimension())
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        vectors = self._model.encode(list(texts), normalize_embeddings=True, convert_to_numpy=True)
+        return check_vectors(vectors, len(texts), self.dimension, self.model)
+
+    async def aembed(self, texts: Sequence[str]) -> Vectors:
+        return await asyncio.to_thread(self.embed, texts)
+
+
+def default_embedder() -> Embedder:
+    """The configured default: the offline :class:`HashingEmbedder` (384 dimensions)."""
+    return HashingEmbedder()

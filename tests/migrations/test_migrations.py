@@ -1,0 +1,213 @@
+"""Migrations: one schema declaration, no drift, concurrent first starts, downgrade, the CLI.
+
+The drift check configures alembic's comparison the way ``migrations/env.py`` does (every schema
+reflected, the same ``include_object`` filter, the version table in ``pgmem``) and compares the migrated
+database with ``pgmem.schema.metadata``: the migrations and the declaration must describe the same schema.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy import Column, MetaData, Text
+
+import pgmem
+from pgmem import migrate
+from pgmem.schema import SCHEMA, metadata
+
+ROOT = Path(__file__).resolve().parents[2]
+CTX = multiprocessing.get_context("spawn")
+
+
+def _include_object(obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any) -> bool:
+    # The same filter as migrations/env.py (which cannot be imported: importing it runs the migrations).
+    if type_ == "table" and getattr(obj, "schema", None) not in (SCHEMA, None):
+        return False
+    if type_ == "table" and name == "alembic_version":
+        return False
+    return True
+
+
+def schema_diff(dsn: str, target: MetaData = metadata) -> list[Any]:
+    """What alembic autogenerate would emit to bring the database at ``dsn`` to ``target``."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    engine = migrate.engine_for(dsn)
+    try:
+        with engine.connect() as connection:
+            context = MigrationContext.configure(
+                connection,
+                opts={
+                    "target_metadata": target,
+                    "include_schemas": True,
+                    "include_object": _include_object,
+                    "version_table_schema": SCHEMA,
+                    "compare_type": True,
+                    "compare_server_default": True,
+                },
+            )
+            return list(compare_metadata(context, target))
+    finally:
+        engine.dispose()
+
+
+def _alembic(dsn: str, command_name: str, revision: str) -> None:
+    from alembic import command
+
+    cfg = migrate.alembic_config()
+    engine = migrate.engine_for(dsn)
+    try:
+        with engine.connect() as connection:
+            cfg.attributes["connection"] = connection
+            getattr(command, command_name)(cfg, revision)
+            connection.commit()
+    finally:
+        engine.dispose()
+
+
+def _versions(dsn: str) -> list[str]:
+    with psycopg.connect(dsn) as conn:
+        return [r[0] for r in conn.execute("SELECT version_num FROM pgmem.alembic_version")]
+
+
+def _tables(dsn: str) -> set[str]:
+    with psycopg.connect(dsn) as conn:
+        return {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'pgmem'")}
+
+
+def test_autogenerate_finds_no_drift_after_upgrade_head(empty_dsn: str) -> None:
+    assert migrate.upgrade(empty_dsn) == migrate.head_revision()
+    assert schema_diff(empty_dsn) == []
+    assert _versions(empty_dsn) == [migrate.head_revision()]
+
+
+def test_the_drift_check_sees_a_difference(dsn: str) -> None:
+    """Guards the test above against comparing nothing (e.g. a filter that drops every table)."""
+    drifted = MetaData(schema=SCHEMA)
+    for table in metadata.tables.values():
+        table.to_metadata(drifted)
+    drifted.tables[f"{SCHEMA}.messages"].append_column(Column("drift", Text, nullable=True))
+    diff = schema_diff(dsn, drifted)
+    assert [(d[0], d[1], d[2], d[3].name) for d in diff] == [("add_column", SCHEMA, "messages", "drift")]
+
+
+def test_downgrade_to_base_then_upgrade_head(dsn: str) -> None:
+    with pgmem.connect(dsn, namespace="test", min_size=0, max_size=1) as client:
+        client.messages.add("team", pgmem.Message(content="before the downgrade"))
+    _alembic(dsn, "downgrade", "base")
+    assert _tables(dsn) == {"alembic_version"}
+    assert _versions(dsn) == []
+    _alembic(dsn, "upgrade", "head")
+    assert _versions(dsn) == [migrate.head_revision()]
+    assert schema_diff(dsn) == []
+    with pgmem.connect(dsn, namespace="test", min_size=0, max_size=1, migrate=False) as client:
+        assert client.messages.count("team") == 0
+        client.messages.add("team", pgmem.Message(content="after the upgrade"))
+        assert [m.content for m in client.messages.last("team")] == ["after the upgrade"]
+
+
+def test_connect_without_migrate_refuses_an_empty_database(empty_dsn: str) -> None:
+    with pytest.raises(pgmem.SchemaOutOfDate):
+        pgmem.connect(empty_dsn, migrate=False)
+    assert _tables(empty_dsn) == set()
+
+
+def _connect_worker(index: int, dsn: str, barrier: Any, results: Any) -> None:
+    try:
+        import pgmem as pgmem_in_child
+
+        barrier.wait()
+        with pgmem_in_child.connect(
+            dsn, migrate=True, namespace=f"p{index}", min_size=0, max_size=1
+        ) as client:
+            client.messages.add("team", pgmem_in_child.Message(content=f"process {index} is up"))
+        results.put((index, None))
+    except BaseException:  # noqa: BLE001 - reported to the parent, which fails the test with it
+        results.put((index, traceback.format_exc()))
+
+
+@pytest.mark.slow
+def test_eight_processes_starting_at_once_on_an_empty_database_end_with_one_schema(empty_dsn: str) -> None:
+    n = 8
+    barrier = CTX.Barrier(n, timeout=120)
+    results = CTX.Queue()
+    procs = [CTX.Process(target=_connect_worker, args=(i, empty_dsn, barrier, results)) for i in range(n)]
+    for p in procs:
+        p.start()
+    reports: dict[int, str | None] = {}
+    try:
+        for _ in procs:
+            try:
+                index, error = results.get(timeout=120)
+            except queue.Empty:
+                pytest.fail(f"only {len(reports)} of {n} processes reported")
+            reports[index] = error
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    errors = {i: e for i, e in reports.items() if e is not None}
+    assert not errors, "\n".join(f"process {i}:\n{e}" for i, e in errors.items())
+    assert [p.exitcode for p in procs] == [0] * n
+    assert _versions(empty_dsn) == [migrate.head_revision()]
+    assert schema_diff(empty_dsn) == []
+    with psycopg.connect(empty_dsn) as conn:
+        assert conn.execute("SELECT count(*), count(DISTINCT namespace) FROM pgmem.messages").fetchone() == (
+            n,
+            n,
+        )
+
+
+def _pgmem_cli() -> list[str]:
+    script = Path(sys.executable).with_name("pgmem")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "pgmem.cli"]
+
+
+def test_cli_migrate_is_idempotent(empty_dsn: str, tmp_path: Path) -> None:
+    head = migrate.head_revision()
+    for _ in range(2):
+        done = subprocess.run(
+            [*_pgmem_cli(), "migrate", "--dsn", empty_dsn],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+        )
+        assert done.returncode == 0, done.stderr
+        assert f"schema at revision {head}" in done.stdout
+    assert _versions(empty_dsn) == [head]
+    assert schema_diff(empty_dsn) == []
+
+
+def test_cli_migrate_reports_an_unreachable_server(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [*_pgmem_cli(), "migrate", "--dsn", f"host={tmp_path} port=1 dbname=x user=x password=secret"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1
+    assert "ConnectionFailed" in done.stderr and "secret" not in done.stderr + done.stdout
+
+
+def test_generated_sync_code_is_up_to_date() -> None:
+    done = subprocess.run(
+        [sys.executable, "tools/gen_sync.py", "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
