@@ -97,11 +97,12 @@ def stats(
 def demo(
     dsn: DsnOption = None,
     namespace: Annotated[str, typer.Option("--namespace", "-n", help="Namespace of the demo run.")] = "demo",
+    idea: Annotated[str, typer.Option("--idea", help="What the team builds.")] = "a 2048 game in the terminal",
 ) -> None:
     """Run a small software team as separate processes sharing one memory, then report from SQL."""
     from pgmem.demo import run
 
-    run(_dsn(dsn), namespace=namespace, console=console)
+    run(_dsn(dsn), namespace=namespace, console=console, idea=idea)
 
 
 def main() -> None:

@@ -55,7 +55,7 @@ class ClientClosed(PgmemError):
     """The client (or its pool) was closed and cannot be used any more."""
 
 
-_PASSWORD_RE = re.compile(r"(password\s*=\s*)(\S+)|(://[^:/@\s]*:)([^@\s]*)(@)", re.IGNORECASE)
+_PASSWORD_RE = re.compile(r"(password\s*=\s*)(\S+)|(://[^:/@\s]*:)([^@\s]+)(@)", re.IGNORECASE)
 
 
 def redact(text: str) -> str:
