@@ -61,7 +61,9 @@ class Message(BaseModel):
 
     id: str = Field(default_factory=_new_id)
     content: str = ""
-    instruct_content: BaseModel | dict[str, Any] | None = None
+    # Any pydantic model instance or a dict, kept as given (a plain annotation would make pydantic try to
+    # build a bare BaseModel out of a dict).
+    instruct_content: Any = None
     role: str = "user"
     cause_by: str = ""
     sent_from: str = ""
@@ -82,6 +84,13 @@ class Message(BaseModel):
     @classmethod
     def _name_of(cls, value: Any) -> str:
         return "" if value is None else any_to_str(value)
+
+    @field_validator("instruct_content", mode="before")
+    @classmethod
+    def _model_or_dict(cls, value: Any) -> Any:
+        if value is None or isinstance(value, BaseModel | dict):
+            return value
+        raise ValueError(f"instruct_content must be a pydantic model or a dict, not {type(value).__name__}")
 
     @field_validator("send_to", mode="before")
     @classmethod
