@@ -144,9 +144,14 @@ def decode_instruct(doc: dict[str, Any] | None) -> BaseModel | dict[str, Any] | 
 
 
 def storage_id(message: Message) -> str:
-    if message.id == IGNORED_MESSAGE_ID:
-        return _CONTENT_ID_PREFIX + hashlib.sha256(message.content.encode("utf-8")).hexdigest()[:40]
-    return message.id
+    return storage_id_of(message.id, message.content)
+
+
+def storage_id_of(message_id: str, content: str) -> str:
+    """The id a message is stored under: its own, or one derived from its content for MetaGPT's ignored id."""
+    if message_id == IGNORED_MESSAGE_ID:
+        return _CONTENT_ID_PREFIX + hashlib.sha256(content.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+    return message_id
 
 
 def public_id(stored: str) -> str:

@@ -26,7 +26,7 @@ ON CONFLICT DO NOTHING
 RETURNING seq;
 
 -- name: add_many
--- The batch arrives as one array per column (one round trip); send_to travels as a JSON array per
+-- The batch arrives as one array per column, sent in binary (one round trip); send_to travels as a JSON array per
 -- message (arrays of arrays must be rectangular in Postgres). Entries are numbered in batch order; a
 -- message repeated in the batch or already in the memory is skipped (the first occurrence counts).
 -- Returns the number of entries added.
@@ -35,11 +35,11 @@ RETURNING seq;
 -- numbers are drawn in batch order first (`numbered`), so the memory still keeps the batch order.
 WITH batch AS (
     SELECT *
-    FROM unnest(%(id)s::text[], %(content)s::text[], %(content_hash)s::bytea[],
-                %(instruct_content)s::text[], %(role)s::text[], %(cause_by)s::text[],
-                %(sent_from)s::text[], %(send_to)s::text[], %(metadata)s::text[], %(tool_calls)s::text[],
-                %(name)s::text[], %(tool_call_id)s::text[], %(message_class)s::text[],
-                %(created_at)s::timestamptz[])
+    FROM unnest(%(id)b::text[], %(content)b::text[], %(content_hash)b::bytea[],
+                %(instruct_content)b::text[], %(role)b::text[], %(cause_by)b::text[],
+                %(sent_from)b::text[], %(send_to)b::text[], %(metadata)b::text[], %(tool_calls)b::text[],
+                %(name)b::text[], %(tool_call_id)b::text[], %(message_class)b::text[],
+                %(created_at)b::timestamptz[])
          WITH ORDINALITY AS b(id, content, content_hash, instruct_content, role, cause_by, sent_from,
                              send_to, metadata, tool_calls, name, tool_call_id, message_class,
                              created_at, ord)

@@ -33,11 +33,11 @@ SELECT (SELECT id FROM item), (SELECT count(*) FROM wake);
 -- A batch, one array per column; items are numbered in batch order. Returns the ids of the new items.
 WITH batch AS (
     SELECT *
-    FROM unnest(%(id)s::text[], %(content)s::text[], %(content_hash)s::bytea[],
-                %(instruct_content)s::text[], %(role)s::text[], %(cause_by)s::text[],
-                %(sent_from)s::text[], %(send_to)s::text[], %(metadata)s::text[], %(tool_calls)s::text[],
-                %(name)s::text[], %(tool_call_id)s::text[], %(message_class)s::text[],
-                %(created_at)s::timestamptz[], %(dedup_key)s::text[])
+    FROM unnest(%(id)b::text[], %(content)b::text[], %(content_hash)b::bytea[],
+                %(instruct_content)b::text[], %(role)b::text[], %(cause_by)b::text[],
+                %(sent_from)b::text[], %(send_to)b::text[], %(metadata)b::text[], %(tool_calls)b::text[],
+                %(name)b::text[], %(tool_call_id)b::text[], %(message_class)b::text[],
+                %(created_at)b::timestamptz[], %(dedup_key)b::text[])
          WITH ORDINALITY AS b(id, content, content_hash, instruct_content, role, cause_by, sent_from,
                              send_to, metadata, tool_calls, name, tool_call_id, message_class,
                              created_at, dedup_key, ord)

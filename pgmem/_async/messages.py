@@ -230,14 +230,20 @@ class AsyncMessageRepository:
         return await self._messages("search_text", {"memory": memory, "query": query, "limit": limit}, connection)
 
     async def new_positions(
-        self, memory: str, observed: Sequence[Message], k: int = 0, *, connection: AsyncConnection[Any] | None = None
+        self,
+        memory: str,
+        observed: Sequence[Message | str],
+        k: int = 0,
+        *,
+        connection: AsyncConnection[Any] | None = None,
     ) -> list[int]:
-        """0-based positions in ``observed`` of the messages not among the last ``k`` of ``memory`` (all when 0)."""
+        """0-based positions in ``observed`` (messages or message ids) of those not among the last ``k``
+        of ``memory`` (all of them when ``k`` is 0). One statement."""
         check_key(memory)
         _positive(k, "k")
         if not observed:
             return []
-        ids = [storage_id(m) for m in observed]
+        ids = [m if isinstance(m, str) else storage_id(m) for m in observed]
         if k == 0:
             rows = await self._rows("find_news_all", {"memory": memory, "ids": ids}, connection)
         else:

@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from pgmem._rows import storage_id_of
 from pgmem._sync.client import Client
 from pgmem.codec import MessageCodec
 from pgmem.defaults import get_default_client
@@ -63,6 +64,14 @@ class Memory:
             core.id = IGNORED_MESSAGE_ID
         return core
 
+    def _storage_id(self, message: Any) -> str:
+        """The stored id of a caller's message, without converting it (find_news reads only ids)."""
+        message_id = getattr(message, "id", None)
+        content = getattr(message, "content", None) or ""
+        if self.ignore_id or not isinstance(message_id, str):
+            message_id = IGNORED_MESSAGE_ID
+        return storage_id_of(message_id, content)
+
     def _out(self, messages: list[Any]) -> list[Any]:
         return self._codec.from_core_list(messages)
 
@@ -111,8 +120,7 @@ class Memory:
 
     def find_news(self, observed: list[Any], k: int = 0) -> list[Any]:
         """The observed messages not among the most recent ``k`` (all when 0): one query."""
-        cores = [self._core(m) if self.ignore_id else self._codec.to_core(m) for m in observed]
-        positions = self.client.messages.new_positions(self.key, cores, k)
+        positions = self.client.messages.new_positions(self.key, [self._storage_id(m) for m in observed], k)
         return [observed[i] for i in positions]
 
     def get_by_action(self, action: Any) -> list[Any]:

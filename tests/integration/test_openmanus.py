@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import psycopg
 import pytest
-from conftest import table_counts
+from tests.conftest import table_counts
 
 import pgmem
 from pgmem.openmanus import ROLE_VALUES, Function, Memory, Message, Role, ToolCall

@@ -1,0 +1,83 @@
+"""Shared helpers of the benchmarks: a throwaway database, timing, the real-text data set, output."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from pgmem import migrate, server
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "minilm-cpython-comments"
+
+
+@contextlib.contextmanager
+def bench_database(dsn: str | None) -> Iterator[str]:
+    """A fresh, migrated database on ``dsn``'s server (default: a throwaway embedded server)."""
+    home = None
+    if dsn is None:
+        dsn = os.environ.get("PGMEM_BENCH_DSN")
+    if dsn is None:
+        home = Path(tempfile.mkdtemp(prefix="pgmem-bench-"))
+        dsn = server.ensure_server(home)
+    name = f"pgmem_bench_{os.getpid()}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    params = conninfo_to_dict(dsn)
+    params["dbname"] = name
+    bench_dsn = make_conninfo(**params)
+    migrate.upgrade(bench_dsn)
+    try:
+        yield bench_dsn
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        if home is not None:
+            server.stop(home)
+            shutil.rmtree(home, ignore_errors=True)
+
+
+def texts() -> list[str]:
+    """35k real English lines (CPython comments and docstrings), read in place from ../shared/data."""
+    return list(json.loads((DATA / "texts.json").read_text()))
+
+
+def timed(fn: Callable[[], Any], *, iterations: int, warmup: int = 20) -> dict[str, float]:
+    """p50 / p99 / mean of ``fn`` in microseconds (GC off while timing)."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(iterations):
+            start = time.perf_counter_ns()
+            fn()
+            samples.append((time.perf_counter_ns() - start) / 1000)
+    finally:
+        gc.enable()
+    samples.sort()
+    return {
+        "p50_us": round(samples[len(samples) // 2], 1),
+        "p99_us": round(samples[min(len(samples) - 1, int(len(samples) * 0.99))], 1),
+        "mean_us": round(statistics.fmean(samples), 1),
+        "n": iterations,
+    }
+
+
+def write_json(path: Path, payload: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2, default=str))
