@@ -1,0 +1,313 @@
+"""Queues on the real Postgres: order, priority, delay, dedup, leases, retries, dead letters, archive,
+NOTIFY wake-up, transactional enqueue, routing — and bad input."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import math
+import time
+
+import psycopg
+import pytest
+
+import pgmem
+from pgmem.queueing import LeaseLost, QueueItem
+from tests.conftest import table_counts
+
+
+def m(content: str, **fields: object) -> pgmem.Message:
+    return pgmem.Message(content=content, **fields)  # type: ignore[arg-type]
+
+
+def contents(items: list[QueueItem]) -> list[str]:
+    return [i.message.content for i in items]
+
+
+def test_fifo_within_priority_and_lower_priority_first(client: pgmem.Client) -> None:
+    q = client.queues
+    q.push("jobs", m("low-1"), priority=5)
+    q.push("jobs", m("high-1"), priority=-1)
+    q.push("jobs", m("low-2"), priority=5)
+    q.push_many("jobs", [m("mid-1"), m("mid-2")], priority=0)
+    q.push("jobs", m("high-2"), priority=-1)
+    assert contents(q.peek("jobs")) == ["high-1", "high-2", "mid-1", "mid-2", "low-1", "low-2"]
+    assert contents(q.claim("jobs", n=3)) == ["high-1", "high-2", "mid-1"]
+    assert contents(q.claim("jobs", n=10)) == ["mid-2", "low-1", "low-2"]
+    assert q.claim("jobs") == []
+
+
+def test_claim_returns_message_attempts_and_lease(client: pgmem.Client) -> None:
+    q = client.queues
+    sent = m("payload", cause_by="WriteCode", metadata={"k": 1})
+    q.push("jobs", sent)
+    (item,) = q.claim("jobs", lease=30)
+    assert item.message.id == sent.id and item.message.metadata == {"k": 1} and item.message.cause_by == "WriteCode"
+    assert item.attempts == 1 and item.queue == "jobs" and item.lease_until is not None
+    assert 25 < (item.lease_until - item.enqueued_at).total_seconds() < 35
+
+
+def test_delay(client: pgmem.Client) -> None:
+    q = client.queues
+    q.push("later", m("delayed"), delay=0.4)
+    assert q.claim("later") == [] and q.depth("later") == {"ready": 1, "claimable": 0, "dead": 0}
+    time.sleep(0.5)
+    assert contents(q.claim("later")) == ["delayed"]
+
+
+def test_dedup_key(client: pgmem.Client) -> None:
+    q = client.queues
+    first = q.push("jobs", m("a"), dedup_key="build-1")
+    again = q.push("jobs", m("b"), dedup_key="build-1")
+    assert first.created and first.id is not None
+    assert again == (None, False)
+    assert q.push_many("jobs", [m("c"), m("d")], dedup_keys=["build-1", "build-2"]) != []
+    assert contents(q.peek("jobs")) == ["a", "d"]
+    # Claimed but not yet acknowledged: still pending, the key still deduplicates.
+    items = q.claim("jobs", n=2)
+    assert q.push("jobs", m("e"), dedup_key="build-1").created is False
+    q.ack(items)
+    assert q.push("jobs", m("f"), dedup_key="build-1").created is True
+
+
+def test_lease_expiry_and_fenced_ack(client: pgmem.Client) -> None:
+    q = client.queues
+    q.push("jobs", m("work"))
+    (first,) = q.claim("jobs", lease=0.3)
+    assert q.claim("jobs") == []  # leased
+    time.sleep(0.4)
+    (second,) = q.claim("jobs", lease=30)  # the first worker "died": the item came back
+    assert second.id == first.id and second.attempts == 2
+    with pytest.raises(LeaseLost):
+        q.ack(first)
+    with pytest.raises(LeaseLost):
+        q.nack(first)
+    with pytest.raises(LeaseLost):
+        q.extend(first, 10)
+    q.ack(second)
+    with pytest.raises(LeaseLost):
+        q.ack(second)  # no item is acknowledged twice
+    assert q.depth("jobs")["ready"] == 0
+
+
+def test_extend_keeps_the_lease(client: pgmem.Client) -> None:
+    q = client.queues
+    q.push("jobs", m("long work"))
+    (item,) = q.claim("jobs", lease=0.4)
+    for _ in range(3):
+        time.sleep(0.2)
+        item = q.extend(item, 0.4)
+    assert q.claim("jobs") == []
+    q.ack(item)
+
+
+def test_nack_backoff_and_dead_letter(client: pgmem.Client, dsn: str) -> None:
+    q = client.queues
+    q.push("jobs", m("flaky"), max_attempts=3)
+    (item,) = q.claim("jobs")
+    assert q.nack(item, error="boom") == "ready"  # default backoff: 1 s after the first attempt
+    assert q.claim("jobs") == []
+    assert q.depth("jobs")["claimable"] == 0
+    for expected in ("ready", "dead"):
+        time.sleep(0.05)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("UPDATE pgmem.queue_items SET available_at = now()")  # skip the wait
+        (item,) = q.claim("jobs")
+        assert q.nack(item, error="boom again", retry_in=0) == expected
+    assert item.attempts == 3
+    (dead,) = q.dead_letters("jobs")
+    assert dead.message.content == "flaky" and q.depth("jobs") == {"ready": 0, "claimable": 0, "dead": 1}
+    assert q.claim("jobs") == []
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT last_error FROM pgmem.queue_items").fetchone() == ("boom again",)
+    assert q.requeue("jobs") == 1
+    (again,) = q.claim("jobs")
+    assert again.attempts == 1
+    assert q.nack(again, dead=True) == "dead"
+    assert q.requeue("jobs", [again]) == 1
+
+
+def test_ack_archives_and_retention_purges(client: pgmem.Client, dsn: str) -> None:
+    q = client.queues
+    shared = m("also in a memory")
+    client.messages.add("mem", shared)
+    q.push("jobs", shared)
+    q.push("jobs", m("only queued"))
+    q.ack(q.claim("jobs", n=2))
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*), sum(attempts) FROM pgmem.queue_archive").fetchone() == (2, 2)
+    assert q.purge_archive(3600) == 0  # too young
+    assert q.purge_archive(0) == 2
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT content FROM pgmem.messages").fetchall() == [("also in a memory",)]
+    # Clearing the memory now removes the message: nothing refers to it any more.
+    client.messages.clear("mem")
+    assert table_counts(dsn)["messages"] == 0
+
+
+def test_clear_take_and_messages_kept_while_queued(client: pgmem.Client, dsn: str) -> None:
+    q = client.queues
+    msg = m("queued and remembered")
+    client.messages.add("mem", msg)
+    q.push("jobs", msg)
+    client.messages.clear("mem")  # the queue still refers to it: the row stays
+    assert contents(q.take("jobs")) == ["queued and remembered"]
+    q.push_many("jobs", [m("x"), m("y")])
+    assert q.clear("jobs") == 2 and q.take("jobs") == []
+
+
+def _consumer(dsn: str, queue: str, out: mp.Queue) -> None:  # type: ignore[type-arg]
+    with pgmem.connect(dsn, namespace="test") as client:
+        out.put(("ready", time.time()))
+        items = client.queues.wait(queue, timeout=20, poll_interval=30)
+        out.put(("got", time.time(), [i.message.content for i in items]))
+
+
+def test_notify_wakes_a_waiting_consumer_in_another_process(client: pgmem.Client, dsn: str) -> None:
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    proc = ctx.Process(target=_consumer, args=(dsn, "wake", out))
+    proc.start()
+    try:
+        assert out.get(timeout=30)[0] == "ready"
+        time.sleep(0.5)  # let it block in LISTEN (poll_interval is 30 s: only NOTIFY can wake it)
+        pushed = time.time()
+        client.queues.push("wake", m("hello"))
+        kind, received, got = out.get(timeout=15)
+        assert kind == "got" and got == ["hello"]
+        latency = received - pushed
+        print(f"NOTIFY wake-up latency: {latency * 1000:.1f} ms")
+        assert latency < 5.0
+    finally:
+        proc.join(timeout=10)
+        if proc.is_alive():
+            proc.kill()
+
+
+def test_wait_times_out_and_catches_delayed_items(client: pgmem.Client) -> None:
+    q = client.queues
+    t0 = time.monotonic()
+    assert q.wait("empty", timeout=0.3) == []
+    assert 0.25 < time.monotonic() - t0 < 5
+    q.push("soon", m("delayed"), delay=0.3)
+    assert contents(q.wait("soon", timeout=5, poll_interval=30)) == ["delayed"]  # sleeps until available_at
+
+
+def test_consume_iterates_until_idle(client: pgmem.Client) -> None:
+    q = client.queues
+    q.push_many("stream", [m(f"e{i}") for i in range(5)])
+    seen = []
+    for item in q.consume("stream", n=2, idle_timeout=0.3):
+        seen.append(item.message.content)
+        q.ack(item)
+    assert seen == [f"e{i}" for i in range(5)]
+
+
+async def test_async_wait_and_ack(aclient: pgmem.AsyncClient) -> None:
+    q = aclient.queues
+    await q.push("aq", m("async job"))
+    items = await q.wait("aq", timeout=5)
+    assert contents(items) == ["async job"]
+    await q.ack(items)
+    assert (await q.depth("aq"))["ready"] == 0
+    seen = [i.message.content async for i in q.consume("aq", idle_timeout=0.2)]
+    assert seen == []
+
+
+def test_transactional_enqueue(client: pgmem.Client, dsn: str) -> None:
+    before = table_counts(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        with pytest.raises(RuntimeError), conn.transaction():
+            client.queues.push("jobs", m("rolled back"), connection=conn)
+            raise RuntimeError
+        assert table_counts(dsn) == before
+        with conn.transaction():
+            client.queues.push("jobs", m("committed"), connection=conn)
+            assert client.queues.claim("jobs") == []  # not visible to others before commit
+    assert contents(client.queues.claim("jobs")) == ["committed"]
+
+
+def test_dropped_connection_mid_claim_leaves_items_claimable(client: pgmem.Client, dsn: str) -> None:
+    q = client.queues
+    q.push_many("jobs", [m("a"), m("b")])
+    conn = psycopg.connect(dsn)
+    pid = conn.info.backend_pid
+    items = q.claim("jobs", n=2, connection=conn)  # inside the connection's open transaction
+    assert len(items) == 2
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    with pytest.raises(psycopg.OperationalError):
+        conn.commit()
+    again = q.claim("jobs", n=2)
+    assert contents(again) == ["a", "b"] and [i.attempts for i in again] == [1, 1]
+
+
+def test_routing_to_inboxes(client: pgmem.Client, dsn: str) -> None:
+    q = client.queues
+    q.subscribe("Architect", watch=["WritePRD"])
+    q.subscribe("Engineer", addresses=["Engineer", "Alex"], watch=["WriteDesign"])
+    q.subscribe("Logger")  # watch=None: every broadcast
+    prd = m("prd", cause_by="WritePRD")
+    assert sorted(q.publish("team", prd).inboxes) == ["inbox:Architect", "inbox:Logger"]
+    assert sorted(q.publish("team", m("to alex", cause_by="Chat", send_to={"Alex"})).inboxes) == ["inbox:Engineer"]
+    assert q.publish("team", m("to nobody", cause_by="Chat", send_to={"Nobody"})).inboxes == []
+    assert q.publish("team", prd) == (None, [])  # already in the memory: delivered once only
+    assert client.messages.count("team") == 3
+    assert contents(q.inbox("Architect")) == ["prd"]
+    assert contents(q.inbox("Logger")) == ["prd"]
+    assert contents(q.inbox("Engineer")) == ["to alex"]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        before = table_counts(dsn)
+        with pytest.raises(RuntimeError), conn.transaction():
+            q.publish("team", m("atomic", cause_by="WritePRD"), connection=conn)
+            raise RuntimeError
+        assert table_counts(dsn) == before
+    q.unsubscribe("Logger")
+    assert sorted(q.publish("team", m("prd 2", cause_by="WritePRD")).inboxes) == ["inbox:Architect"]
+
+
+def test_inbox_redelivery_after_a_crash_is_idempotent(client: pgmem.Client) -> None:
+    from pgmem.metagpt import Memory
+
+    q = client.queues
+    q.subscribe("QA")
+    q.publish("team", m("test this"))
+    own = Memory("role:QA", client=client)
+    (first,) = q.inbox("QA", lease=0.2)
+    own.add(first.message)  # the worker saw it, then crashed before acknowledging
+    time.sleep(0.3)
+    (again,) = q.inbox("QA")
+    assert again.message.id == first.message.id and again.attempts == 2
+    own.add(again.message)
+    q.ack(again)
+    assert own.count() == 1
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda q: q.push("bad name", pgmem.Message(content="x")),
+        lambda q: q.push("q", pgmem.Message(content="x"), priority=2**31),
+        lambda q: q.push("q", pgmem.Message(content="x"), priority=1.5),
+        lambda q: q.push("q", pgmem.Message(content="x"), delay=-1),
+        lambda q: q.push("q", pgmem.Message(content="x"), delay=math.nan),
+        lambda q: q.push("q", pgmem.Message(content="x"), delay=10**12),
+        lambda q: q.push("q", pgmem.Message(content="x"), max_attempts=0),
+        lambda q: q.push("q", pgmem.Message(content="x"), dedup_key="has space"),
+        lambda q: q.push_many("q", [pgmem.Message(content="x")], dedup_keys=["a", "b"]),
+        lambda q: q.claim("q", n=0),
+        lambda q: q.claim("q", n=1001),
+        lambda q: q.claim("q", lease=0),
+        lambda q: q.claim("q", lease=-5),
+        lambda q: q.claim("q", lease=math.inf),
+        lambda q: q.claim("q", lease=25 * 3600),
+        lambda q: q.ack("not an item"),
+        lambda q: q.nack(42),
+        lambda q: q.wait("q", timeout=-1),
+        lambda q: q.peek("q", limit=0),
+    ],
+)
+def test_bad_queue_input(client: pgmem.Client, dsn: str, call: object) -> None:
+    before = table_counts(dsn)
+    with pytest.raises(pgmem.InvalidInput):
+        call(client.queues)  # type: ignore[operator]
+    assert table_counts(dsn) == before
