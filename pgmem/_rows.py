@@ -220,24 +220,34 @@ INSERT_COLUMNS = (
 )
 
 
+_new_message = object.__new__
+_set = object.__setattr__
+_ALL_FIELDS = frozenset(Message.model_fields)
+
+
 def decode(row: tuple[Any, ...]) -> Message:
     """Build a :class:`Message` from a row of ``SELECT_COLUMNS`` (see ``sql/messages.sql``)."""
     (seq, id_, content, instruct, role, cause_by, sent_from, send_to, metadata, tool_calls, name,
      tool_call_id, message_class, created_at) = row  # fmt: skip
-    message = Message.model_construct(
-        id=public_id(id_),
-        content=content,
-        instruct_content=decode_instruct(instruct),
-        role=role,
-        cause_by=cause_by,
-        sent_from=sent_from,
-        send_to=set(send_to),
-        metadata=metadata,
-        tool_calls=tool_calls,
-        name=name,
-        tool_call_id=tool_call_id,
-        created_at=created_at,
-    )
-    message._seq = seq
-    message._source_class = message_class
+    values = {
+        "id": public_id(id_),
+        "content": content,
+        "instruct_content": decode_instruct(instruct),
+        "role": role,
+        "cause_by": cause_by,
+        "sent_from": sent_from,
+        "send_to": set(send_to),
+        "metadata": metadata,
+        "tool_calls": tool_calls,
+        "name": name,
+        "tool_call_id": tool_call_id,
+        "created_at": created_at,
+    }
+    # What Message.model_construct does, without its per-call introspection (a third of the cost of
+    # reading 10 messages back): rows come from columns pgmem validated on the way in.
+    message = _new_message(Message)
+    _set(message, "__dict__", values)
+    _set(message, "__pydantic_fields_set__", set(_ALL_FIELDS))
+    _set(message, "__pydantic_extra__", None)
+    _set(message, "__pydantic_private__", {"_source_class": message_class, "_seq": seq})
     return message
