@@ -35,7 +35,7 @@ from rich.console import Console
 from rich.table import Table
 
 import pgmem
-from benchmarks._common import bench_database, texts, timed, write_json
+from benchmarks._common import bench_database, texts, timed, timed_together, write_json
 from pgmem.metagpt import Memory
 
 ACTIONS = [f"metagpt.actions.{m}.{c}" for m, c in [
@@ -154,7 +154,7 @@ def run(dsn: str, sizes: list[int], *, samples: int, console: Console) -> dict[s
     results: dict[str, Any] = {"sizes": {}, "machine_note": "2-core shared VM; compare ratios, not absolutes"}
     client = pgmem.connect(dsn, namespace="bench", max_size=2)
     hand = psycopg.connect(dsn, autocommit=True)
-    floor = timed(lambda: hand.execute("SELECT 1", prepare=True).fetchall(), iterations=samples * 5)
+    floor = timed(lambda: hand.execute("SELECT 1", prepare=True).fetchall(), iterations=samples * 4)
     results["round_trip_floor_select_1"] = floor
 
     for n in sizes:
@@ -171,21 +171,23 @@ def run(dsn: str, sizes: list[int], *, samples: int, console: Console) -> dict[s
         row: dict[str, Any] = {}
 
         # get(k=10)
-        row["get_k10_pgmem_facade"] = timed(lambda: memory.get(10), iterations=samples)
-        row["get_k10_pgmem_core"] = timed(lambda: client.messages.last(key, 10), iterations=samples)
-        row["get_k10_hand_psycopg"] = timed(
-            lambda: hand.execute(HAND_LAST_K, ("bench", key, 10, "bench"), prepare=True).fetchall(), iterations=samples
-        )
-        row["get_k10_in_memory"] = timed(lambda: baseline.get(10), iterations=samples)
+        row.update(timed_together({
+            "get_k10_pgmem_facade": lambda: memory.get(10),
+            "get_k10_pgmem_core": lambda: client.messages.last(key, 10),
+            "get_k10_hand_psycopg": lambda: hand.execute(HAND_LAST_K, ("bench", key, 10, "bench"),
+                                                         prepare=True).fetchall(),
+            "get_k10_in_memory": lambda: baseline.get(10),
+        }, iterations=samples))
         assert [m.id for m in memory.get(10)] == [m.id for m in baseline.get(10)]
 
         # get_by_action for an action holding 10 of n messages
-        row["by_action_pgmem_facade"] = timed(lambda: memory.get_by_action(RARE), iterations=samples)
-        row["by_action_pgmem_core"] = timed(lambda: client.messages.by_action(key, RARE), iterations=samples)
-        row["by_action_hand_psycopg"] = timed(
-            lambda: hand.execute(HAND_BY_ACTION, ("bench", key, RARE), prepare=True).fetchall(), iterations=samples
-        )
-        row["by_action_in_memory"] = timed(lambda: baseline.get_by_action(RARE), iterations=samples)
+        row.update(timed_together({
+            "by_action_pgmem_facade": lambda: memory.get_by_action(RARE),
+            "by_action_pgmem_core": lambda: client.messages.by_action(key, RARE),
+            "by_action_hand_psycopg": lambda: hand.execute(HAND_BY_ACTION, ("bench", key, RARE),
+                                                           prepare=True).fetchall(),
+            "by_action_in_memory": lambda: baseline.get_by_action(RARE),
+        }, iterations=samples))
         assert len(memory.get_by_action(RARE)) == 10
 
         # find_news: 1k observed, half stored and half new

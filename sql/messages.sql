@@ -80,6 +80,16 @@ FROM (SELECT seq, message_id FROM pgmem.memory_entries
 JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = e.message_id
 ORDER BY e.seq;
 
+-- name: by_action
+-- Messages caused by one action, in memory order: an index range scan of memory_entries_cause_by_idx
+-- that already yields seq order (no sort).
+SELECT e.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
+       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
+FROM pgmem.memory_entries AS e
+JOIN pgmem.messages AS m ON m.namespace = e.namespace AND m.id = e.message_id
+WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND e.cause_by = %(action)s
+ORDER BY e.seq;
+
 -- name: by_actions
 -- Messages caused by any of the actions, in memory order (memory_entries_cause_by_idx).
 SELECT e.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,

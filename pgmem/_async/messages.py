@@ -175,7 +175,8 @@ class AsyncMessageRepository:
         self, memory: str, action: Any, *, connection: AsyncConnection[Any] | None = None
     ) -> list[Message]:
         """Messages of ``memory`` caused by ``action`` (a class or its ``module.ClassName``), in order."""
-        return await self.by_actions(memory, [action], connection=connection)
+        check_key(memory)
+        return await self._messages("by_action", {"memory": memory, "action": any_to_str(action)}, connection)
 
     async def by_actions(
         self, memory: str, actions: Iterable[Any], *, connection: AsyncConnection[Any] | None = None

@@ -176,7 +176,8 @@ class MessageRepository:
         self, memory: str, action: Any, *, connection: Connection[Any] | None = None
     ) -> list[Message]:
         """Messages of ``memory`` caused by ``action`` (a class or its ``module.ClassName``), in order."""
-        return self.by_actions(memory, [action], connection=connection)
+        check_key(memory)
+        return self._messages("by_action", {"memory": memory, "action": any_to_str(action)}, connection)
 
     def by_actions(
         self, memory: str, actions: Iterable[Any], *, connection: Connection[Any] | None = None

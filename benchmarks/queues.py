@@ -1,0 +1,354 @@
+"""Queues: pgmem against pgqueuer and a raw SKIP LOCKED loop in psycopg, on the same server, in one run.
+
+    python -m benchmarks.queues            # full run (includes a 180 s vacuum-blocking phase)
+    python -m benchmarks.queues --quick    # smoke run (20 s vacuum block, fewer jobs)
+
+1. Throughput of claim + acknowledge (jobs/s) for batch sizes 1, 10, 50 and 1, 4, 8 consumer processes,
+   the queue pre-filled with --jobs items. Every system does the same work per job: claim a batch with
+   FOR UPDATE SKIP LOCKED (two statements per batch: claim, then acknowledge), same durability
+   (synchronous_commit on, logged tables). Cost per job is O(log n) in the queue length for all three.
+   - pgmem: client.queues.claim(n=batch, lease=30) then client.queues.ack(items) (archived on ack)
+   - pgqueuer: Queries.dequeue(batch_size=batch) then Queries.log_jobs (moved to its log table)
+   - raw: UPDATE … WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED LIMIT n) RETURNING, then DELETE
+2. Push-to-wake-up latency: a consumer blocked in client.queues.wait(poll_interval=30) in another
+   process; time from push returning to wait returning. Raw LISTEN/NOTIFY in psycopg beside it.
+3. Vacuum blocking: throughput in 10 s windows before, during and after a transaction held open (its
+   snapshot keeps vacuum from removing dead queue rows), with the dead tuples it leaves behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import random
+import statistics
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from rich.console import Console
+from rich.table import Table
+
+import pgmem
+from benchmarks._common import bench_database, write_json
+
+QUEUE = "bench"
+RAW_DDL = """
+CREATE TABLE IF NOT EXISTS raw_jobs (
+    id bigserial PRIMARY KEY, priority int NOT NULL DEFAULT 0, payload text NOT NULL,
+    available_at timestamptz NOT NULL DEFAULT now(), attempts int NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS raw_jobs_claim_idx ON raw_jobs (priority, id)"""
+RAW_CLAIM = """
+UPDATE raw_jobs SET attempts = attempts + 1, available_at = now() + interval '30 seconds'
+WHERE id IN (SELECT id FROM raw_jobs WHERE available_at <= now() ORDER BY priority, id
+             LIMIT %s FOR UPDATE SKIP LOCKED)
+RETURNING id, payload, attempts"""
+RAW_ACK = "DELETE FROM raw_jobs WHERE id = ANY(%s) AND attempts = ANY(%s)"
+
+
+# -- filling ----------------------------------------------------------------------------------------
+
+def fill(system: str, dsn: str, jobs: int) -> None:
+    payloads = [f"job {i}: " + "x" * 100 for i in range(jobs)]
+    if system == "pgmem":
+        with pgmem.connect(dsn, namespace="bench") as client:
+            client.queues.clear(QUEUE)
+            for start in range(0, jobs, 5000):
+                client.queues.push_many(QUEUE, [pgmem.Message(content=p) for p in payloads[start : start + 5000]])
+    elif system == "raw":
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("TRUNCATE raw_jobs")
+            with conn.cursor() as cur, cur.copy("COPY raw_jobs (payload) FROM STDIN") as copy:
+                for p in payloads:
+                    copy.write_row((p,))
+    else:
+        asyncio.run(_pgqueuer_fill(dsn, payloads))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+
+
+async def _pgqueuer_queries(dsn: str) -> Any:
+    from pgqueuer.adapters.persistence.queries import Queries
+
+    conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    return conn, Queries.from_psycopg_connection(conn)
+
+
+async def _pgqueuer_fill(dsn: str, payloads: list[str]) -> None:
+    conn, q = await _pgqueuer_queries(dsn)
+    await q.clear_queue()
+    for start in range(0, len(payloads), 5000):
+        chunk = payloads[start : start + 5000]
+        await q.enqueue([QUEUE] * len(chunk), [p.encode() for p in chunk], [0] * len(chunk))
+    await conn.close()
+
+
+# -- consumers (run in their own processes) -----------------------------------------------------------
+
+def consumer(system: str, dsn: str, batch: int, start: Any, done: Any) -> None:
+    count = 0
+    if system == "pgmem":
+        with pgmem.connect(dsn, namespace="bench", max_size=1) as client:
+            q = client.queues
+            start.wait()
+            while items := q.claim(QUEUE, n=batch, lease=30):
+                q.ack(items)
+                count += len(items)
+    elif system == "raw":
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            start.wait()
+            while rows := conn.execute(RAW_CLAIM, (batch,), prepare=True).fetchall():
+                conn.execute(RAW_ACK, ([r[0] for r in rows], [r[2] for r in rows]), prepare=True)
+                count += len(rows)
+    else:
+        count = asyncio.run(_pgqueuer_consume(dsn, batch, start))
+    done.put(count)
+
+
+async def _pgqueuer_consume(dsn: str, batch: int, start: Any) -> int:
+    from pgqueuer.ports.repository import EntrypointExecutionParameter
+
+    conn, q = await _pgqueuer_queries(dsn)
+    entrypoints = {QUEUE: EntrypointExecutionParameter(concurrency_limit=0)}
+    manager = uuid.uuid4()
+    count = 0
+    await asyncio.to_thread(start.wait)
+    while jobs := await q.dequeue(batch, entrypoints, manager, None, timedelta(seconds=30)):
+        await q.log_jobs([(job, "successful", None) for job in jobs])
+        count += len(jobs)
+    await conn.close()
+    return count
+
+
+def throughput(system: str, dsn: str, consumers: int, batch: int, jobs: int) -> float:
+    fill(system, dsn, jobs)
+    ctx = mp.get_context("spawn")
+    start, done = ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=consumer, args=(system, dsn, batch, start, done)) for _ in range(consumers)]
+    for p in procs:
+        p.start()
+    time.sleep(1.5)  # let every process connect
+    t0 = time.perf_counter()
+    start.set()
+    total = sum(done.get(timeout=600) for _ in procs)
+    elapsed = time.perf_counter() - t0
+    for p in procs:
+        p.join()
+    assert total == jobs, f"{system}: processed {total} of {jobs}"
+    return jobs / elapsed
+
+
+# -- wake-up latency ------------------------------------------------------------------------------------
+
+def _waiter(dsn: str, samples: int, ready: Any, out: Any) -> None:
+    with pgmem.connect(dsn, namespace="bench", max_size=1) as client:
+        ready.set()
+        for _ in range(samples):
+            items = client.queues.wait("wake", timeout=30, poll_interval=30)
+            received = time.time()
+            client.queues.ack(items)
+            out.put((items[0].message.content, received))
+
+
+def _raw_listener(dsn: str, samples: int, ready: Any, out: Any) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("LISTEN raw_bench")
+        ready.set()
+        got = 0
+        for n in conn.notifies():
+            out.put((n.payload, time.time()))
+            got += 1
+            if got == samples:
+                break
+
+
+def wake_latency(dsn: str, samples: int) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    result: dict[str, Any] = {}
+    for kind in ("pgmem", "raw_notify"):
+        ready, out = ctx.Event(), ctx.Queue()
+        target = _waiter if kind == "pgmem" else _raw_listener
+        proc = ctx.Process(target=target, args=(dsn, samples, ready, out))
+        proc.start()
+        ready.wait(60)
+        time.sleep(1.0)
+        latencies = []
+        rng = random.Random(3)
+        with pgmem.connect(dsn, namespace="bench", max_size=1) as client, psycopg.connect(dsn, autocommit=True) as raw:
+            for i in range(samples):
+                time.sleep(rng.uniform(0.005, 0.02))
+                if kind == "pgmem":
+                    client.queues.push("wake", pgmem.Message(content=str(i)))
+                else:
+                    raw.execute("SELECT pg_notify('raw_bench', %s)", (str(i),))
+                returned = time.time()
+                payload, received = out.get(timeout=30)
+                assert payload == str(i)
+                latencies.append((received - returned) * 1e6)
+        proc.join(timeout=30)
+        latencies.sort()
+        result[kind] = {
+            "p50_us": round(latencies[len(latencies) // 2], 1),
+            "p99_us": round(latencies[int(len(latencies) * 0.99) - 1], 1),
+            "samples": samples,
+        }
+    return result
+
+
+# -- vacuum blocking ------------------------------------------------------------------------------------
+
+def _steady_producer(dsn: str, stop: Any) -> None:
+    with pgmem.connect(dsn, namespace="bench", max_size=1) as client:
+        while not stop.is_set():
+            if client.queues.depth(QUEUE)["ready"] < 5000:
+                client.queues.push_many(QUEUE, [pgmem.Message(content="v" * 100) for _ in range(500)])
+            else:
+                time.sleep(0.05)
+
+
+def _steady_consumer(dsn: str, stop: Any, counter: Any) -> None:
+    with pgmem.connect(dsn, namespace="bench", max_size=1) as client:
+        while not stop.is_set():
+            items = client.queues.claim(QUEUE, n=10, lease=30)
+            if items:
+                client.queues.ack(items)
+                with counter.get_lock():
+                    counter.value += len(items)
+            else:
+                time.sleep(0.01)
+
+
+def vacuum_block(dsn: str, block_seconds: int, console: Console) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    stop = ctx.Event()
+    counter = ctx.Value("q", 0)
+    fill("pgmem", dsn, 5000)
+    procs = [ctx.Process(target=_steady_producer, args=(dsn, stop))]
+    procs += [ctx.Process(target=_steady_consumer, args=(dsn, stop, counter)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    window = 10.0
+    windows: list[dict[str, Any]] = []
+    mon = psycopg.connect(dsn, autocommit=True)
+
+    def measure(phase: str) -> float:
+        before = counter.value
+        time.sleep(window)
+        rate = (counter.value - before) / window
+        dead = mon.execute(
+            "SELECT n_dead_tup, pg_total_relation_size('pgmem.queue_items') FROM pg_stat_user_tables"
+            " WHERE schemaname = 'pgmem' AND relname = 'queue_items'"
+        ).fetchone()
+        windows.append({"phase": phase, "jobs_per_s": round(rate, 1), "dead_tuples": dead[0] if dead else None,
+                        "queue_items_bytes": dead[1] if dead else None})
+        console.print(f"  {phase:>8}: {rate:8.0f} jobs/s, dead tuples {windows[-1]['dead_tuples']}")
+        return rate
+
+    time.sleep(3)
+    baseline = statistics.fmean(measure("baseline") for _ in range(2))
+    blocker = psycopg.connect(dsn)
+    blocker.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    blocker.execute("SELECT count(*) FROM pgmem.queue_items").fetchone()  # takes the snapshot
+    blocked_rates = [measure("blocked") for _ in range(max(1, int(block_seconds // window)))]
+    blocker.rollback()
+    blocker.close()
+    released_at = time.monotonic()
+    recovery_s = None
+    for _ in range(12):
+        rate = measure("released")
+        if rate >= 0.9 * baseline:
+            recovery_s = round(time.monotonic() - released_at, 1)
+            break
+    stop.set()
+    for p in procs:
+        p.join(timeout=30)
+    mon.close()
+    return {
+        "window_s": window,
+        "block_seconds": block_seconds,
+        "baseline_jobs_per_s": round(baseline, 1),
+        "worst_blocked_jobs_per_s": round(min(blocked_rates), 1),
+        "drop": round(min(blocked_rates) / baseline, 3),
+        "recovered_to_90pct_within_s": recovery_s,
+        "windows": windows,
+    }
+
+
+# -- main -------------------------------------------------------------------------------------------------
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dsn", default=None)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--jobs", type=int, default=5_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--vacuum-block-seconds", type=int, default=180)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/queues.json"))
+    args = parser.parse_args()
+    jobs = 1000 if args.quick else args.jobs
+    if args.quick:
+        args.rounds = 1
+    block = 20 if args.quick else args.vacuum_block_seconds
+    console = Console()
+    results: dict[str, Any] = {"started": datetime.now(UTC).isoformat(), "jobs_per_run": jobs, "rounds": args.rounds}
+    with bench_database(args.dsn) as dsn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(RAW_DDL)
+            settings = dict(conn.execute(
+                "SELECT name, setting FROM pg_settings WHERE name IN ('synchronous_commit', 'fsync')"
+            ).fetchall())
+        asyncio.run(_install_pgqueuer(dsn))
+        results["durability"] = settings
+        grid = []
+        for batch in (1, 10, 50):
+            for consumers in (1, 4, 8):
+                row: dict[str, Any] = {"batch": batch, "consumers": consumers}
+                # Rounds interleave the systems in time: commit latency (fsync) on a shared VM drifts
+                # over minutes, and each system should see the same drift. Median of the rounds.
+                runs: dict[str, list[float]] = {s: [] for s in ("pgmem", "pgqueuer", "raw")}
+                for _ in range(args.rounds):
+                    for system in runs:
+                        runs[system].append(throughput(system, dsn, consumers, batch, jobs))
+                for system, values in runs.items():
+                    row[system] = round(statistics.median(values))
+                row["pgmem/pgqueuer"] = round(row["pgmem"] / row["pgqueuer"], 2)
+                row["pgmem/raw"] = round(row["pgmem"] / row["raw"], 2)
+                console.print(row)
+                grid.append(row)
+        results["throughput"] = grid
+        console.print("wake-up latency …")
+        results["wake_latency"] = wake_latency(dsn, 100 if args.quick else 300)
+        console.print(results["wake_latency"])
+        console.print(f"vacuum blocked for {block} s …")
+        results["vacuum_block"] = vacuum_block(dsn, block, console)
+    write_json(args.out, results)
+    table = Table(title=f"claim + ack throughput, jobs/s ({jobs:,} jobs per run)")
+    for col in ("batch", "consumers", "pgmem", "pgqueuer", "raw", "pgmem/pgqueuer", "pgmem/raw"):
+        table.add_column(col, justify="right")
+    for row in grid:
+        table.add_row(*(str(row[c]) for c in ("batch", "consumers", "pgmem", "pgqueuer", "raw", "pgmem/pgqueuer",
+                                             "pgmem/raw")))
+    console.print(table)
+    w = results["wake_latency"]
+    console.print(f"wake-up p50/p99: pgmem {w['pgmem']['p50_us']:.0f}/{w['pgmem']['p99_us']:.0f} us, "
+                  f"raw NOTIFY {w['raw_notify']['p50_us']:.0f}/{w['raw_notify']['p99_us']:.0f} us")
+    v = results["vacuum_block"]
+    console.print(f"vacuum block {block} s: baseline {v['baseline_jobs_per_s']} jobs/s, worst "
+                  f"{v['worst_blocked_jobs_per_s']} ({v['drop']:.0%}), recovered within {v['recovered_to_90pct_within_s']} s")
+    console.print(f"written to {args.out}")
+
+
+async def _install_pgqueuer(dsn: str) -> None:
+    conn, q = await _pgqueuer_queries(dsn)
+    if not await q.schema_is_installed():
+        await q.install()
+    await conn.close()
+
+
+if __name__ == "__main__":
+    main()
