@@ -83,7 +83,9 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
     path.write_text(json.dumps(payload, indent=2, default=str))
 
 
-def timed_together(fns: dict[str, Callable[[], Any]], *, iterations: int, warmup: int = 20) -> dict[str, dict[str, float]]:
+def timed_together(
+    fns: dict[str, Callable[[], Any]], *, iterations: int, warmup: int = 20
+) -> dict[str, dict[str, float]]:
     """Time several functions interleaved (a, b, c, a, b, c, …) so that the machine's noise, which drifts
     over seconds on a shared VM, lands on all of them alike; p50 / p99 / mean in microseconds each."""
     for _ in range(warmup):
@@ -95,7 +97,7 @@ def timed_together(fns: dict[str, Callable[[], Any]], *, iterations: int, warmup
     gc.disable()
     try:
         for i in range(iterations):
-            for name, fn in items[i % len(items):] + items[: i % len(items)]:
+            for name, fn in items[i % len(items) :] + items[: i % len(items)]:
                 start = time.perf_counter_ns()
                 fn()
                 samples[name].append((time.perf_counter_ns() - start) / 1000)

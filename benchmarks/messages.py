@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import random
 import time
 import uuid
@@ -38,16 +37,31 @@ import pgmem
 from benchmarks._common import bench_database, texts, timed, timed_together, write_json
 from pgmem.metagpt import Memory
 
-ACTIONS = [f"metagpt.actions.{m}.{c}" for m, c in [
-    ("add_requirement", "UserRequirement"), ("write_prd", "WritePRD"), ("design_api", "WriteDesign"),
-    ("project_management", "WriteTasks"), ("write_code", "WriteCode"), ("write_code_review", "WriteCodeReview"),
-    ("write_test", "WriteTest"), ("run_code", "RunCode"), ("debug_error", "DebugError"),
-    ("summarize_code", "SummarizeCode"), ("search_and_summarize", "SearchAndSummarize"),
-    ("research", "CollectLinks"), ("research", "WebBrowseAndSummarize"), ("research", "ConductResearch"),
-    ("write_docstring", "WriteDocstring"), ("prepare_documents", "PrepareDocuments"),
-    ("fix_bug", "FixBug"), ("write_prd_review", "WritePRDReview"), ("design_api_review", "DesignReview"),
-    ("execute_task", "ExecuteTask"),
-]]
+ACTIONS = [
+    f"metagpt.actions.{m}.{c}"
+    for m, c in [
+        ("add_requirement", "UserRequirement"),
+        ("write_prd", "WritePRD"),
+        ("design_api", "WriteDesign"),
+        ("project_management", "WriteTasks"),
+        ("write_code", "WriteCode"),
+        ("write_code_review", "WriteCodeReview"),
+        ("write_test", "WriteTest"),
+        ("run_code", "RunCode"),
+        ("debug_error", "DebugError"),
+        ("summarize_code", "SummarizeCode"),
+        ("search_and_summarize", "SearchAndSummarize"),
+        ("research", "CollectLinks"),
+        ("research", "WebBrowseAndSummarize"),
+        ("research", "ConductResearch"),
+        ("write_docstring", "WriteDocstring"),
+        ("prepare_documents", "PrepareDocuments"),
+        ("fix_bug", "FixBug"),
+        ("write_prd_review", "WritePRDReview"),
+        ("design_api_review", "DesignReview"),
+        ("execute_task", "ExecuteTask"),
+    ]
+]
 RARE = "metagpt.actions.rare.RareAction"  # holds exactly 10 messages at every size
 ROLES = ["Alice", "Bob", "Eve", "Mike", "Ed", "David"]
 
@@ -137,11 +151,24 @@ def raw_copy(conn: psycopg.Connection[Any], namespace: str, memory: str, batch: 
         conn.execute("INSERT INTO pgmem.memories (namespace, key) VALUES (%s, %s)", (namespace, memory))
         with conn.cursor() as cur:
             with cur.copy(COPY_MESSAGES) as copy:
-                copy.set_types(["text", "text", "text", "bytea", "text", "text", "text", "text[]", "jsonb",
-                                "timestamptz"])
+                copy.set_types(
+                    ["text", "text", "text", "bytea", "text", "text", "text", "text[]", "jsonb", "timestamptz"]
+                )
                 for m in batch:
-                    copy.write_row((namespace, m.id, m.content, hashlib.sha256(m.content.encode()).digest(), m.role,
-                                    m.cause_by, m.sent_from, sorted(m.send_to), Jsonb(m.metadata), m.created_at))
+                    copy.write_row(
+                        (
+                            namespace,
+                            m.id,
+                            m.content,
+                            hashlib.sha256(m.content.encode()).digest(),
+                            m.role,
+                            m.cause_by,
+                            m.sent_from,
+                            sorted(m.send_to),
+                            Jsonb(m.metadata),
+                            m.created_at,
+                        )
+                    )
             with cur.copy(COPY_ENTRIES) as copy:
                 copy.set_types(["text", "text", "text", "text"])
                 for m in batch:
@@ -171,30 +198,43 @@ def run(dsn: str, sizes: list[int], *, samples: int, console: Console) -> dict[s
         row: dict[str, Any] = {}
 
         # get(k=10)
-        row.update(timed_together({
-            "get_k10_pgmem_facade": lambda: memory.get(10),
-            "get_k10_pgmem_core": lambda: client.messages.last(key, 10),
-            "get_k10_hand_psycopg": lambda: hand.execute(HAND_LAST_K, ("bench", key, 10, "bench"),
-                                                         prepare=True).fetchall(),
-            "get_k10_in_memory": lambda: baseline.get(10),
-        }, iterations=samples))
+        row.update(
+            timed_together(
+                {
+                    "get_k10_pgmem_facade": lambda: memory.get(10),
+                    "get_k10_pgmem_core": lambda: client.messages.last(key, 10),
+                    "get_k10_hand_psycopg": lambda: hand.execute(
+                        HAND_LAST_K, ("bench", key, 10, "bench"), prepare=True
+                    ).fetchall(),
+                    "get_k10_in_memory": lambda: baseline.get(10),
+                },
+                iterations=samples,
+            )
+        )
         assert [m.id for m in memory.get(10)] == [m.id for m in baseline.get(10)]
 
         # get_by_action for an action holding 10 of n messages
-        row.update(timed_together({
-            "by_action_pgmem_facade": lambda: memory.get_by_action(RARE),
-            "by_action_pgmem_core": lambda: client.messages.by_action(key, RARE),
-            "by_action_hand_psycopg": lambda: hand.execute(HAND_BY_ACTION, ("bench", key, RARE),
-                                                           prepare=True).fetchall(),
-            "by_action_in_memory": lambda: baseline.get_by_action(RARE),
-        }, iterations=samples))
+        row.update(
+            timed_together(
+                {
+                    "by_action_pgmem_facade": lambda: memory.get_by_action(RARE),
+                    "by_action_pgmem_core": lambda: client.messages.by_action(key, RARE),
+                    "by_action_hand_psycopg": lambda: hand.execute(
+                        HAND_BY_ACTION, ("bench", key, RARE), prepare=True
+                    ).fetchall(),
+                    "by_action_in_memory": lambda: baseline.get_by_action(RARE),
+                },
+                iterations=samples,
+            )
+        )
         assert len(memory.get_by_action(RARE)) == 10
 
         # find_news: 1k observed, half stored and half new
         observed = rng.sample(data, min(500, n)) + make_messages(500, corpus, rng)
         rng.shuffle(observed)
-        row["find_news_1k_pgmem"] = timed(lambda: memory.find_news(observed), iterations=max(10, samples // 10),
-                                          warmup=3)
+        row["find_news_1k_pgmem"] = timed(
+            lambda: memory.find_news(observed), iterations=max(10, samples // 10), warmup=3
+        )
         sample = observed[:20]
         loop = timed(lambda: baseline.find_news(sample), iterations=3, warmup=1)
         row["find_news_1k_in_memory"] = {
@@ -243,17 +283,38 @@ def ratios(results: dict[str, Any]) -> list[tuple[str, str, float, str, bool | N
     out: list[tuple[str, str, float, str, bool | None]] = []
     for n, row in results["sizes"].items():
         p = lambda k: row[k]["p50_us"]  # noqa: E731
-        out.append((n, "get(k=10) pgmem / hand psycopg", p("get_k10_pgmem_facade") / p("get_k10_hand_psycopg"),
-                    "<= 1.5 at 100k", p("get_k10_pgmem_facade") / p("get_k10_hand_psycopg") <= 1.5 if n == "100000" else None))
-        out.append((n, "get_by_action pgmem / hand psycopg",
-                    p("by_action_pgmem_facade") / p("by_action_hand_psycopg"), "<= 1.5 at 100k",
-                    p("by_action_pgmem_facade") / p("by_action_hand_psycopg") <= 1.5 if n == "100000" else None))
+        out.append(
+            (
+                n,
+                "get(k=10) pgmem / hand psycopg",
+                p("get_k10_pgmem_facade") / p("get_k10_hand_psycopg"),
+                "<= 1.5 at 100k",
+                p("get_k10_pgmem_facade") / p("get_k10_hand_psycopg") <= 1.5 if n == "100000" else None,
+            )
+        )
+        out.append(
+            (
+                n,
+                "get_by_action pgmem / hand psycopg",
+                p("by_action_pgmem_facade") / p("by_action_hand_psycopg"),
+                "<= 1.5 at 100k",
+                p("by_action_pgmem_facade") / p("by_action_hand_psycopg") <= 1.5 if n == "100000" else None,
+            )
+        )
         speedup = p("find_news_1k_in_memory") / p("find_news_1k_pgmem")
-        out.append((n, "find_news 1k: in-memory loop / pgmem", speedup, ">= 100 at 100k",
-                    speedup >= 100 if n == "100000" else None))
+        out.append(
+            (
+                n,
+                "find_news 1k: in-memory loop / pgmem",
+                speedup,
+                ">= 100 at 100k",
+                speedup >= 100 if n == "100000" else None,
+            )
+        )
         out.append((n, "add: pgmem / in-memory", p("add_pgmem_facade") / p("add_in_memory"), "context", None))
-        out.append((n, "get(k=10): pgmem / in-memory", p("get_k10_pgmem_facade") / p("get_k10_in_memory"), "context",
-                    None))
+        out.append(
+            (n, "get(k=10): pgmem / in-memory", p("get_k10_pgmem_facade") / p("get_k10_in_memory"), "context", None)
+        )
     b = results["batch_add"]
     share = b["pgmem_add_many_rows_per_s"] / b["raw_binary_copy_rows_per_s"]
     out.append((str(b["rows"]), "batch add: pgmem / raw binary COPY throughput", share, ">= 0.70", share >= 0.70))
@@ -276,8 +337,10 @@ def print_tables(results: dict[str, Any], console: Console) -> None:
     table.add_row("round-trip floor: prepared SELECT 1", *[f"{f['p50_us']:,.0f} ({f['p99_us']:,.0f})"] * len(sizes))
     console.print(table)
     b = results["batch_add"]
-    console.print(f"batch add of {b['rows']:,}: pgmem {b['pgmem_add_many_rows_per_s']:,} rows/s, "
-                  f"raw binary COPY {b['raw_binary_copy_rows_per_s']:,} rows/s")
+    console.print(
+        f"batch add of {b['rows']:,}: pgmem {b['pgmem_add_many_rows_per_s']:,} rows/s, "
+        f"raw binary COPY {b['raw_binary_copy_rows_per_s']:,} rows/s"
+    )
     rt = Table(title="ratios (same run)")
     for c in ("size", "comparison", "ratio", "target", "met"):
         rt.add_column(c)
@@ -301,8 +364,9 @@ def main() -> None:
         started = datetime.now(UTC)
         results = run(dsn, sizes, samples=samples, console=console)
     results["started"] = started.isoformat()
-    results["ratios"] = [dict(zip(("size", "comparison", "ratio", "target", "met"), r, strict=True))
-                         for r in ratios(results)]
+    results["ratios"] = [
+        dict(zip(("size", "comparison", "ratio", "target", "met"), r, strict=True)) for r in ratios(results)
+    ]
     write_json(args.out, results)
     print_tables(results, console)
     console.print(f"written to {args.out}")

@@ -53,6 +53,7 @@ RAW_ACK = "DELETE FROM raw_jobs WHERE id = ANY(%s) AND attempts = ANY(%s)"
 
 # -- filling ----------------------------------------------------------------------------------------
 
+
 def fill(system: str, dsn: str, jobs: int) -> None:
     payloads = [f"job {i}: " + "x" * 100 for i in range(jobs)]
     if system == "pgmem":
@@ -89,6 +90,7 @@ async def _pgqueuer_fill(dsn: str, payloads: list[str]) -> None:
 
 
 # -- consumers (run in their own processes) -----------------------------------------------------------
+
 
 def consumer(system: str, dsn: str, batch: int, start: Any, done: Any) -> None:
     count = 0
@@ -144,6 +146,7 @@ def throughput(system: str, dsn: str, consumers: int, batch: int, jobs: int) -> 
 
 
 # -- wake-up latency ------------------------------------------------------------------------------------
+
 
 def _waiter(dsn: str, samples: int, ready: Any, out: Any) -> None:
     with pgmem.connect(dsn, namespace="bench", max_size=1) as client:
@@ -202,6 +205,7 @@ def wake_latency(dsn: str, samples: int) -> dict[str, Any]:
 
 # -- vacuum blocking ------------------------------------------------------------------------------------
 
+
 def _steady_producer(dsn: str, stop: Any) -> None:
     with pgmem.connect(dsn, namespace="bench", max_size=1) as client:
         while not stop.is_set():
@@ -244,8 +248,14 @@ def vacuum_block(dsn: str, block_seconds: int, console: Console) -> dict[str, An
             "SELECT n_dead_tup, pg_total_relation_size('pgmem.queue_items') FROM pg_stat_user_tables"
             " WHERE schemaname = 'pgmem' AND relname = 'queue_items'"
         ).fetchone()
-        windows.append({"phase": phase, "jobs_per_s": round(rate, 1), "dead_tuples": dead[0] if dead else None,
-                        "queue_items_bytes": dead[1] if dead else None})
+        windows.append(
+            {
+                "phase": phase,
+                "jobs_per_s": round(rate, 1),
+                "dead_tuples": dead[0] if dead else None,
+                "queue_items_bytes": dead[1] if dead else None,
+            }
+        )
         console.print(f"  {phase:>8}: {rate:8.0f} jobs/s, dead tuples {windows[-1]['dead_tuples']}")
         return rate
 
@@ -281,6 +291,7 @@ def vacuum_block(dsn: str, block_seconds: int, console: Console) -> dict[str, An
 
 # -- main -------------------------------------------------------------------------------------------------
 
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dsn", default=None)
@@ -299,9 +310,11 @@ def main() -> None:
     with bench_database(args.dsn) as dsn:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(RAW_DDL)
-            settings = dict(conn.execute(
-                "SELECT name, setting FROM pg_settings WHERE name IN ('synchronous_commit', 'fsync')"
-            ).fetchall())
+            settings = dict(
+                conn.execute(
+                    "SELECT name, setting FROM pg_settings WHERE name IN ('synchronous_commit', 'fsync')"
+                ).fetchall()
+            )
         asyncio.run(_install_pgqueuer(dsn))
         results["durability"] = settings
         grid = []
@@ -331,15 +344,20 @@ def main() -> None:
     for col in ("batch", "consumers", "pgmem", "pgqueuer", "raw", "pgmem/pgqueuer", "pgmem/raw"):
         table.add_column(col, justify="right")
     for row in grid:
-        table.add_row(*(str(row[c]) for c in ("batch", "consumers", "pgmem", "pgqueuer", "raw", "pgmem/pgqueuer",
-                                             "pgmem/raw")))
+        table.add_row(
+            *(str(row[c]) for c in ("batch", "consumers", "pgmem", "pgqueuer", "raw", "pgmem/pgqueuer", "pgmem/raw"))
+        )
     console.print(table)
     w = results["wake_latency"]
-    console.print(f"wake-up p50/p99: pgmem {w['pgmem']['p50_us']:.0f}/{w['pgmem']['p99_us']:.0f} us, "
-                  f"raw NOTIFY {w['raw_notify']['p50_us']:.0f}/{w['raw_notify']['p99_us']:.0f} us")
+    console.print(
+        f"wake-up p50/p99: pgmem {w['pgmem']['p50_us']:.0f}/{w['pgmem']['p99_us']:.0f} us, "
+        f"raw NOTIFY {w['raw_notify']['p50_us']:.0f}/{w['raw_notify']['p99_us']:.0f} us"
+    )
     v = results["vacuum_block"]
-    console.print(f"vacuum block {block} s: baseline {v['baseline_jobs_per_s']} jobs/s, worst "
-                  f"{v['worst_blocked_jobs_per_s']} ({v['drop']:.0%}), recovered within {v['recovered_to_90pct_within_s']} s")
+    console.print(
+        f"vacuum block {block} s: baseline {v['baseline_jobs_per_s']} jobs/s, worst "
+        f"{v['worst_blocked_jobs_per_s']} ({v['drop']:.0%}), recovered within {v['recovered_to_90pct_within_s']} s"
+    )
     console.print(f"written to {args.out}")
 
 

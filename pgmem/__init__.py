@@ -1,9 +1,9 @@
 """pgmem: Postgres-native memory for LLM agents.
 
-    >>> import pgmem
-    >>> with pgmem.connect(namespace="demo") as client:
-    ...     client.messages.add("role:Alice", pgmem.Message(content="Write a PRD", cause_by="UserRequirement"))
-    ...     client.messages.last("role:Alice", 10)
+>>> import pgmem
+>>> with pgmem.connect(namespace="demo") as client:
+...     client.messages.add("role:Alice", pgmem.Message(content="Write a PRD", cause_by="UserRequirement"))
+...     client.messages.last("role:Alice", 10)
 """
 
 from pgmem._async.client import AsyncClient, aconnect

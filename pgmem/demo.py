@@ -25,7 +25,7 @@ from pgmem import queries
 from pgmem._sync.client import connect
 from pgmem.errors import redact
 from pgmem.metagpt.memory import Memory
-from pgmem.models import Message
+from pgmem.models import Message, any_to_str
 
 TEAM = "team"
 DEADLINE_SECONDS = 50.0
@@ -96,8 +96,16 @@ def _respond(role: str, msg: Message) -> list[Message]:
             f"PRD: {idea}\nGoals: playable in a terminal, fun in a minute.\n"
             "Requirements:\nR1 arrow keys move the tiles\nR2 equal tiles merge and score\nR3 game over when stuck",
         )
-        return [Message(content=text, role=role, cause_by=WritePRD, sent_from=role, send_to={"Architect"},
-                        metadata=reply)]
+        return [
+            Message(
+                content=text,
+                role=role,
+                cause_by=any_to_str(WritePRD),
+                sent_from=role,
+                send_to={"Architect"},
+                metadata=reply,
+            )
+        ]
     if role == "Architect":
         design = (
             "Design\n- game.py: Board (4x4 grid), move(direction), merge rules, score\n"
@@ -106,21 +114,45 @@ def _respond(role: str, msg: Message) -> list[Message]:
         text = _llm(f"Write a short software design for this PRD:\n{msg.content}", design)
         if not _files_of(text):
             text = design  # the engineer needs the file list; keep the script's if the model dropped it
-        return [Message(content=text, role=role, cause_by=WriteDesign, sent_from=role, send_to={"Engineer"},
-                        metadata=reply)]
+        return [
+            Message(
+                content=text,
+                role=role,
+                cause_by=any_to_str(WriteDesign),
+                sent_from=role,
+                send_to={"Engineer"},
+                metadata=reply,
+            )
+        ]
     if role == "Engineer":
         if msg.cause_by.endswith("WriteDesign"):
             out = []
             for name in _files_of(msg.content):
                 code = _llm(f"Write {name} for this design:\n{msg.content}", f"# {name}\ndef main():\n    pass\n")
-                out.append(Message(content=code, role=role, cause_by=WriteCode, sent_from=role,
-                                   send_to={"Reviewer"}, metadata={**reply, "file": name, "version": 1}))
+                out.append(
+                    Message(
+                        content=code,
+                        role=role,
+                        cause_by=any_to_str(WriteCode),
+                        sent_from=role,
+                        send_to={"Reviewer"},
+                        metadata={**reply, "file": name, "version": 1},
+                    )
+                )
             return out
         if msg.content.startswith("CHANGES REQUESTED"):
             name = msg.metadata["file"]
             code = _llm(f"Fix {name}: {msg.content}", f"# {name}\ndef main():\n    handle_invalid_input()\n")
-            return [Message(content=code, role=role, cause_by=WriteCode, sent_from=role, send_to={"Reviewer"},
-                            metadata={**reply, "file": name, "version": msg.metadata["version"] + 1})]
+            return [
+                Message(
+                    content=code,
+                    role=role,
+                    cause_by=any_to_str(WriteCode),
+                    sent_from=role,
+                    send_to={"Reviewer"},
+                    metadata={**reply, "file": name, "version": msg.metadata["version"] + 1},
+                )
+            ]
         return []
     if role == "Reviewer":
         name, version = msg.metadata["file"], msg.metadata["version"]
@@ -128,8 +160,16 @@ def _respond(role: str, msg: Message) -> list[Message]:
             verdict = "CHANGES REQUESTED: main.py must reject keys other than the arrows"
         else:
             verdict = f"LGTM: {name} v{version}"
-        return [Message(content=verdict, role=role, cause_by=WriteCodeReview, sent_from=role,
-                        send_to={"Engineer"}, metadata={**reply, "file": name, "version": version})]
+        return [
+            Message(
+                content=verdict,
+                role=role,
+                cause_by=any_to_str(WriteCodeReview),
+                sent_from=role,
+                send_to={"Engineer"},
+                metadata={**reply, "file": name, "version": version},
+            )
+        ]
     return []
 
 
@@ -185,7 +225,9 @@ def run(
             p.start()
         console.print(f"[bold]pgmem demo[/bold]: {len(procs)} agent processes, idea: {idea!r}")
         Memory(TEAM, client=client).add(
-            Message(content=idea, role="user", cause_by=UserRequirement, sent_from="Human", send_to={"<all>"})
+            Message(
+                content=idea, role="user", cause_by=any_to_str(UserRequirement), sent_from="Human", send_to={"<all>"}
+            )
         )
         seen = 0
         try:
@@ -233,4 +275,4 @@ def _report(dsn: str, namespace: str, console: Console, elapsed: float) -> None:
         edges.add_row(*(str(v) for v in row))
     console.print(edges)
     console.print(f"finished in {elapsed:.1f} s; {sum(r[2] for r in by_role)} messages in namespace {namespace!r}")
-    console.print(f"the data stays in PostgreSQL; look at it with:\n  psql \"{redact(dsn)}\"", highlight=False)
+    console.print(f'the data stays in PostgreSQL; look at it with:\n  psql "{redact(dsn)}"', highlight=False)

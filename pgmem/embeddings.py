@@ -161,9 +161,7 @@ class OpenAIEmbedder:
         self.dimension = dimension
         self.batch_size = batch_size
         self._client = openai.OpenAI(api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout)
-        self._aclient = openai.AsyncOpenAI(
-            api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout
-        )
+        self._aclient = openai.AsyncOpenAI(api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout)
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         import openai
@@ -176,8 +174,10 @@ class OpenAIEmbedder:
             except openai.OpenAIError as exc:
                 raise EmbeddingError(f"{self.model}: {exc}") from exc
             rows.extend(d.embedding for d in sorted(answer.data, key=lambda d: d.index))
-        return normalize(check_vectors(rows, len(texts), self.dimension, self.model)) if texts else np.zeros(
-            (0, self.dimension), np.float32
+        return (
+            normalize(check_vectors(rows, len(texts), self.dimension, self.model))
+            if texts
+            else np.zeros((0, self.dimension), np.float32)
         )
 
     async def aembed(self, texts: Sequence[str]) -> Vectors:
@@ -191,8 +191,10 @@ class OpenAIEmbedder:
             except openai.OpenAIError as exc:
                 raise EmbeddingError(f"{self.model}: {exc}") from exc
             rows.extend(d.embedding for d in sorted(answer.data, key=lambda d: d.index))
-        return normalize(check_vectors(rows, len(texts), self.dimension, self.model)) if texts else np.zeros(
-            (0, self.dimension), np.float32
+        return (
+            normalize(check_vectors(rows, len(texts), self.dimension, self.model))
+            if texts
+            else np.zeros((0, self.dimension), np.float32)
         )
 
 

@@ -78,8 +78,7 @@ def translate() -> Iterator[None]:
         raise
     except pg_errors.UndefinedTable as exc:
         raise SchemaOutOfDate(
-            f"pgmem's tables are missing ({exc.diag.message_primary}); run `pgmem migrate` "
-            "or connect with migrate=True"
+            f"pgmem's tables are missing ({exc.diag.message_primary}); run `pgmem migrate` or connect with migrate=True"
         ) from exc
     except (pg_errors.CharacterNotInRepertoire, pg_errors.UntranslatableCharacter) as exc:
         raise InvalidInput(f"text the database cannot store: {exc.diag.message_primary}") from exc

@@ -24,9 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(*args: str | Path, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [str(a) for a in args], cwd=cwd, capture_output=True, text=True, timeout=300, env=env
-    )
+    done = subprocess.run([str(a) for a in args], cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, f"{args} failed:\n{done.stdout}\n{done.stderr}"
     return done
 
@@ -51,9 +49,7 @@ def test_wheel_contains_the_resources(wheel: Path) -> None:
         "pgmem/_sync/messages.py",
     ):
         assert required in names
-    assert any(
-        n.startswith("pgmem/_resources/migrations/versions/0001_") and n.endswith(".py") for n in names
-    )
+    assert any(n.startswith("pgmem/_resources/migrations/versions/0001_") and n.endswith(".py") for n in names)
     # Every migration of the checkout ships, and nothing from tests or the tools.
     versions = {p.name for p in (ROOT / "migrations" / "versions").glob("*.py")}
     assert versions <= {n.rpartition("/")[2] for n in names if "/migrations/versions/" in n}
@@ -62,9 +58,7 @@ def test_wheel_contains_the_resources(wheel: Path) -> None:
     assert "pgmem = pgmem.cli:main" in entry_points
 
 
-def test_installed_wheel_finds_its_resources_and_migrates(
-    wheel: Path, tmp_path: Path, empty_dsn: str
-) -> None:
+def test_installed_wheel_finds_its_resources_and_migrates(wheel: Path, tmp_path: Path, empty_dsn: str) -> None:
     venv = tmp_path / "venv"
     _run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp_path)
     python = venv / "bin" / "python"

@@ -1,7 +1,7 @@
 """Generate the sync flavour (pgmem/_sync) from the async source (pgmem/_async) with `unasync`.
 
-    python tools/gen_sync.py          # rewrite pgmem/_sync
-    python tools/gen_sync.py --check  # exit 1 when pgmem/_sync is out of date (run by the test suite)
+python tools/gen_sync.py          # rewrite pgmem/_sync
+python tools/gen_sync.py --check  # exit 1 when pgmem/_sync is out of date (run by the test suite)
 """
 
 from __future__ import annotations

@@ -194,9 +194,7 @@ async def _ensure_schema(conninfo: str, migrate: bool) -> None:
     with translate():
         conn = await AsyncConnection.connect(conninfo, autocommit=True)
         try:
-            cur = await conn.execute(
-                "SELECT to_regclass('pgmem.alembic_version') IS NOT NULL"
-            )
+            cur = await conn.execute("SELECT to_regclass('pgmem.alembic_version') IS NOT NULL")
             row = await cur.fetchone()
             current = None
             if row is not None and row[0]:

@@ -127,9 +127,7 @@ class AsyncMessageRepository:
         message_id = storage_id(message) if isinstance(message, Message) else check_message_id(message)
         return bool(await self._scalar("delete", {"memory": memory, "id": message_id}, connection))
 
-    async def delete_newest(
-        self, memory: str, *, connection: AsyncConnection[Any] | None = None
-    ) -> Message | None:
+    async def delete_newest(self, memory: str, *, connection: AsyncConnection[Any] | None = None) -> Message | None:
         """Remove and return the newest message of ``memory`` (None when it is empty)."""
         check_key(memory)
         found = await self._messages("delete_newest", {"memory": memory}, connection)
@@ -158,9 +156,7 @@ class AsyncMessageRepository:
         check_key(memory)
         return int(await self._scalar("count", {"memory": memory}, connection))
 
-    async def at(
-        self, memory: str, position: int, *, connection: AsyncConnection[Any] | None = None
-    ) -> Message | None:
+    async def at(self, memory: str, position: int, *, connection: AsyncConnection[Any] | None = None) -> Message | None:
         """The message at ``position`` (0-based, negative from the end, as a list index); None when out of range."""
         check_key(memory)
         if not isinstance(position, int) or isinstance(position, bool):
@@ -168,7 +164,9 @@ class AsyncMessageRepository:
         if position >= 0:
             found = await self._messages("at_position", {"memory": memory, "offset": position}, connection)
         else:
-            found = await self._messages("at_position_from_end", {"memory": memory, "offset": -position - 1}, connection)
+            found = await self._messages(
+                "at_position_from_end", {"memory": memory, "offset": -position - 1}, connection
+            )
         return found[0] if found else None
 
     async def by_action(

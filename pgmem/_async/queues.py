@@ -216,7 +216,9 @@ class AsyncQueueRepository:
         done = {r[0] for r in rows}
         lost = [i.id for i in batch if i.id not in done]
         if lost:
-            raise LeaseLost(f"lease lost on item(s) {lost}: claimed again after the lease ended, or already acknowledged")
+            raise LeaseLost(
+                f"lease lost on item(s) {lost}: claimed again after the lease ended, or already acknowledged"
+            )
 
     async def nack(
         self,
@@ -323,8 +325,12 @@ class AsyncQueueRepository:
         (``None``: never). The caller acks or nacks each item."""
         while True:
             items = await self.wait(
-                queue, n, timeout=idle_timeout if idle_timeout is not None else 3600.0, lease=lease,
-                poll_interval=poll_interval, worker=worker,
+                queue,
+                n,
+                timeout=idle_timeout if idle_timeout is not None else 3600.0,
+                lease=lease,
+                poll_interval=poll_interval,
+                worker=worker,
             )
             if not items:
                 if idle_timeout is not None:

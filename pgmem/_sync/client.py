@@ -195,9 +195,7 @@ def _ensure_schema(conninfo: str, migrate: bool) -> None:
     with translate():
         conn = Connection.connect(conninfo, autocommit=True)
         try:
-            cur = conn.execute(
-                "SELECT to_regclass('pgmem.alembic_version') IS NOT NULL"
-            )
+            cur = conn.execute("SELECT to_regclass('pgmem.alembic_version') IS NOT NULL")
             row = cur.fetchone()
             current = None
             if row is not None and row[0]:

@@ -128,9 +128,7 @@ class MessageRepository:
         message_id = storage_id(message) if isinstance(message, Message) else check_message_id(message)
         return bool(self._scalar("delete", {"memory": memory, "id": message_id}, connection))
 
-    def delete_newest(
-        self, memory: str, *, connection: Connection[Any] | None = None
-    ) -> Message | None:
+    def delete_newest(self, memory: str, *, connection: Connection[Any] | None = None) -> Message | None:
         """Remove and return the newest message of ``memory`` (None when it is empty)."""
         check_key(memory)
         found = self._messages("delete_newest", {"memory": memory}, connection)
@@ -159,9 +157,7 @@ class MessageRepository:
         check_key(memory)
         return int(self._scalar("count", {"memory": memory}, connection))
 
-    def at(
-        self, memory: str, position: int, *, connection: Connection[Any] | None = None
-    ) -> Message | None:
+    def at(self, memory: str, position: int, *, connection: Connection[Any] | None = None) -> Message | None:
         """The message at ``position`` (0-based, negative from the end, as a list index); None when out of range."""
         check_key(memory)
         if not isinstance(position, int) or isinstance(position, bool):
@@ -169,7 +165,9 @@ class MessageRepository:
         if position >= 0:
             found = self._messages("at_position", {"memory": memory, "offset": position}, connection)
         else:
-            found = self._messages("at_position_from_end", {"memory": memory, "offset": -position - 1}, connection)
+            found = self._messages(
+                "at_position_from_end", {"memory": memory, "offset": -position - 1}, connection
+            )
         return found[0] if found else None
 
     def by_action(

@@ -217,7 +217,9 @@ class QueueRepository:
         done = {r[0] for r in rows}
         lost = [i.id for i in batch if i.id not in done]
         if lost:
-            raise LeaseLost(f"lease lost on item(s) {lost}: claimed again after the lease ended, or already acknowledged")
+            raise LeaseLost(
+                f"lease lost on item(s) {lost}: claimed again after the lease ended, or already acknowledged"
+            )
 
     def nack(
         self,
@@ -324,8 +326,12 @@ class QueueRepository:
         (``None``: never). The caller acks or nacks each item."""
         while True:
             items = self.wait(
-                queue, n, timeout=idle_timeout if idle_timeout is not None else 3600.0, lease=lease,
-                poll_interval=poll_interval, worker=worker,
+                queue,
+                n,
+                timeout=idle_timeout if idle_timeout is not None else 3600.0,
+                lease=lease,
+                poll_interval=poll_interval,
+                worker=worker,
             )
             if not items:
                 if idle_timeout is not None:

@@ -21,7 +21,9 @@ def test_rollback_leaves_nothing_commit_keeps_everything(client: pgmem.Client, d
     with psycopg.connect(dsn, autocommit=autocommit) as conn:
         with pytest.raises(RuntimeError), conn.transaction():
             client.messages.add("m", pgmem.Message(content="one"), connection=conn)
-            client.messages.add_many("m", [pgmem.Message(content="two"), pgmem.Message(content="three")], connection=conn)
+            client.messages.add_many(
+                "m", [pgmem.Message(content="two"), pgmem.Message(content="three")], connection=conn
+            )
             client.queues.push("q", pgmem.Message(content="job"), connection=conn)
             # Our own uncommitted writes are visible on our connection, not on others.
             assert client.messages.count("m", connection=conn) == 3

@@ -43,7 +43,10 @@ def test_server_start_status_stop(tmp_path: Path) -> None:
         os.environ.pop("PGMEM_DSN", None)
         probe = subprocess.run(
             [sys.executable, "-c", "import pgmem; c = pgmem.connect(namespace='cli'); print(c.conninfo); c.close()"],
-            capture_output=True, text=True, env={**os.environ, "PGMEM_HOME": home}, timeout=120,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PGMEM_HOME": home},
+            timeout=120,
         )
         assert probe.returncode == 0, probe.stderr
         assert probe.stdout.strip() == dsn

@@ -21,7 +21,8 @@ def test_demo_team_runs_and_the_flow_is_in_sql(dsn: str) -> None:
         by_action = dict(
             conn.execute(
                 """SELECT regexp_replace(m.cause_by, '^.*\\.', ''), count(*)
-                   FROM pgmem.memory_entries e JOIN pgmem.messages m ON m.namespace = e.namespace AND m.id = e.message_id
+                   FROM pgmem.memory_entries e
+                   JOIN pgmem.messages m ON m.namespace = e.namespace AND m.id = e.message_id
                    WHERE e.namespace = 'demo' AND e.memory = 'team' GROUP BY 1"""
             ).fetchall()
         )
@@ -65,7 +66,10 @@ def test_cli_demo(dsn: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
     result = subprocess.run(
         [sys.executable, "-m", "pgmem.cli", "demo", "--dsn", dsn, "--namespace", "cli"],
-        capture_output=True, text=True, timeout=120, env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
     assert result.returncode == 0, result.stderr
     assert "WriteCodeReview" in result.stdout and "finished in" in result.stdout

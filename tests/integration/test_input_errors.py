@@ -49,7 +49,9 @@ BAD_MESSAGES: list[tuple[str, dict[str, Any]]] = [
 
 
 @pytest.mark.parametrize(("case", "fields"), BAD_MESSAGES, ids=[c for c, _ in BAD_MESSAGES])
-def test_bad_message_is_rejected_and_nothing_written(client: pgmem.Client, dsn: str, case: str, fields: dict[str, Any]) -> None:
+def test_bad_message_is_rejected_and_nothing_written(
+    client: pgmem.Client, dsn: str, case: str, fields: dict[str, Any]
+) -> None:
     _seed(client)
     before = table_counts(dsn)
     message = pgmem.Message(**fields)
@@ -191,7 +193,13 @@ async def test_unreachable_dsn_async() -> None:
 
 
 def test_error_tree() -> None:
-    for cls in (pgmem.InvalidInput, pgmem.NotFound, pgmem.Conflict, pgmem.SchemaOutOfDate,
-                pgmem.ConnectionFailed, pgmem.ClientClosed):
+    for cls in (
+        pgmem.InvalidInput,
+        pgmem.NotFound,
+        pgmem.Conflict,
+        pgmem.SchemaOutOfDate,
+        pgmem.ConnectionFailed,
+        pgmem.ClientClosed,
+    ):
         assert issubclass(cls, pgmem.PgmemError)
     assert issubclass(pgmem.InvalidInput, ValueError)

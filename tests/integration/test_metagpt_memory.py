@@ -115,7 +115,10 @@ def test_metagpt_test_memory_sequence(client: pgmem.Client) -> None:
 def test_returns_the_callers_class_with_fields_intact(client: pgmem.Client) -> None:
     memory = Memory("role:Architect", client=client)
     sent = MGMessage(
-        content="design", cause_by=WriteCode, sent_from="Alice", send_to={"Bob", "Eve"},
+        content="design",
+        cause_by=WriteCode,
+        sent_from="Alice",
+        send_to={"Bob", "Eve"},
         instruct_content=PRD(title="2048", requirements=["fast", "fun"]),
     )
     memory.add(sent)

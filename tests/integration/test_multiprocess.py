@@ -41,9 +41,7 @@ def _child(target: Callable[..., Any], results: Any, index: int, *args: Any) -> 
 def run_processes(target: Callable[..., Any], args: list[tuple[Any, ...]]) -> list[Any]:
     """Run ``target(i, *args[i])`` in one spawned process each; return their results in index order."""
     results = CTX.Queue()
-    procs = [
-        CTX.Process(target=_child, args=(target, results, i, *a), daemon=True) for i, a in enumerate(args)
-    ]
+    procs = [CTX.Process(target=_child, args=(target, results, i, *a), daemon=True) for i, a in enumerate(args)]
     for p in procs:
         p.start()
     reports: dict[int, Any] = {}
@@ -87,8 +85,7 @@ def _scalar(dsn: str, query: Any, params: tuple[Any, ...] = ()) -> Any:
 def _entry_ids(dsn: str) -> list[str]:
     with psycopg.connect(dsn) as conn:
         rows = conn.execute(
-            "SELECT message_id FROM pgmem.memory_entries"
-            " WHERE namespace = %s AND memory = 'team' ORDER BY seq",
+            "SELECT message_id FROM pgmem.memory_entries WHERE namespace = %s AND memory = 'team' ORDER BY seq",
             (NAMESPACE,),
         ).fetchall()
     return [r[0] for r in rows]
@@ -147,9 +144,7 @@ def test_concurrent_adds_lose_and_duplicate_nothing(default_client_env: str, pro
     assert _scalar(dsn, "SELECT count(*) FROM pgmem.memories") == 1
     # Each shared message was stored once, with its content.
     with psycopg.connect(dsn) as conn:
-        shared = conn.execute(
-            "SELECT id, content FROM pgmem.messages WHERE id LIKE 'shared-%%' ORDER BY id"
-        ).fetchall()
+        shared = conn.execute("SELECT id, content FROM pgmem.messages WHERE id LIKE 'shared-%%' ORDER BY id").fetchall()
     assert shared == [(f"shared-{j:03d}", f"shared message {j}") for j in range(SHARED)]
 
     # Every process's own messages are in the memory in the order that process added them.
@@ -181,9 +176,7 @@ def _ping_pong_worker(index: int, conn: Connection, first: bool) -> list[str]:
     def check(peer_id: str, round_: int) -> None:
         newest = memory.get(1)
         if not newest or newest[0].id != peer_id:
-            problems.append(
-                f"round {round_}: newest is {newest[0].id if newest else None}, expected {peer_id}"
-            )
+            problems.append(f"round {round_}: newest is {newest[0].id if newest else None}, expected {peer_id}")
         if peer_id not in {m.id for m in memory.get(3)}:
             problems.append(f"round {round_}: {peer_id} missing from get(3)")
         from pgmem.metagpt import Memory
@@ -263,10 +256,7 @@ def _overlap_worker(index: int, barrier: Any) -> None:
     memory = _team()
     for round_ in range(OVERLAP_ROUNDS):
         barrier.wait()  # every round starts in every worker at once: the batches overlap in time
-        batch = [
-            pgmem.Message(id=f"r{round_}-{j:03d}", content=f"round {round_} message {j}")
-            for j in range(OVERLAP)
-        ]
+        batch = [pgmem.Message(id=f"r{round_}-{j:03d}", content=f"round {round_} message {j}") for j in range(OVERLAP)]
         rng.shuffle(batch)
         memory.add_batch(batch)
 
@@ -284,9 +274,7 @@ def test_overlapping_batches_in_different_orders_do_not_deadlock(default_client_
     assert _scalar(dsn, "SELECT count(*) FROM pgmem.memory_entries") == expected
     for round_ in range(OVERLAP_ROUNDS):
         assert (
-            _scalar(
-                dsn, "SELECT count(*) FROM pgmem.memory_entries WHERE message_id LIKE %s", (f"r{round_}-%",)
-            )
+            _scalar(dsn, "SELECT count(*) FROM pgmem.memory_entries WHERE message_id LIKE %s", (f"r{round_}-%",))
             == OVERLAP
         )
 

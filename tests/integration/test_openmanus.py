@@ -12,10 +12,10 @@ from types import SimpleNamespace
 
 import psycopg
 import pytest
-from tests.conftest import table_counts
 
 import pgmem
 from pgmem.openmanus import ROLE_VALUES, Function, Memory, Message, Role, ToolCall
+from tests.conftest import table_counts
 
 
 def _rows(dsn: str) -> tuple[int, int]:
@@ -226,10 +226,7 @@ def test_window_drops_tool_results_whose_call_fell_outside(client: pgmem.Client)
     ]
     memory = Memory(client=client, max_messages=100)
     memory.add_messages(conversation)
-    windows = {
-        n: [m.content for m in Memory(memory.key, client=client, max_messages=n).messages]
-        for n in range(1, 6)
-    }
+    windows = {n: [m.content for m in Memory(memory.key, client=client, max_messages=n).messages] for n in range(1, 6)}
     assert windows == {
         1: ["found it"],
         2: ["found it"],  # "out 2" without its assistant call is dropped
@@ -275,17 +272,13 @@ def _conversation(rng: random.Random, turns: int) -> list[Message]:
             for _ in range(rng.randint(1, 3)):
                 call += 1
                 calls.append(_call(f"call_{call}", rng.choice(["bash", "browser", "python"])))
-            messages.append(
-                Message(role="assistant", content=rng.choice([None, f"plan {turn}"]), tool_calls=calls)
-            )
+            messages.append(Message(role="assistant", content=rng.choice([None, f"plan {turn}"]), tool_calls=calls))
             results = list(calls)
             rng.shuffle(results)
             for c in results:
                 if rng.random() < 0.15:
                     messages.append(Message.user_message(f"interjection {turn}"))
-                messages.append(
-                    Message.tool_message(f"result of {c.id}", name=c.function.name, tool_call_id=c.id)
-                )
+                messages.append(Message.tool_message(f"result of {c.id}", name=c.function.name, tool_call_id=c.id))
     return messages
 
 

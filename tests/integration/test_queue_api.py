@@ -3,8 +3,8 @@ NOTIFY wake-up, transactional enqueue, routing — and bad input."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import math
+import multiprocessing as mp
 import time
 
 import psycopg

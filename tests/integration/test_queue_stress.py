@@ -26,8 +26,11 @@ def test_sigkilled_consumers_lose_nothing_and_ack_once(dsn: str) -> None:
         conn.execute("CREATE TABLE stress_done (message_id text, item_id bigint, attempt int, worker text)")
     env = {**os.environ, "PGMEM_DSN": dsn}
     run = lambda *args: subprocess.Popen(  # noqa: E731
-        [sys.executable, "-m", "tests.integration.queue_workers", *args], cwd=ROOT, env=env,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE if args[0] == "produce" else subprocess.DEVNULL,
+        [sys.executable, "-m", "tests.integration.queue_workers", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE if args[0] == "produce" else subprocess.DEVNULL,
     )
     rng = random.Random(11)
     producers = [run("produce", str(i), str(TOTAL // PRODUCERS)) for i in range(PRODUCERS)]

@@ -70,13 +70,20 @@ def test_reads(client: pgmem.Client) -> None:
     repo.add_many(
         "m",
         [
-            pgmem.Message(content="users running the game", role="pm", cause_by="WritePRD", sent_from="PM",
-                          send_to={"Architect"}),
+            pgmem.Message(
+                content="users running the game", role="pm", cause_by="WritePRD", sent_from="PM", send_to={"Architect"}
+            ),
             pgmem.Message(content="design of the board", role="arch", cause_by="WriteDesign", sent_from="Architect"),
-            pgmem.Message(content="code for the board", role="eng", cause_by=WriteCode, sent_from="Engineer",
-                          send_to={"Reviewer", "Architect"}),
-            pgmem.Message(content="more code", role="eng", cause_by=WriteCode, sent_from="Engineer",
-                          send_to={"Reviewer"}),
+            pgmem.Message(
+                content="code for the board",
+                role="eng",
+                cause_by=WriteCode,
+                sent_from="Engineer",
+                send_to={"Reviewer", "Architect"},
+            ),
+            pgmem.Message(
+                content="more code", role="eng", cause_by=WriteCode, sent_from="Engineer", send_to={"Reviewer"}
+            ),
         ],
     )
     content = lambda found: [m.content for m in found]  # noqa: E731
@@ -84,15 +91,21 @@ def test_reads(client: pgmem.Client) -> None:
     assert content(repo.last("m", 10)) == content(repo.last("m"))
     assert content(repo.by_action("m", WriteCode)) == ["code for the board", "more code"]
     assert content(repo.by_action("m", f"{__name__}.WriteCode")) == ["code for the board", "more code"]
-    assert content(repo.by_actions("m", ["WritePRD", "WriteDesign"])) == ["users running the game", "design of the board"]
+    assert content(repo.by_actions("m", ["WritePRD", "WriteDesign"])) == [
+        "users running the game",
+        "design of the board",
+    ]
     assert repo.by_actions("m", []) == []
     assert content(repo.by_role("m", "arch")) == ["design of the board"]
     assert content(repo.by_sender("m", "Engineer")) == ["code for the board", "more code"]
     assert content(repo.by_recipient("m", "Architect")) == [
-        "users running the game", "design of the board", "code for the board",
+        "users running the game",
+        "design of the board",
+        "code for the board",
     ]
     assert content(repo.by_recipient("m", "Architect", include_broadcast=False)) == [
-        "users running the game", "code for the board",
+        "users running the game",
+        "code for the board",
     ]
     assert content(repo.by_content("m", "board")) == ["design of the board", "code for the board"]
     assert content(repo.search_text("m", "run")) == ["users running the game"]  # English stemming

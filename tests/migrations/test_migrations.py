@@ -126,9 +126,7 @@ def _connect_worker(index: int, dsn: str, barrier: Any, results: Any) -> None:
         import pgmem as pgmem_in_child
 
         barrier.wait()
-        with pgmem_in_child.connect(
-            dsn, migrate=True, namespace=f"p{index}", min_size=0, max_size=1
-        ) as client:
+        with pgmem_in_child.connect(dsn, migrate=True, namespace=f"p{index}", min_size=0, max_size=1) as client:
             client.messages.add("team", pgmem_in_child.Message(content=f"process {index} is up"))
         results.put((index, None))
     except BaseException:  # noqa: BLE001 - reported to the parent, which fails the test with it
