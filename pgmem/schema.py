@@ -160,6 +160,13 @@ queue_items = Table(
     Index("queue_items_message_idx", "namespace", "message_id"),
     Index("queue_items_dead_idx", "namespace", "queue", "died_at", postgresql_where=text("status = 'dead'")),
     comment="Live queue items (ready, leased or dead); acknowledged items move to queue_archive.",
+    # Free space for HOT updates on claim, eager autovacuum (migration 0003).
+    postgresql_with={
+        "fillfactor": "70",
+        "autovacuum_vacuum_scale_factor": "0.01",
+        "autovacuum_vacuum_insert_scale_factor": "0.01",
+        "autovacuum_analyze_scale_factor": "0.02",
+    },
 )
 
 queue_archive = Table(
@@ -177,7 +184,7 @@ queue_archive = Table(
     Column("claimed_by", Text, nullable=True),
     Column("dedup_key", Text, nullable=True),
     PrimaryKeyConstraint("namespace", "id", name="queue_archive_pkey"),
-    Index("queue_archive_acked_idx", "namespace", "queue", "acked_at"),
+    Index("queue_archive_acked_brin", "acked_at", postgresql_using="brin"),
     Index("queue_archive_message_idx", "namespace", "message_id"),
     comment="Acknowledged queue items, kept for analytics until the retention policy purges them.",
 )
