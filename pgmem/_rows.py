@@ -220,6 +220,19 @@ INSERT_COLUMNS = (
 )
 
 
+def batch_columns(messages: list[Message]) -> dict[str, list[Any]]:
+    """Validate a batch and turn it into one list per column (``INSERT_COLUMNS``), for ``unnest``.
+
+    ``send_to`` travels as one JSON array per message: Postgres arrays of arrays must be rectangular."""
+    columns: dict[str, list[Any]] = {name: [] for name in INSERT_COLUMNS}
+    lists = list(columns.values())
+    for index, message in enumerate(messages):
+        for target, value in zip(lists, encode(message, index), strict=True):
+            target.append(value)
+    columns["send_to"] = [json.dumps(v) for v in columns["send_to"]]
+    return columns
+
+
 _new_message = object.__new__
 _set = object.__setattr__
 _ALL_FIELDS = frozenset(Message.model_fields)

@@ -21,6 +21,7 @@ REPLACEMENTS = {
     "AsyncClient": "Client",
     "AsyncMessageRepository": "MessageRepository",
     "AsyncQueueRepository": "QueueRepository",
+    "AsyncRepository": "Repository",
     "AsyncConnection": "Connection",
     "AsyncConnectionPool": "ConnectionPool",
     "AsyncCursor": "Cursor",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -10,12 +9,22 @@ from psycopg import AsyncConnection
 from psycopg import errors as pg_errors
 
 from pgmem import queries
-from pgmem._rows import INSERT_COLUMNS, MAX_BATCH, check_key, check_message_id, decode, encode, storage_id
+from pgmem._async.base import AsyncRepository
+from pgmem._rows import (
+    INSERT_COLUMNS,
+    MAX_BATCH,
+    batch_columns,
+    check_key,
+    check_message_id,
+    decode,
+    encode,
+    storage_id,
+)
 from pgmem.errors import Conflict, InvalidInput, NotFound, translate
 from pgmem.models import MESSAGE_ROUTE_TO_ALL, Message, any_to_str
 
 if TYPE_CHECKING:
-    from pgmem._async.client import AsyncClient
+    pass
 
 __all__ = ["AsyncMessageRepository"]
 
@@ -28,7 +37,7 @@ def _positive(value: int, name: str, *, allow_zero: bool = True) -> int:
     return value
 
 
-class AsyncMessageRepository:
+class AsyncMessageRepository(AsyncRepository):
     """Messages of one namespace and the memories (named lists of messages) that hold them.
 
     A message is stored once per namespace; each memory refers to it (``memory_entries``) in the order it
@@ -43,29 +52,12 @@ class AsyncMessageRepository:
         ['hello']
     """
 
-    def __init__(self, client: AsyncClient) -> None:
-        self._client = client
-
-    @property
-    def namespace(self) -> str:
-        return self._client.namespace
-
-    async def _rows(
-        self, name: str, params: dict[str, Any], connection: AsyncConnection[Any] | None
-    ) -> list[tuple[Any, ...]]:
-        with translate():
-            async with self._client.connection(connection) as conn:
-                cur = await conn.execute(Q[name], {"ns": self.namespace, **params}, binary=True)
-                return await cur.fetchall()
+    queries = Q
 
     async def _messages(
         self, name: str, params: dict[str, Any], connection: AsyncConnection[Any] | None
     ) -> list[Message]:
         return [decode(row) for row in await self._rows(name, params, connection)]
-
-    async def _scalar(self, name: str, params: dict[str, Any], connection: AsyncConnection[Any] | None) -> Any:
-        rows = await self._rows(name, params, connection)
-        return rows[0][0] if rows else None
 
     # -- writes ---------------------------------------------------------------------------------------
 
@@ -104,13 +96,7 @@ class AsyncMessageRepository:
             raise InvalidInput(f"a batch holds at most {MAX_BATCH} messages, got {len(batch)}")
         if not batch:
             return 0
-        rows = [encode(m, i) for i, m in enumerate(batch)]
-        columns: dict[str, list[Any]] = {name: [] for name in INSERT_COLUMNS}
-        lists = list(columns.values())
-        for row in rows:
-            for target, value in zip(lists, row, strict=True):
-                target.append(value)
-        columns["send_to"] = [json.dumps(v) for v in columns["send_to"]]
+        columns = batch_columns(batch)
         with translate():
             async with self._client.connection(connection) as conn:
                 cur = await conn.execute(Q["add_many"], {"ns": self.namespace, "memory": memory, **columns})

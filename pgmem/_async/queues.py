@@ -4,7 +4,6 @@ and routing of published messages to subscribers' inbox queues."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import socket
 import time
@@ -15,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 from psycopg import AsyncConnection, sql
 
 from pgmem import queries
+from pgmem._async.base import AsyncRepository
 from pgmem._compat_async import make_lock
-from pgmem._rows import INSERT_COLUMNS, MAX_BATCH, check_key, encode
+from pgmem._rows import INSERT_COLUMNS, MAX_BATCH, batch_columns, check_key, encode
 from pgmem.errors import InvalidInput, translate
 from pgmem.models import Message, any_to_str
 from pgmem.queueing import (
@@ -48,7 +48,7 @@ Q = queries.load("queues")
 _WORKER = f"{socket.gethostname()}:{os.getpid()}"
 
 
-class AsyncQueueRepository:
+class AsyncQueueRepository(AsyncRepository):
     """Named queues of messages shared by any number of processes.
 
     A queue exists once something is pushed to it (names follow the memory-key rule). ``claim`` takes
@@ -64,22 +64,12 @@ class AsyncQueueRepository:
         ...     await client.queues.ack(item)
     """
 
+    queries = Q
+
     def __init__(self, client: AsyncClient) -> None:
-        self._client = client
+        super().__init__(client)
         self._listener: AsyncConnection[Any] | None = None
         self._listen_lock = make_lock()
-
-    @property
-    def namespace(self) -> str:
-        return self._client.namespace
-
-    async def _rows(
-        self, name: str, params: dict[str, Any], connection: AsyncConnection[Any] | None
-    ) -> list[tuple[Any, ...]]:
-        with translate():
-            async with self._client.connection(connection) as conn:
-                cur = await conn.execute(Q[name], {"ns": self.namespace, **params}, binary=True)
-                return await cur.fetchall()
 
     # -- producing ------------------------------------------------------------------------------------
 
@@ -148,12 +138,7 @@ class AsyncQueueRepository:
                 check_key(key, "dedup key")
         if not batch:
             return []
-        columns: dict[str, list[Any]] = {name: [] for name in INSERT_COLUMNS}
-        lists = list(columns.values())
-        for i, m in enumerate(batch):
-            for target, value in zip(lists, encode(m, i), strict=True):
-                target.append(value)
-        columns["send_to"] = [json.dumps(v) for v in columns["send_to"]]
+        columns = batch_columns(batch)
         rows = await self._rows("push_many", {**params, **columns, "dedup_key": keys}, connection)
         return list(rows[0][0])
 
@@ -419,15 +404,10 @@ class AsyncQueueRepository:
         check_key(subscriber, "subscriber")
         names = sorted({any_to_str(a) for a in addresses}) if addresses is not None else [subscriber]
         actions = None if watch is None else sorted({any_to_str(a) for a in watch})
-        await self._rows_none("subscribe", {"subscriber": subscriber, "addresses": names, "watch": actions}, connection)
+        await self._rows("subscribe", {"subscriber": subscriber, "addresses": names, "watch": actions}, connection)
 
     async def unsubscribe(self, subscriber: str, *, connection: AsyncConnection[Any] | None = None) -> None:
-        await self._rows_none("unsubscribe", {"subscriber": check_key(subscriber, "subscriber")}, connection)
-
-    async def _rows_none(self, name: str, params: dict[str, Any], connection: AsyncConnection[Any] | None) -> None:
-        with translate():
-            async with self._client.connection(connection) as conn:
-                await conn.execute(Q[name], {"ns": self.namespace, **params})
+        await self._rows("unsubscribe", {"subscriber": check_key(subscriber, "subscriber")}, connection)
 
     async def publish(
         self,

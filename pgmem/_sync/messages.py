@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -11,12 +10,22 @@ from psycopg import Connection
 from psycopg import errors as pg_errors
 
 from pgmem import queries
-from pgmem._rows import INSERT_COLUMNS, MAX_BATCH, check_key, check_message_id, decode, encode, storage_id
+from pgmem._sync.base import Repository
+from pgmem._rows import (
+    INSERT_COLUMNS,
+    MAX_BATCH,
+    batch_columns,
+    check_key,
+    check_message_id,
+    decode,
+    encode,
+    storage_id,
+)
 from pgmem.errors import Conflict, InvalidInput, NotFound, translate
 from pgmem.models import MESSAGE_ROUTE_TO_ALL, Message, any_to_str
 
 if TYPE_CHECKING:
-    from pgmem._sync.client import Client
+    pass
 
 __all__ = ["MessageRepository"]
 
@@ -29,7 +38,7 @@ def _positive(value: int, name: str, *, allow_zero: bool = True) -> int:
     return value
 
 
-class MessageRepository:
+class MessageRepository(Repository):
     """Messages of one namespace and the memories (named lists of messages) that hold them.
 
     A message is stored once per namespace; each memory refers to it (``memory_entries``) in the order it
@@ -44,29 +53,12 @@ class MessageRepository:
         ['hello']
     """
 
-    def __init__(self, client: Client) -> None:
-        self._client = client
-
-    @property
-    def namespace(self) -> str:
-        return self._client.namespace
-
-    def _rows(
-        self, name: str, params: dict[str, Any], connection: Connection[Any] | None
-    ) -> list[tuple[Any, ...]]:
-        with translate():
-            with self._client.connection(connection) as conn:
-                cur = conn.execute(Q[name], {"ns": self.namespace, **params}, binary=True)
-                return cur.fetchall()
+    queries = Q
 
     def _messages(
         self, name: str, params: dict[str, Any], connection: Connection[Any] | None
     ) -> list[Message]:
         return [decode(row) for row in self._rows(name, params, connection)]
-
-    def _scalar(self, name: str, params: dict[str, Any], connection: Connection[Any] | None) -> Any:
-        rows = self._rows(name, params, connection)
-        return rows[0][0] if rows else None
 
     # -- writes ---------------------------------------------------------------------------------------
 
@@ -105,13 +97,7 @@ class MessageRepository:
             raise InvalidInput(f"a batch holds at most {MAX_BATCH} messages, got {len(batch)}")
         if not batch:
             return 0
-        rows = [encode(m, i) for i, m in enumerate(batch)]
-        columns: dict[str, list[Any]] = {name: [] for name in INSERT_COLUMNS}
-        lists = list(columns.values())
-        for row in rows:
-            for target, value in zip(lists, row, strict=True):
-                target.append(value)
-        columns["send_to"] = [json.dumps(v) for v in columns["send_to"]]
+        columns = batch_columns(batch)
         with translate():
             with self._client.connection(connection) as conn:
                 cur = conn.execute(Q["add_many"], {"ns": self.namespace, "memory": memory, **columns})

@@ -5,7 +5,6 @@ and routing of published messages to subscribers' inbox queues."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import socket
 import time
@@ -16,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 from psycopg import Connection, sql
 
 from pgmem import queries
+from pgmem._sync.base import Repository
 from pgmem._compat_sync import make_lock
-from pgmem._rows import INSERT_COLUMNS, MAX_BATCH, check_key, encode
+from pgmem._rows import INSERT_COLUMNS, MAX_BATCH, batch_columns, check_key, encode
 from pgmem.errors import InvalidInput, translate
 from pgmem.models import Message, any_to_str
 from pgmem.queueing import (
@@ -49,7 +49,7 @@ Q = queries.load("queues")
 _WORKER = f"{socket.gethostname()}:{os.getpid()}"
 
 
-class QueueRepository:
+class QueueRepository(Repository):
     """Named queues of messages shared by any number of processes.
 
     A queue exists once something is pushed to it (names follow the memory-key rule). ``claim`` takes
@@ -65,22 +65,12 @@ class QueueRepository:
         ...     await client.queues.ack(item)
     """
 
+    queries = Q
+
     def __init__(self, client: Client) -> None:
-        self._client = client
+        super().__init__(client)
         self._listener: Connection[Any] | None = None
         self._listen_lock = make_lock()
-
-    @property
-    def namespace(self) -> str:
-        return self._client.namespace
-
-    def _rows(
-        self, name: str, params: dict[str, Any], connection: Connection[Any] | None
-    ) -> list[tuple[Any, ...]]:
-        with translate():
-            with self._client.connection(connection) as conn:
-                cur = conn.execute(Q[name], {"ns": self.namespace, **params}, binary=True)
-                return cur.fetchall()
 
     # -- producing ------------------------------------------------------------------------------------
 
@@ -149,12 +139,7 @@ class QueueRepository:
                 check_key(key, "dedup key")
         if not batch:
             return []
-        columns: dict[str, list[Any]] = {name: [] for name in INSERT_COLUMNS}
-        lists = list(columns.values())
-        for i, m in enumerate(batch):
-            for target, value in zip(lists, encode(m, i), strict=True):
-                target.append(value)
-        columns["send_to"] = [json.dumps(v) for v in columns["send_to"]]
+        columns = batch_columns(batch)
         rows = self._rows("push_many", {**params, **columns, "dedup_key": keys}, connection)
         return list(rows[0][0])
 
@@ -420,15 +405,10 @@ class QueueRepository:
         check_key(subscriber, "subscriber")
         names = sorted({any_to_str(a) for a in addresses}) if addresses is not None else [subscriber]
         actions = None if watch is None else sorted({any_to_str(a) for a in watch})
-        self._rows_none("subscribe", {"subscriber": subscriber, "addresses": names, "watch": actions}, connection)
+        self._rows("subscribe", {"subscriber": subscriber, "addresses": names, "watch": actions}, connection)
 
     def unsubscribe(self, subscriber: str, *, connection: Connection[Any] | None = None) -> None:
-        self._rows_none("unsubscribe", {"subscriber": check_key(subscriber, "subscriber")}, connection)
-
-    def _rows_none(self, name: str, params: dict[str, Any], connection: Connection[Any] | None) -> None:
-        with translate():
-            with self._client.connection(connection) as conn:
-                conn.execute(Q[name], {"ns": self.namespace, **params})
+        self._rows("unsubscribe", {"subscriber": check_key(subscriber, "subscriber")}, connection)
 
     def publish(
         self,

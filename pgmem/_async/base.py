@@ -1,0 +1,38 @@
+"""What every repository shares: its client, its namespace, and running one named query."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, LiteralString
+
+from psycopg import AsyncConnection
+
+from pgmem.errors import translate
+
+if TYPE_CHECKING:
+    from pgmem._async.client import AsyncClient
+
+
+class AsyncRepository:
+    """Base of the repositories: named queries of one ``sql/<group>.sql`` file, scoped to the namespace."""
+
+    queries: dict[str, LiteralString]
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    @property
+    def namespace(self) -> str:
+        return self._client.namespace
+
+    async def _rows(
+        self, name: str, params: dict[str, Any], connection: AsyncConnection[Any] | None
+    ) -> list[tuple[Any, ...]]:
+        """Run the named query (``%(ns)s`` is the client's namespace) and return its rows."""
+        with translate():
+            async with self._client.connection(connection) as conn:
+                cur = await conn.execute(self.queries[name], {"ns": self.namespace, **params}, binary=True)
+                return await cur.fetchall() if cur.description is not None else []
+
+    async def _scalar(self, name: str, params: dict[str, Any], connection: AsyncConnection[Any] | None) -> Any:
+        rows = await self._rows(name, params, connection)
+        return rows[0][0] if rows else None

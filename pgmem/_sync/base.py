@@ -1,0 +1,39 @@
+# Generated from pgmem/_async by tools/gen_sync.py: edit the async source, then regenerate.
+"""What every repository shares: its client, its namespace, and running one named query."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, LiteralString
+
+from psycopg import Connection
+
+from pgmem.errors import translate
+
+if TYPE_CHECKING:
+    from pgmem._sync.client import Client
+
+
+class Repository:
+    """Base of the repositories: named queries of one ``sql/<group>.sql`` file, scoped to the namespace."""
+
+    queries: dict[str, LiteralString]
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    @property
+    def namespace(self) -> str:
+        return self._client.namespace
+
+    def _rows(
+        self, name: str, params: dict[str, Any], connection: Connection[Any] | None
+    ) -> list[tuple[Any, ...]]:
+        """Run the named query (``%(ns)s`` is the client's namespace) and return its rows."""
+        with translate():
+            with self._client.connection(connection) as conn:
+                cur = conn.execute(self.queries[name], {"ns": self.namespace, **params}, binary=True)
+                return cur.fetchall() if cur.description is not None else []
+
+    def _scalar(self, name: str, params: dict[str, Any], connection: Connection[Any] | None) -> Any:
+        rows = self._rows(name, params, connection)
+        return rows[0][0] if rows else None
