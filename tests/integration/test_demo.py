@@ -8,35 +8,48 @@ import subprocess
 import sys
 
 import psycopg
+import pytest
 from rich.console import Console
 
-from pgmem import demo
+from pgmem import demo, queries
+from pgmem.errors import redact
+
+TEAM_ROWS = """SELECT regexp_replace(m.cause_by, '^.*\\.', ''), m.sent_from, count(*)
+               FROM pgmem.memory_entries e
+               JOIN pgmem.messages m ON m.namespace = e.namespace AND m.id = e.message_id
+               WHERE e.namespace = %s AND e.memory = 'team' GROUP BY 1, 2"""
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # no test calls the network
 
 
 def test_demo_team_runs_and_the_flow_is_in_sql(dsn: str) -> None:
     out = io.StringIO()
-    demo.run(dsn, namespace="demo", console=Console(file=out, width=200))
+    demo.run(dsn, namespace="demo", console=Console(file=out, width=100))
     text = out.getvalue()
     with psycopg.connect(dsn) as conn:
-        by_action = dict(
-            conn.execute(
-                """SELECT regexp_replace(m.cause_by, '^.*\\.', ''), count(*)
-                   FROM pgmem.memory_entries e
-                   JOIN pgmem.messages m ON m.namespace = e.namespace AND m.id = e.message_id
-                   WHERE e.namespace = 'demo' AND e.memory = 'team' GROUP BY 1"""
-            ).fetchall()
-        )
-        flow = {
-            (r[0], r[1]): r[2]
-            for r in conn.execute(demo.queries.load("demo")["action_flow"], {"ns": "demo", "memory": "team"})
-        }
+        by_action = {(r[0], r[1]): r[2] for r in conn.execute(TEAM_ROWS, ("demo",))}
+        flow_rows = conn.execute(queries.load("demo")["action_flow"], {"ns": "demo", "memory": "team"})
+        flow = {(r[0], r[1]): r[2] for r in flow_rows}
         duplicates = conn.execute(
-            "SELECT count(*) - count(DISTINCT message_id) FROM pgmem.memory_entries WHERE namespace = 'demo'"
-            " GROUP BY memory ORDER BY 1 DESC LIMIT 1"
+            "SELECT count(*) FROM (SELECT memory, message_id FROM pgmem.memory_entries WHERE namespace = 'demo'"
+            " GROUP BY 1, 2 HAVING count(*) > 1) d"
         ).fetchone()
-        senders = {r[0] for r in conn.execute("SELECT DISTINCT sent_from FROM pgmem.messages WHERE namespace = 'demo'")}
-    # The script: one PRD, one design, two files, one requested change, three reviews.
-    assert by_action == {"UserRequirement": 1, "WritePRD": 1, "WriteDesign": 1, "WriteCode": 3, "WriteCodeReview": 3}
+        same_content = conn.execute(
+            "SELECT count(*) - count(DISTINCT (content, cause_by, sent_from)) FROM pgmem.messages"
+            " WHERE namespace = 'demo'"
+        ).fetchone()
+        memories = {r[0] for r in conn.execute("SELECT key FROM pgmem.memories WHERE namespace = 'demo'")}
+    # Every role produced its action. The script: one PRD, one design, two files, one fix, three reviews.
+    assert by_action == {
+        ("UserRequirement", "Human"): 1,
+        ("WritePRD", "ProductManager"): 1,
+        ("WriteDesign", "Architect"): 1,
+        ("WriteCode", "Engineer"): 3,
+        ("WriteCodeReview", "Reviewer"): 3,
+    }
     assert flow == {
         ("UserRequirement", "WritePRD"): 1,
         ("WritePRD", "WriteDesign"): 1,
@@ -44,28 +57,33 @@ def test_demo_team_runs_and_the_flow_is_in_sql(dsn: str) -> None:
         ("WriteCode", "WriteCodeReview"): 3,
         ("WriteCodeReview", "WriteCode"): 1,
     }
-    assert duplicates == (0,)
-    assert senders == {"Human", "ProductManager", "Architect", "Engineer", "Reviewer"}
-    assert "psql" in text and "action flow" in text and "did not finish" not in text
+    assert duplicates == (0,) and same_content == (0,)  # no message twice, in any memory or in the table
     # Each role kept its own memory of what it saw and said.
-    with psycopg.connect(dsn) as conn:
-        memories = {r[0] for r in conn.execute("SELECT key FROM pgmem.memories WHERE namespace = 'demo'")}
     assert memories == {"team", "role:ProductManager", "role:Architect", "role:Engineer", "role:Reviewer"}
+    assert redact(dsn) in text and "psql" in text and "action flow" in text
 
 
-def test_demo_twice_gives_the_same_report(dsn: str) -> None:
+def test_demo_twice_gives_the_same_report_and_follows_the_idea(dsn: str) -> None:
+    outputs = []
     for _ in range(2):
-        demo.run(dsn, namespace="again", console=Console(file=io.StringIO()))
+        out = io.StringIO()
+        demo.run(dsn, namespace="again", console=Console(file=out, width=100), idea="a todo list for teams")
+        outputs.append(out.getvalue())
     with psycopg.connect(dsn) as conn:
-        assert conn.execute(
-            "SELECT count(*) FROM pgmem.memory_entries WHERE namespace = 'again' AND memory = 'team'"
-        ).fetchone() == (9,)
+        assert sum(r[2] for r in conn.execute(TEAM_ROWS, ("again",))) == 9
+        prd = conn.execute(
+            "SELECT content FROM pgmem.messages WHERE namespace = 'again' AND cause_by = 'pgmem.demo.WritePRD'"
+        ).fetchone()
+    assert prd is not None and "a todo list for teams" in prd[0]
+    # The tables are the same both times (the timings are not).
+    tables = [o[o.index("messages by role") : o.index("action flow")] for o in outputs]
+    assert tables[0] == tables[1]
 
 
 def test_cli_demo(dsn: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
     result = subprocess.run(
-        [sys.executable, "-m", "pgmem.cli", "demo", "--dsn", dsn, "--namespace", "cli"],
+        [sys.executable, "-m", "pgmem.cli", "demo", "--dsn", dsn, "--namespace", "cli", "--idea", "a chess clock"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -73,3 +91,4 @@ def test_cli_demo(dsn: str) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "WriteCodeReview" in result.stdout and "finished in" in result.stdout
+    assert "a chess clock" in result.stdout
