@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -18,3 +18,14 @@ async def run_blocking(func: Callable[P, T], *args: P.args, **kwargs: P.kwargs) 
 def make_lock() -> asyncio.Lock:
     """A lock for the flavour: asyncio here, threading in the sync flavour."""
     return asyncio.Lock()
+
+
+def spawn(func: Callable[[], Coroutine[Any, Any, None]]) -> asyncio.Task[None]:
+    """Run ``func`` in the background: a task on the running loop here, a thread in the sync flavour."""
+    return asyncio.get_running_loop().create_task(func())
+
+
+async def join(handle: asyncio.Task[None] | None) -> None:
+    """Wait for a background job started by :func:`spawn` (its errors are its own business)."""
+    if handle is not None:
+        await asyncio.gather(handle, return_exceptions=True)

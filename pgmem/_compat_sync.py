@@ -17,3 +17,16 @@ def run_blocking(func: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
 def make_lock() -> threading.Lock:
     """A lock for the flavour: asyncio in the async flavour, threading here."""
     return threading.Lock()
+
+
+def spawn(func: Callable[[], None]) -> threading.Thread:
+    """Run ``func`` in the background: a daemon thread here, a task in the async flavour."""
+    thread = threading.Thread(target=func, name="pgmem-embedder", daemon=True)
+    thread.start()
+    return thread
+
+
+def join(handle: threading.Thread | None) -> None:
+    """Wait for a background job started by :func:`spawn`."""
+    if handle is not None and handle is not threading.current_thread():
+        handle.join()

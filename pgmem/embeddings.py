@@ -219,5 +219,16 @@ class SentenceTransformerEmbedder:
 
 
 def default_embedder() -> Embedder:
-    """The configured default: the offline :class:`HashingEmbedder` (384 dimensions)."""
-    return HashingEmbedder()
+    """The configured default (``PGMEM_EMBEDDER``): the offline :class:`HashingEmbedder` (384 dimensions)
+    unless the settings name ``openai`` or ``sentence-transformers:<model>``."""
+    from pgmem.settings import get_settings
+
+    settings = get_settings()
+    choice = settings.embedder.strip()
+    if choice == "hashing":
+        return HashingEmbedder()
+    if choice == "openai":
+        return OpenAIEmbedder(settings.openai_embedding_model, settings.openai_embedding_dimension)
+    if choice.startswith("sentence-transformers:"):
+        return SentenceTransformerEmbedder(choice.split(":", 1)[1])
+    raise InvalidInput(f"PGMEM_EMBEDDER={choice!r}: expected 'hashing', 'openai' or 'sentence-transformers:<model>'")

@@ -7,8 +7,10 @@ can key on it.
 
 from __future__ import annotations
 
+from pgvector.sqlalchemy import HALFVEC, VECTOR
 from sqlalchemy import (
     BigInteger,
+    CheckConstraint,
     Column,
     Computed,
     DateTime,
@@ -19,6 +21,7 @@ from sqlalchemy import (
     LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
+    SmallInteger,
     Table,
     Text,
     text,
@@ -42,6 +45,13 @@ memories = Table(
     Column("key", Text, nullable=False),
     Column("kind", Text, nullable=False, server_default=text("'memory'")),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column(
+        "vec_rev",
+        BigInteger,
+        nullable=False,
+        server_default=text("0"),
+        comment="high-water mark of pgmem.vector_log for this memory (the FAISS cache's strict mode reads it)",
+    ),
     PrimaryKeyConstraint("namespace", "key", name="memories_pkey"),
     comment="A named memory (e.g. one role's memory); holds references to messages.",
 )
@@ -201,9 +211,107 @@ subscriptions = Table(
     comment="Who receives published messages in an inbox queue (inbox:<subscriber>).",
 )
 
+embedding_models = Table(
+    "embedding_models",
+    metadata,
+    Column("id", SmallInteger, Identity(always=False), nullable=False),
+    Column("name", Text, nullable=False, comment="the provider's model name, e.g. text-embedding-3-small"),
+    Column("dimension", Integer, nullable=False),
+    Column("kind", Text, nullable=False, comment="vector, or halfvec above 2,000 dimensions (HNSW's limit)"),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("id", name="embedding_models_pkey"),
+    Index("embedding_models_name_key", "name", unique=True),
+    CheckConstraint("dimension BETWEEN 1 AND 16000", name="embedding_models_dimension_check"),
+    CheckConstraint("kind IN ('vector', 'halfvec')", name="embedding_models_kind_check"),
+    comment="Embedding models in use; each has a partial HNSW index on pgmem.embeddings (embeddings_hnsw_m<id>).",
+)
+
+memory_models = Table(
+    "memory_models",
+    metadata,
+    Column("namespace", Text, nullable=False),
+    Column("memory", Text, nullable=False),
+    Column("model_id", SmallInteger, nullable=False),
+    Column("status", Text, nullable=False, comment="active (searched) | building (being back-filled)"),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("namespace", "memory", "model_id", name="memory_models_pkey"),
+    ForeignKeyConstraint(
+        ["namespace", "memory"],
+        ["pgmem.memories.namespace", "pgmem.memories.key"],
+        ondelete="CASCADE",
+        name="memory_models_memory_fkey",
+    ),
+    ForeignKeyConstraint(["model_id"], ["pgmem.embedding_models.id"], name="memory_models_model_fkey"),
+    CheckConstraint("status IN ('active', 'building')", name="memory_models_status_check"),
+    comment="Which embedding models a memory's messages are embedded with; new entries are queued for each.",
+)
+
+embeddings = Table(
+    "embeddings",
+    metadata,
+    Column("namespace", Text, nullable=False),
+    Column("model_id", SmallInteger, nullable=False),
+    Column("message_id", Text, nullable=False),
+    Column("embedding", VECTOR(), nullable=True, comment="models up to 2,000 dimensions"),
+    Column("embedding_half", HALFVEC(), nullable=True, comment="models above 2,000 dimensions"),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("namespace", "model_id", "message_id", name="embeddings_pkey"),
+    ForeignKeyConstraint(
+        ["namespace", "message_id"],
+        ["pgmem.messages.namespace", "pgmem.messages.id"],
+        ondelete="CASCADE",
+        name="embeddings_message_fkey",
+    ),
+    ForeignKeyConstraint(["model_id"], ["pgmem.embedding_models.id"], name="embeddings_model_fkey"),
+    CheckConstraint("(embedding IS NULL) <> (embedding_half IS NULL)", name="embeddings_one_vector_check"),
+    comment="One vector per (message, model); a partial expression HNSW index per model.",
+)
+
+embedding_outbox = Table(
+    "embedding_outbox",
+    metadata,
+    Column("namespace", Text, nullable=False),
+    Column("model_id", SmallInteger, nullable=False),
+    Column("message_id", Text, nullable=False),
+    Column("enqueued_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("available_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("last_error", Text, nullable=True),
+    PrimaryKeyConstraint("namespace", "model_id", "message_id", name="embedding_outbox_pkey"),
+    ForeignKeyConstraint(
+        ["namespace", "message_id"],
+        ["pgmem.messages.namespace", "pgmem.messages.id"],
+        ondelete="CASCADE",
+        name="embedding_outbox_message_fkey",
+    ),
+    ForeignKeyConstraint(["model_id"], ["pgmem.embedding_models.id"], name="embedding_outbox_model_fkey"),
+    Index("embedding_outbox_ready_idx", "model_id", "available_at"),
+    comment="Messages waiting for an embedding, written in the transaction that stored them.",
+)
+
+vector_log = Table(
+    "vector_log",
+    metadata,
+    Column("namespace", Text, nullable=False),
+    Column("memory", Text, nullable=False),
+    Column("rev", BigInteger, nullable=False, comment="per memory, gapless, in commit order (memories.vec_rev)"),
+    Column("message_id", Text, nullable=False),
+    Column("model_id", SmallInteger, nullable=False),
+    Column("op", SmallInteger, nullable=False, comment="+1: the vector joined the memory; -1: it left"),
+    Column("logged_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("namespace", "memory", "rev", name="vector_log_pkey"),
+    Index("vector_log_logged_brin", "logged_at", postgresql_using="brin"),
+    comment="Changes to the set of vectors of each memory, written by triggers; FAISS caches replay it.",
+)
+
 __all__ = [
     "FTS_MAX_CHARS",
     "SCHEMA",
+    "embedding_models",
+    "embedding_outbox",
+    "embeddings",
+    "memory_models",
+    "vector_log",
     "TEXT_SEARCH_CONFIG",
     "memories",
     "memory_entries",

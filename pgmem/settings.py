@@ -19,6 +19,10 @@ class Settings(BaseSettings):
     ``PGMEM_DSN``: the PostgreSQL server to use; unset means the embedded server under ``PGMEM_HOME``.
     ``PGMEM_HOME``: where the embedded server keeps its data (default: the user's data directory).
     ``PGMEM_NAMESPACE``: the namespace of the default client.
+    ``PGMEM_EMBEDDER``: the default embedding provider: ``hashing`` (offline, the default),
+    ``openai`` (model ``PGMEM_OPENAI_EMBEDDING_MODEL``, dimension ``PGMEM_OPENAI_EMBEDDING_DIMENSION``,
+    key and ``base_url`` from ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``) or
+    ``sentence-transformers:<model>`` (the ``pgmem[local]`` extra).
     """
 
     model_config = SettingsConfigDict(env_prefix="PGMEM_", extra="ignore")
@@ -28,6 +32,9 @@ class Settings(BaseSettings):
     namespace: str = "default"
     pool_min_size: int = 1
     pool_max_size: int = 10
+    embedder: str = "hashing"
+    openai_embedding_model: str = "text-embedding-3-small"
+    openai_embedding_dimension: int = 1536
 
 
 def get_settings() -> Settings:

@@ -7,7 +7,7 @@
 -- name: add_one
 -- One statement: register the memory, store the message once (a known id is kept as stored), and
 -- reference it from the memory. Returns the entry's sequence number, or nothing when the memory already
--- held the message.
+-- held the message; and whether the memory has embedding models.
 WITH memory AS (
     INSERT INTO pgmem.memories (namespace, key) VALUES (%(ns)s, %(memory)s)
     ON CONFLICT DO NOTHING
@@ -23,13 +23,15 @@ WITH memory AS (
 INSERT INTO pgmem.memory_entries (namespace, memory, message_id, cause_by)
 VALUES (%(ns)s, %(memory)s, %(id)s, %(cause_by)s)
 ON CONFLICT DO NOTHING
-RETURNING seq;
+RETURNING seq,
+          -- whether the memory has embedding models (the writer then embeds the outbox after commit)
+          EXISTS (SELECT 1 FROM pgmem.memory_models WHERE namespace = %(ns)s AND memory = %(memory)s);
 
 -- name: add_many
 -- The batch arrives as one array per column, sent in binary (one round trip); send_to travels as a JSON array per
 -- message (arrays of arrays must be rectangular in Postgres). Entries are numbered in batch order; a
 -- message repeated in the batch or already in the memory is skipped (the first occurrence counts).
--- Returns the number of entries added.
+-- Returns the number of entries added and whether the memory has embedding models.
 -- Rows are inserted in id order, not batch order: two batches holding the same messages in different
 -- orders then take their row locks in one global order and cannot deadlock. The entries' sequence
 -- numbers are drawn in batch order first (`numbered`), so the memory still keeps the batch order.
@@ -68,7 +70,9 @@ WITH batch AS (
     ON CONFLICT DO NOTHING
     RETURNING 1
 )
-SELECT count(*) FROM entry;
+SELECT count(*),
+       EXISTS (SELECT 1 FROM pgmem.memory_models WHERE namespace = %(ns)s AND memory = %(memory)s)
+FROM entry;
 
 -- name: last_k
 -- The last k messages of a memory, oldest first (k NULL: all). Walks memory_entries_order_key backwards.
@@ -160,6 +164,12 @@ FROM (SELECT seq, message_id FROM pgmem.memory_entries
       WHERE namespace = %(ns)s AND memory = %(memory)s
       ORDER BY seq DESC OFFSET %(offset)s LIMIT 1) AS e
 JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = e.message_id;
+
+-- name: get_messages
+SELECT m.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
+       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
+FROM pgmem.messages m
+WHERE m.namespace = %(ns)s AND m.id = ANY(%(ids)s::text[]);
 
 -- name: get_message
 SELECT NULL::bigint, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,

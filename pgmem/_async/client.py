@@ -14,8 +14,10 @@ from psycopg_pool import AsyncConnectionPool
 from pgmem import migrate as _migrate
 from pgmem._async.messages import AsyncMessageRepository
 from pgmem._async.queues import AsyncQueueRepository
+from pgmem._async.vectors import AsyncVectorRepository, configure_connection
 from pgmem._compat_async import run_blocking
 from pgmem._rows import check_namespace
+from pgmem.embeddings import Embedder, default_embedder
 from pgmem.errors import ClientClosed, ConnectionFailed, InvalidInput, SchemaOutOfDate, redact, translate
 from pgmem.settings import get_settings
 
@@ -32,6 +34,9 @@ class AsyncClient:
         namespace: the tenant boundary every operation is scoped to.
         messages: the :class:`AsyncMessageRepository`.
         queues: the :class:`AsyncQueueRepository` (queues, routing to subscribers' inboxes).
+        vectors: the :class:`AsyncVectorRepository` (embeddings, vector and hybrid search).
+        embedder: the embedding provider of this client (default: the configured one, see
+            :func:`pgmem.embeddings.default_embedder`).
     """
 
     def __init__(
@@ -42,6 +47,7 @@ class AsyncClient:
         connection: AsyncConnection[Any] | None = None,
         owns_pool: bool = False,
         conninfo: str | None = None,
+        embedder: Embedder | None = None,
     ) -> None:
         if (pool is None) == (connection is None):
             raise InvalidInput("a client needs exactly one of a pool or a connection")
@@ -53,12 +59,30 @@ class AsyncClient:
         self.conninfo = conninfo
         self.messages = AsyncMessageRepository(self)
         self.queues = AsyncQueueRepository(self)
+        self._embedder = embedder
+        self.vectors = AsyncVectorRepository(self)
+
+    @property
+    def embedder(self) -> Embedder:
+        """The client's embedding provider (created from the settings on first use when not given)."""
+        if self._embedder is None:
+            self._embedder = default_embedder()
+        return self._embedder
 
     def with_namespace(self, namespace: str) -> AsyncClient:
         """A client for another namespace sharing this one's pool or connection (closing it closes nothing)."""
         return AsyncClient(
-            namespace=namespace, pool=self._pool, connection=self._conn, owns_pool=False, conninfo=self.conninfo
+            namespace=namespace,
+            pool=self._pool,
+            connection=self._conn,
+            owns_pool=False,
+            conninfo=self.conninfo,
+            embedder=self._embedder,
         )
+
+    async def search(self, query: str | None = None, **kwargs: Any) -> list[Any]:
+        """Semantic search (:meth:`AsyncVectorRepository.search`): ``client.search("text", memory=..., k=5)``."""
+        return await self.vectors.search(query, **kwargs)
 
     @property
     def closed(self) -> bool:
@@ -68,6 +92,7 @@ class AsyncClient:
         """Close the pool if this client opened it. Idempotent."""
         if self._closed:
             return
+        await self.vectors.close()
         self._closed = True
         await self.queues.close()
         if self._owns_pool and self._pool is not None:
@@ -146,6 +171,7 @@ async def aconnect(
     migrate: bool = True,
     min_size: int = 1,
     max_size: int = 10,
+    embedder: Embedder | None = None,
 ) -> AsyncClient:
     """Connect to pgmem.
 
@@ -156,6 +182,8 @@ async def aconnect(
         namespace: the tenant boundary every operation of the client is scoped to.
         migrate: bring the schema up to date (under an advisory lock; safe from many processes at once).
             With ``False`` an out-of-date schema raises :class:`pgmem.SchemaOutOfDate`.
+        embedder: the embedding provider for semantic memory (default: ``PGMEM_EMBEDDER``, else the
+            offline hashing embedder).
 
     Example:
         >>> async with await pgmem.aconnect(namespace="demo") as client:
@@ -164,12 +192,12 @@ async def aconnect(
     check_namespace(namespace)
     if isinstance(dsn, AsyncConnection):
         await _ensure_schema(_conninfo_of(dsn), migrate)
-        return AsyncClient(namespace=namespace, connection=dsn, conninfo=_conninfo_of(dsn))
+        return AsyncClient(namespace=namespace, connection=dsn, conninfo=_conninfo_of(dsn), embedder=embedder)
     if isinstance(dsn, AsyncConnectionPool):
         async with dsn.connection() as conn:
             conninfo = _conninfo_of(conn)
         await _ensure_schema(conninfo, migrate)
-        return AsyncClient(namespace=namespace, pool=dsn, conninfo=conninfo)
+        return AsyncClient(namespace=namespace, pool=dsn, conninfo=conninfo, embedder=embedder)
     if dsn is not None and not isinstance(dsn, str):
         raise InvalidInput(f"dsn must be a string, a psycopg connection or pool, not {type(dsn).__name__}")
     if min_size < 0 or max_size < 1 or min_size > max_size:
@@ -178,11 +206,17 @@ async def aconnect(
     await _check_reachable(conninfo)
     await _ensure_schema(conninfo, migrate)
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-        conninfo, min_size=min_size, max_size=max_size, kwargs={"autocommit": True}, open=False, name="pgmem"
+        conninfo,
+        min_size=min_size,
+        max_size=max_size,
+        kwargs={"autocommit": True},
+        configure=configure_connection,
+        open=False,
+        name="pgmem",
     )
     with translate():
         await pool.open(wait=True, timeout=30)
-    return AsyncClient(namespace=namespace, pool=pool, owns_pool=True, conninfo=conninfo)
+    return AsyncClient(namespace=namespace, pool=pool, owns_pool=True, conninfo=conninfo, embedder=embedder)
 
 
 def _conninfo_of(conn: AsyncConnection[Any]) -> str:

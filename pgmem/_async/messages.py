@@ -81,6 +81,8 @@ class AsyncMessageRepository(AsyncRepository):
                     raise Conflict(f"message {message.id} was deleted concurrently; add it again") from exc
         if added is not None:
             message._seq = added[0]
+            if added[1]:
+                self._client.vectors.written(connection)
         return added is not None
 
     async def add_many(
@@ -101,7 +103,11 @@ class AsyncMessageRepository(AsyncRepository):
             async with self._client.connection(connection) as conn:
                 cur = await conn.execute(Q["add_many"], {"ns": self.namespace, "memory": memory, **columns})
                 result = await cur.fetchone()
-        return int(result[0]) if result else 0
+        if result is None:
+            return 0
+        if result[0] and result[1]:
+            self._client.vectors.written(connection)
+        return int(result[0])
 
     async def delete(
         self, memory: str, message: Message | str, *, connection: AsyncConnection[Any] | None = None
@@ -111,24 +117,35 @@ class AsyncMessageRepository(AsyncRepository):
         The message row itself is deleted when no other memory refers to it."""
         check_key(memory)
         message_id = storage_id(message) if isinstance(message, Message) else check_message_id(message)
-        return bool(await self._scalar("delete", {"memory": memory, "id": message_id}, connection))
+        removed = bool(await self._scalar("delete", {"memory": memory, "id": message_id}, connection))
+        if removed:
+            self._client.vectors.changed(memory, connection)
+        return removed
 
     async def delete_newest(self, memory: str, *, connection: AsyncConnection[Any] | None = None) -> Message | None:
         """Remove and return the newest message of ``memory`` (None when it is empty)."""
         check_key(memory)
         found = await self._messages("delete_newest", {"memory": memory}, connection)
+        if found:
+            self._client.vectors.changed(memory, connection)
         return found[0] if found else None
 
     async def clear(self, memory: str, *, connection: AsyncConnection[Any] | None = None) -> int:
         """Empty ``memory``; return how many messages it held."""
         check_key(memory)
-        return int(await self._scalar("clear", {"memory": memory}, connection) or 0)
+        removed = int(await self._scalar("clear", {"memory": memory}, connection) or 0)
+        if removed:
+            self._client.vectors.changed(memory, connection)
+        return removed
 
     async def trim(self, memory: str, keep_last: int, *, connection: AsyncConnection[Any] | None = None) -> int:
         """Keep only the newest ``keep_last`` messages of ``memory``; return how many were removed."""
         check_key(memory)
         _positive(keep_last, "keep_last")
-        return int(await self._scalar("trim", {"memory": memory, "keep": keep_last}, connection) or 0)
+        removed = int(await self._scalar("trim", {"memory": memory, "keep": keep_last}, connection) or 0)
+        if removed:
+            self._client.vectors.changed(memory, connection)
+        return removed
 
     # -- reads ----------------------------------------------------------------------------------------
 
@@ -240,6 +257,15 @@ class AsyncMessageRepository(AsyncRepository):
     ) -> list[Message]:
         """The messages of ``observed`` not among the last ``k`` of ``memory`` (all when 0), in one query."""
         return [observed[i] for i in await self.new_positions(memory, observed, k, connection=connection)]
+
+    async def get_messages(
+        self, message_ids: Sequence[str], *, connection: AsyncConnection[Any] | None = None
+    ) -> list[Message]:
+        """The messages with these ids that exist in the namespace (in no particular order; one round trip)."""
+        ids = [check_message_id(i) for i in message_ids]
+        if not ids:
+            return []
+        return await self._messages("get_messages", {"ids": ids}, connection)
 
     async def get_message(self, message_id: str, *, connection: AsyncConnection[Any] | None = None) -> Message:
         """The message with ``message_id`` in this namespace; raises :class:`pgmem.NotFound`."""

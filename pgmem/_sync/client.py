@@ -15,8 +15,10 @@ from psycopg_pool import ConnectionPool
 from pgmem import migrate as _migrate
 from pgmem._sync.messages import MessageRepository
 from pgmem._sync.queues import QueueRepository
+from pgmem._sync.vectors import VectorRepository, configure_connection
 from pgmem._compat_sync import run_blocking
 from pgmem._rows import check_namespace
+from pgmem.embeddings import Embedder, default_embedder
 from pgmem.errors import ClientClosed, ConnectionFailed, InvalidInput, SchemaOutOfDate, redact, translate
 from pgmem.settings import get_settings
 
@@ -33,6 +35,9 @@ class Client:
         namespace: the tenant boundary every operation is scoped to.
         messages: the :class:`AsyncMessageRepository`.
         queues: the :class:`AsyncQueueRepository` (queues, routing to subscribers' inboxes).
+        vectors: the :class:`AsyncVectorRepository` (embeddings, vector and hybrid search).
+        embedder: the embedding provider of this client (default: the configured one, see
+            :func:`pgmem.embeddings.default_embedder`).
     """
 
     def __init__(
@@ -43,6 +48,7 @@ class Client:
         connection: Connection[Any] | None = None,
         owns_pool: bool = False,
         conninfo: str | None = None,
+        embedder: Embedder | None = None,
     ) -> None:
         if (pool is None) == (connection is None):
             raise InvalidInput("a client needs exactly one of a pool or a connection")
@@ -54,12 +60,30 @@ class Client:
         self.conninfo = conninfo
         self.messages = MessageRepository(self)
         self.queues = QueueRepository(self)
+        self._embedder = embedder
+        self.vectors = VectorRepository(self)
+
+    @property
+    def embedder(self) -> Embedder:
+        """The client's embedding provider (created from the settings on first use when not given)."""
+        if self._embedder is None:
+            self._embedder = default_embedder()
+        return self._embedder
 
     def with_namespace(self, namespace: str) -> Client:
         """A client for another namespace sharing this one's pool or connection (closing it closes nothing)."""
         return Client(
-            namespace=namespace, pool=self._pool, connection=self._conn, owns_pool=False, conninfo=self.conninfo
+            namespace=namespace,
+            pool=self._pool,
+            connection=self._conn,
+            owns_pool=False,
+            conninfo=self.conninfo,
+            embedder=self._embedder,
         )
+
+    def search(self, query: str | None = None, **kwargs: Any) -> list[Any]:
+        """Semantic search (:meth:`AsyncVectorRepository.search`): ``client.search("text", memory=..., k=5)``."""
+        return self.vectors.search(query, **kwargs)
 
     @property
     def closed(self) -> bool:
@@ -69,6 +93,7 @@ class Client:
         """Close the pool if this client opened it. Idempotent."""
         if self._closed:
             return
+        self.vectors.close()
         self._closed = True
         self.queues.close()
         if self._owns_pool and self._pool is not None:
@@ -147,6 +172,7 @@ def connect(
     migrate: bool = True,
     min_size: int = 1,
     max_size: int = 10,
+    embedder: Embedder | None = None,
 ) -> Client:
     """Connect to pgmem.
 
@@ -157,6 +183,8 @@ def connect(
         namespace: the tenant boundary every operation of the client is scoped to.
         migrate: bring the schema up to date (under an advisory lock; safe from many processes at once).
             With ``False`` an out-of-date schema raises :class:`pgmem.SchemaOutOfDate`.
+        embedder: the embedding provider for semantic memory (default: ``PGMEM_EMBEDDER``, else the
+            offline hashing embedder).
 
     Example:
         >>> async with await pgmem.aconnect(namespace="demo") as client:
@@ -165,12 +193,12 @@ def connect(
     check_namespace(namespace)
     if isinstance(dsn, Connection):
         _ensure_schema(_conninfo_of(dsn), migrate)
-        return Client(namespace=namespace, connection=dsn, conninfo=_conninfo_of(dsn))
+        return Client(namespace=namespace, connection=dsn, conninfo=_conninfo_of(dsn), embedder=embedder)
     if isinstance(dsn, ConnectionPool):
         with dsn.connection() as conn:
             conninfo = _conninfo_of(conn)
         _ensure_schema(conninfo, migrate)
-        return Client(namespace=namespace, pool=dsn, conninfo=conninfo)
+        return Client(namespace=namespace, pool=dsn, conninfo=conninfo, embedder=embedder)
     if dsn is not None and not isinstance(dsn, str):
         raise InvalidInput(f"dsn must be a string, a psycopg connection or pool, not {type(dsn).__name__}")
     if min_size < 0 or max_size < 1 or min_size > max_size:
@@ -179,11 +207,17 @@ def connect(
     _check_reachable(conninfo)
     _ensure_schema(conninfo, migrate)
     pool: ConnectionPool[Any] = ConnectionPool(
-        conninfo, min_size=min_size, max_size=max_size, kwargs={"autocommit": True}, open=False, name="pgmem"
+        conninfo,
+        min_size=min_size,
+        max_size=max_size,
+        kwargs={"autocommit": True},
+        configure=configure_connection,
+        open=False,
+        name="pgmem",
     )
     with translate():
         pool.open(wait=True, timeout=30)
-    return Client(namespace=namespace, pool=pool, owns_pool=True, conninfo=conninfo)
+    return Client(namespace=namespace, pool=pool, owns_pool=True, conninfo=conninfo, embedder=embedder)
 
 
 def _conninfo_of(conn: Connection[Any]) -> str:

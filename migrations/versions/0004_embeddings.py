@@ -1,0 +1,260 @@
+"""embeddings: models, vectors, the embedding outbox and the vector log
+
+Revision ID: 0004
+Revises: 0003
+Create Date: 2026-11-22
+
+Vectors of every model live in one table (``vector`` up to 2,000 dimensions, ``halfvec`` above, so HNSW
+can index them); each model gets a partial expression HNSW index when it is first registered (at run
+time, by pgmem.vectors, named ``embeddings_hnsw_m<id>``), not here.
+
+Triggers keep three things true for every writer, pgmem or plain SQL:
+- a message added to a memory that has embedding models is queued in ``embedding_outbox`` in the same
+  transaction (writing a message never waits on the embedding provider);
+- every change to the set of vectors of a memory is appended to ``vector_log`` with a per-memory revision
+  drawn under the memory's row lock, so revisions are gapless and in commit order, and ``memories.vec_rev``
+  is the memory's high-water mark;
+- each logging transaction sends ``NOTIFY pgmem_vectors, '["<namespace>", "<memory>", <rev>]'`` on commit,
+  which FAISS caches in other processes listen to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+from pgvector.sqlalchemy import HALFVEC, VECTOR
+
+revision: str = "0004"
+down_revision: str | None = "0003"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+TRIGGERS = r"""
+CREATE FUNCTION pgmem.vector_log_assign_rev() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    -- The row lock taken here is held to commit: revisions of one memory follow commit order.
+    UPDATE pgmem.memories SET vec_rev = vec_rev + 1
+    WHERE namespace = NEW.namespace AND key = NEW.memory
+    RETURNING vec_rev INTO NEW.rev;
+    IF NEW.rev IS NULL THEN
+        RETURN NULL;  -- the memory is being deleted: nothing to log
+    END IF;
+    RETURN NEW;
+END $$;
+
+CREATE TRIGGER vector_log_rev BEFORE INSERT ON pgmem.vector_log
+    FOR EACH ROW EXECUTE FUNCTION pgmem.vector_log_assign_rev();
+
+CREATE FUNCTION pgmem.vector_log_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('pgmem_vectors', json_build_array(namespace, memory, max(rev))::text)
+    FROM new_rows GROUP BY namespace, memory;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER vector_log_notify AFTER INSERT ON pgmem.vector_log
+    REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION pgmem.vector_log_notify();
+
+CREATE FUNCTION pgmem.memory_entries_added() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgmem.memory_models mm
+                   WHERE (mm.namespace, mm.memory) IN (SELECT DISTINCT namespace, memory FROM new_rows)) THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO pgmem.embedding_outbox (namespace, model_id, message_id)
+    SELECT n.namespace, mm.model_id, n.message_id
+    FROM new_rows n
+    JOIN pgmem.memory_models mm ON mm.namespace = n.namespace AND mm.memory = n.memory
+    WHERE NOT EXISTS (SELECT 1 FROM pgmem.embeddings e
+                      WHERE e.namespace = n.namespace AND e.model_id = mm.model_id AND e.message_id = n.message_id)
+    ORDER BY 1, 2, 3
+    ON CONFLICT DO NOTHING;
+    INSERT INTO pgmem.vector_log (namespace, memory, rev, message_id, model_id, op)
+    SELECT n.namespace, n.memory, 0, n.message_id, mm.model_id, 1
+    FROM new_rows n
+    JOIN pgmem.memory_models mm ON mm.namespace = n.namespace AND mm.memory = n.memory
+    JOIN pgmem.embeddings e ON e.namespace = n.namespace AND e.model_id = mm.model_id AND e.message_id = n.message_id
+    ORDER BY n.namespace, n.memory, n.seq;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER memory_entries_added AFTER INSERT ON pgmem.memory_entries
+    REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION pgmem.memory_entries_added();
+
+CREATE FUNCTION pgmem.memory_entries_removed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO pgmem.vector_log (namespace, memory, rev, message_id, model_id, op)
+    SELECT o.namespace, o.memory, 0, o.message_id, mm.model_id, -1
+    FROM old_rows o
+    JOIN pgmem.memory_models mm ON mm.namespace = o.namespace AND mm.memory = o.memory
+    ORDER BY o.namespace, o.memory, o.seq;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER memory_entries_removed AFTER DELETE ON pgmem.memory_entries
+    REFERENCING OLD TABLE AS old_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION pgmem.memory_entries_removed();
+
+CREATE FUNCTION pgmem.embeddings_added() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO pgmem.vector_log (namespace, memory, rev, message_id, model_id, op)
+    SELECT me.namespace, me.memory, 0, n.message_id, n.model_id, 1
+    FROM new_rows n
+    JOIN pgmem.memory_entries me ON me.namespace = n.namespace AND me.message_id = n.message_id
+    JOIN pgmem.memory_models mm ON mm.namespace = me.namespace AND mm.memory = me.memory AND mm.model_id = n.model_id
+    ORDER BY me.namespace, me.memory, me.seq;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER embeddings_added AFTER INSERT ON pgmem.embeddings
+    REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION pgmem.embeddings_added();
+
+CREATE FUNCTION pgmem.memory_removed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    -- A memory created again under the same key starts at revision 0.
+    DELETE FROM pgmem.vector_log l USING old_rows o WHERE l.namespace = o.namespace AND l.memory = o.key;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER memory_removed AFTER DELETE ON pgmem.memories
+    REFERENCING OLD TABLE AS old_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION pgmem.memory_removed();
+"""
+
+DROP_TRIGGERS = """
+DROP TRIGGER IF EXISTS memory_removed ON pgmem.memories;
+DROP TRIGGER IF EXISTS memory_entries_added ON pgmem.memory_entries;
+DROP TRIGGER IF EXISTS memory_entries_removed ON pgmem.memory_entries;
+DROP FUNCTION IF EXISTS pgmem.memory_removed();
+DROP FUNCTION IF EXISTS pgmem.memory_entries_added();
+DROP FUNCTION IF EXISTS pgmem.memory_entries_removed();
+DROP FUNCTION IF EXISTS pgmem.embeddings_added() CASCADE;
+DROP FUNCTION IF EXISTS pgmem.vector_log_notify() CASCADE;
+DROP FUNCTION IF EXISTS pgmem.vector_log_assign_rev() CASCADE;
+"""
+
+
+def upgrade() -> None:
+    op.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    op.add_column(
+        "memories",
+        sa.Column(
+            "vec_rev",
+            sa.BigInteger(),
+            server_default=sa.text("0"),
+            nullable=False,
+            comment="high-water mark of pgmem.vector_log for this memory (the FAISS cache's strict mode reads it)",
+        ),
+        schema="pgmem",
+    )
+    op.create_table(
+        "embedding_models",
+        sa.Column("id", sa.SmallInteger(), sa.Identity(always=False), nullable=False),
+        sa.Column("name", sa.Text(), nullable=False, comment="the provider's model name, e.g. text-embedding-3-small"),
+        sa.Column("dimension", sa.Integer(), nullable=False),
+        sa.Column(
+            "kind", sa.Text(), nullable=False, comment="vector, or halfvec above 2,000 dimensions (HNSW's limit)"
+        ),
+        sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
+        sa.CheckConstraint("dimension BETWEEN 1 AND 16000", name="embedding_models_dimension_check"),
+        sa.CheckConstraint("kind IN ('vector', 'halfvec')", name="embedding_models_kind_check"),
+        sa.PrimaryKeyConstraint("id", name="embedding_models_pkey"),
+        schema="pgmem",
+        comment="Embedding models in use; each has a partial HNSW index on pgmem.embeddings (embeddings_hnsw_m<id>).",
+    )
+    op.create_index("embedding_models_name_key", "embedding_models", ["name"], unique=True, schema="pgmem")
+    op.create_table(
+        "memory_models",
+        sa.Column("namespace", sa.Text(), nullable=False),
+        sa.Column("memory", sa.Text(), nullable=False),
+        sa.Column("model_id", sa.SmallInteger(), nullable=False),
+        sa.Column("status", sa.Text(), nullable=False, comment="active (searched) | building (being back-filled)"),
+        sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
+        sa.CheckConstraint("status IN ('active', 'building')", name="memory_models_status_check"),
+        sa.ForeignKeyConstraint(
+            ["namespace", "memory"],
+            ["pgmem.memories.namespace", "pgmem.memories.key"],
+            name="memory_models_memory_fkey",
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(["model_id"], ["pgmem.embedding_models.id"], name="memory_models_model_fkey"),
+        sa.PrimaryKeyConstraint("namespace", "memory", "model_id", name="memory_models_pkey"),
+        schema="pgmem",
+        comment="Which embedding models a memory's messages are embedded with; new entries are queued for each.",
+    )
+    op.create_table(
+        "embeddings",
+        sa.Column("namespace", sa.Text(), nullable=False),
+        sa.Column("model_id", sa.SmallInteger(), nullable=False),
+        sa.Column("message_id", sa.Text(), nullable=False),
+        sa.Column("embedding", VECTOR(), nullable=True, comment="models up to 2,000 dimensions"),
+        sa.Column("embedding_half", HALFVEC(), nullable=True, comment="models above 2,000 dimensions"),
+        sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
+        sa.CheckConstraint("(embedding IS NULL) <> (embedding_half IS NULL)", name="embeddings_one_vector_check"),
+        sa.ForeignKeyConstraint(
+            ["namespace", "message_id"],
+            ["pgmem.messages.namespace", "pgmem.messages.id"],
+            name="embeddings_message_fkey",
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(["model_id"], ["pgmem.embedding_models.id"], name="embeddings_model_fkey"),
+        sa.PrimaryKeyConstraint("namespace", "model_id", "message_id", name="embeddings_pkey"),
+        schema="pgmem",
+        comment="One vector per (message, model); a partial expression HNSW index per model.",
+    )
+    op.create_table(
+        "embedding_outbox",
+        sa.Column("namespace", sa.Text(), nullable=False),
+        sa.Column("model_id", sa.SmallInteger(), nullable=False),
+        sa.Column("message_id", sa.Text(), nullable=False),
+        sa.Column("enqueued_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
+        sa.Column("available_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
+        sa.Column("attempts", sa.Integer(), server_default=sa.text("0"), nullable=False),
+        sa.Column("last_error", sa.Text(), nullable=True),
+        sa.ForeignKeyConstraint(
+            ["namespace", "message_id"],
+            ["pgmem.messages.namespace", "pgmem.messages.id"],
+            name="embedding_outbox_message_fkey",
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(["model_id"], ["pgmem.embedding_models.id"], name="embedding_outbox_model_fkey"),
+        sa.PrimaryKeyConstraint("namespace", "model_id", "message_id", name="embedding_outbox_pkey"),
+        schema="pgmem",
+        comment="Messages waiting for an embedding, written in the transaction that stored them.",
+    )
+    op.create_index("embedding_outbox_ready_idx", "embedding_outbox", ["model_id", "available_at"], schema="pgmem")
+    op.create_table(
+        "vector_log",
+        sa.Column("namespace", sa.Text(), nullable=False),
+        sa.Column("memory", sa.Text(), nullable=False),
+        sa.Column(
+            "rev",
+            sa.BigInteger(),
+            nullable=False,
+            comment="per memory, gapless, in commit order (memories.vec_rev)",
+        ),
+        sa.Column("message_id", sa.Text(), nullable=False),
+        sa.Column("model_id", sa.SmallInteger(), nullable=False),
+        sa.Column("op", sa.SmallInteger(), nullable=False, comment="+1: the vector joined the memory; -1: it left"),
+        sa.Column("logged_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
+        sa.PrimaryKeyConstraint("namespace", "memory", "rev", name="vector_log_pkey"),
+        schema="pgmem",
+        comment="Changes to the set of vectors of each memory, written by triggers; FAISS caches replay it.",
+    )
+    op.create_index("vector_log_logged_brin", "vector_log", ["logged_at"], schema="pgmem", postgresql_using="brin")
+    op.execute(TRIGGERS)
+
+
+def downgrade() -> None:
+    op.execute(DROP_TRIGGERS)
+    op.drop_table("vector_log", schema="pgmem")
+    op.drop_table("embedding_outbox", schema="pgmem")
+    op.drop_table("embeddings", schema="pgmem")
+    op.drop_table("memory_models", schema="pgmem")
+    op.drop_table("embedding_models", schema="pgmem")
+    op.drop_column("memories", "vec_rev", schema="pgmem")

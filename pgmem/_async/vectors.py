@@ -1,0 +1,593 @@
+"""Embeddings and semantic search: models, the embedding outbox, vector and hybrid search."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from pgvector.psycopg import register_vector_async
+from psycopg import AsyncConnection
+
+from pgmem import queries
+from pgmem._async.base import AsyncRepository
+from pgmem._compat_async import join, spawn
+from pgmem._rows import check_key, decode
+from pgmem.embeddings import Embedder, EmbeddingError, Vectors, check_vectors
+from pgmem.errors import InvalidInput, translate
+from pgmem.search import (
+    DEFAULT_EXACT_LIMIT,
+    HALFVEC_ABOVE,
+    EmbeddingModel,
+    SearchFilters,
+    SearchHit,
+    as_query_vector,
+    check_half_life,
+    check_k,
+    check_mode,
+    check_threshold,
+    hybrid_search_sql,
+    vector_search_sql,
+)
+
+if TYPE_CHECKING:
+    from pgmem._async.client import AsyncClient
+
+__all__ = ["AsyncVectorRepository", "EmbedReport", "configure_connection"]
+
+Q = queries.load("vectors")
+log = logging.getLogger("pgmem.vectors")
+
+#: Key of the advisory lock that serialises model registration (and its CREATE INDEX).
+MODEL_LOCK_KEY = 0x70676D656D02
+
+#: Connections whose session is set up for vector search (pgvector types, iterative index scans).
+_READY: weakref.WeakSet[Any] = weakref.WeakSet()
+_TUNED: weakref.WeakSet[Any] = weakref.WeakSet()
+#: The session's ``hnsw.ef_search`` on tuned connections; searches with a larger k raise it locally.
+SESSION_EF_SEARCH = 40
+
+
+async def configure_connection(conn: AsyncConnection[Any]) -> None:
+    """Pool ``configure`` hook: pgvector's types, and iterative HNSW scans for filtered searches."""
+    await register_vector_async(conn)
+    await conn.execute(
+        "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', false), set_config('hnsw.ef_search', %s, false)",
+        (str(SESSION_EF_SEARCH),),
+    )
+    _READY.add(conn)
+    _TUNED.add(conn)
+
+
+@dataclass(slots=True)
+class EmbedReport:
+    """What one :meth:`AsyncVectorRepository.embed_pending` run did."""
+
+    embedded: int = 0
+    failed: int = 0
+    remaining: int = 0
+    promoted: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+class AsyncVectorRepository(AsyncRepository):
+    """Embeddings of one namespace's messages, and search over them.
+
+    A memory is embedded once it has a model (:meth:`enable`): from then on every message added to it is
+    queued for embedding in the same transaction (``pgmem.embedding_outbox``), and the writing client
+    embeds the queue in the background after commit. A provider failure leaves the messages queued (and
+    searchable by text); :meth:`embed_pending` or ``pgmem embed`` fills the missing vectors later.
+
+    Example:
+        >>> await client.vectors.enable("role:Alice")
+        >>> await client.messages.add("role:Alice", Message(content="Write a cli snake game"))
+        >>> await client.vectors.flush()
+        >>> hits = await client.vectors.search("a snake game in the terminal", memory="role:Alice")
+    """
+
+    queries = Q
+
+    def __init__(self, client: AsyncClient) -> None:
+        super().__init__(client)
+        self._models: dict[str, EmbeddingModel] = {}
+        self._active: dict[str, EmbeddingModel] = {}
+        self._embedders: dict[str, Embedder] = {}
+        self._lock = threading.Lock()
+        self._kicks = 0
+        self._worker: Any = None
+        self.on_change: Callable[[str | None], None] | None = None
+
+    # -- models -------------------------------------------------------------------------------------
+
+    def _embedder(self, embedder: Embedder | None) -> Embedder:
+        chosen = embedder if embedder is not None else self._client.embedder
+        if not isinstance(getattr(chosen, "model", None), str) or not isinstance(
+            getattr(chosen, "dimension", None), int
+        ):
+            raise InvalidInput("an embedder needs a `model` name and an integer `dimension`")
+        self._embedders.setdefault(chosen.model, chosen)
+        return chosen
+
+    async def model(
+        self, embedder: Embedder | None = None, *, connection: AsyncConnection[Any] | None = None
+    ) -> EmbeddingModel:
+        """Register ``embedder``'s model (name and dimension) and its HNSW index, once; return it.
+
+        Raises :class:`pgmem.embeddings.EmbeddingError` when the name is registered with another dimension.
+        """
+        chosen = self._embedder(embedder)
+        known = self._models.get(chosen.model)
+        if known is None:
+            dimension = chosen.dimension
+            if not 1 <= dimension <= 16000:
+                raise InvalidInput(f"{chosen.model}: dimension must be in [1, 16000], got {dimension}")
+            kind = "halfvec" if dimension > HALFVEC_ABOVE else "vector"
+            with translate():
+                async with self._client.transaction(connection) as conn:
+                    await conn.execute(Q["model_lock"], {"key": MODEL_LOCK_KEY})
+                    await conn.execute(
+                        Q["register_model"], {"name": chosen.model, "dimension": dimension, "kind": kind}
+                    )
+                    cur = await conn.execute(Q["get_model"], {"name": chosen.model})
+                    row = await cur.fetchone()
+                    assert row is not None
+                    known = EmbeddingModel(*row)
+                    if known.dimension == dimension:
+                        await conn.execute(known.index_ddl())
+            self._models[chosen.model] = known
+        if known.dimension != chosen.dimension:
+            raise EmbeddingError(
+                f"model {chosen.model!r} is registered with {known.dimension} dimensions; this embedder has "
+                f"{chosen.dimension}"
+            )
+        return known
+
+    async def enable(
+        self, memory: str, embedder: Embedder | None = None, *, connection: AsyncConnection[Any] | None = None
+    ) -> str:
+        """Embed ``memory``'s messages with ``embedder`` (default: the client's); queue those it holds.
+
+        The first model of a memory is ``active`` at once. Enabling another model on a memory starts a
+        switch (``building``): its vectors are filled in the background while searches keep using the
+        current model, and it becomes the active one when every entry has a vector. Returns the status.
+        """
+        check_key(memory)
+        model = await self.model(embedder, connection=connection)
+        status = await self._scalar("enable", {"memory": memory, "model": model.id}, connection)
+        self._active.pop(memory, None)
+        if connection is None:
+            self.kick()
+        return str(status)
+
+    async def switch_model(
+        self, memory: str, embedder: Embedder, *, connection: AsyncConnection[Any] | None = None
+    ) -> str:
+        """Move ``memory`` to another model with no downtime (see :meth:`enable`); return its status."""
+        return await self.enable(memory, embedder, connection=connection)
+
+    async def models(self, memory: str, *, connection: AsyncConnection[Any] | None = None) -> dict[str, str]:
+        """``{model name: status}`` of a memory (``active`` first)."""
+        check_key(memory)
+        rows = await self._rows("memory_models", {"memory": memory}, connection)
+        return {row[2]: row[0] for row in rows}
+
+    async def active_model(
+        self, memory: str, *, connection: AsyncConnection[Any] | None = None, refresh: bool = False
+    ) -> EmbeddingModel | None:
+        """The model ``memory`` is searched with (None: the memory has no model)."""
+        check_key(memory)
+        if not refresh and memory in self._active:
+            return self._active[memory]
+        rows = await self._rows("memory_models", {"memory": memory}, connection)
+        active = [EmbeddingModel(*row[1:]) for row in rows if row[0] == "active"]
+        if not active:
+            self._active.pop(memory, None)
+            return None
+        self._active[memory] = active[0]
+        self._models.setdefault(active[0].name, active[0])
+        return active[0]
+
+    # -- the outbox -------------------------------------------------------------------------------------
+
+    async def pending(
+        self, memory: str | None = None, *, connection: AsyncConnection[Any] | None = None
+    ) -> dict[str, int]:
+        """Messages waiting for an embedding, per model name (of ``memory``, or of the namespace)."""
+        if memory is not None:
+            check_key(memory)
+        rows = await self._rows("pending", {"memory": memory}, connection)
+        return {str(name): int(count) for name, count in rows}
+
+    async def embed_pending(
+        self,
+        embedder: Embedder | None = None,
+        *,
+        batch_size: int = 256,
+        limit: int | None = None,
+        retry_now: bool = False,
+        progress: Callable[[int], None] | None = None,
+    ) -> EmbedReport:
+        """Embed queued messages of this namespace with the models this client has embedders for.
+
+        Each batch is claimed with ``FOR UPDATE SKIP LOCKED`` (many embedders may run at once), embedded,
+        stored and taken off the queue in one transaction. A provider error puts the batch back with an
+        exponential backoff and is reported, not raised. ``retry_now`` ignores earlier backoffs (the
+        backfill of ``pgmem embed``). Finished model switches are promoted at the end.
+        """
+        if not isinstance(batch_size, int) or not 1 <= batch_size <= 10_000:
+            raise InvalidInput(f"batch_size must be in [1, 10000], got {batch_size!r}")
+        if embedder is not None:
+            self._embedder(embedder)
+        elif not self._embedders:
+            self._embedder(None)
+        report = EmbedReport()
+        rows = await self._rows("pending_models", {}, None)
+        for row in rows:
+            model = EmbeddingModel(*row)
+            chosen = self._embedders.get(model.name)
+            if chosen is None:
+                continue
+            if retry_now:
+                await self._rows("outbox_retry_now", {"model": model.id}, None)
+            while limit is None or report.embedded + report.failed < limit:
+                n = batch_size if limit is None else min(batch_size, limit - report.embedded - report.failed)
+                done, error = await self._embed_batch(model, chosen, n)
+                if error is not None:
+                    report.failed += done
+                    report.errors.append(error)
+                    break
+                if done == 0:
+                    break
+                report.embedded += done
+                if progress is not None:
+                    progress(done)
+        report.promoted = [r[0] for r in await self._rows("promote", {}, None)]
+        if report.promoted:
+            for memory in report.promoted:
+                self._active.pop(memory, None)
+        report.remaining = sum((await self.pending()).values())
+        return report
+
+    async def _embed_batch(self, model: EmbeddingModel, embedder: Embedder, n: int) -> tuple[int, str | None]:
+        """Claim, embed and store one batch. Returns (messages, error or None)."""
+        ids: list[str] = []
+        try:
+            with translate():
+                async with self._client.transaction() as conn:
+                    cur = await conn.execute(Q["claim_outbox"], {"ns": self.namespace, "model": model.id, "n": n})
+                    claimed = await cur.fetchall()
+                    if not claimed:
+                        return 0, None
+                    ids = [r[0] for r in claimed]
+                    vectors = check_vectors(
+                        await embedder.aembed([r[1] for r in claimed]), len(claimed), model.dimension, model.name
+                    )
+                    await self._ready(conn)
+                    query = Q["store_vectors"] if model.kind == "vector" else Q["store_halfvecs"]
+                    await conn.execute(
+                        query,
+                        {"ns": self.namespace, "model": model.id, "ids": ids, "vectors": list(vectors)},
+                    )
+        except Exception as exc:  # noqa: BLE001 - any provider failure leaves the batch queued
+            if not ids:
+                raise
+            message = f"{type(exc).__name__}: {exc}"
+            log.warning("embedding %d messages with %s failed: %s", len(ids), model.name, message)
+            await self._rows("outbox_failed", {"model": model.id, "ids": ids, "error": message}, None)
+            return len(ids), message
+        if self.on_change is not None:
+            self.on_change(None)
+        return len(ids), None
+
+    def written(self, connection: AsyncConnection[Any] | None) -> None:
+        """Messages were added to a memory with models: embed them after commit, in the background.
+
+        Within the caller's transaction nothing is committed yet; the outbox keeps them for the next run.
+        """
+        if connection is None:
+            self.kick()
+
+    def changed(self, memory: str, connection: AsyncConnection[Any] | None) -> None:
+        """Entries left ``memory``: tell the process's cache (after commit; in the caller's transaction the
+        commit's notification does it)."""
+        if connection is None and self.on_change is not None:
+            self.on_change(memory)
+
+    def kick(self) -> None:
+        """Start (or extend) the background embedding of the outbox."""
+        if self._client.closed:
+            return
+        with self._lock:
+            self._kicks += 1
+            if self._worker is not None:
+                return
+            self._worker = spawn(self._drain)
+
+    async def _drain(self) -> None:
+        while True:
+            with self._lock:
+                seen = self._kicks
+            try:
+                await self.embed_pending()
+            except Exception as exc:  # noqa: BLE001 - a background job logs; the outbox keeps the work
+                log.warning("background embedding failed: %s: %s", type(exc).__name__, exc)
+            with self._lock:
+                if self._kicks == seen or self._client.closed:
+                    self._worker = None
+                    return
+
+    async def flush(self) -> EmbedReport:
+        """Wait for background embedding, then embed what is still queued (``persist()`` calls this)."""
+        await join(self._worker)
+        return await self.embed_pending()
+
+    async def close(self) -> None:
+        await join(self._worker)
+
+    # -- search ---------------------------------------------------------------------------------------
+
+    async def _ready(self, conn: AsyncConnection[Any]) -> None:
+        if conn not in _READY:
+            await register_vector_async(conn)
+            _READY.add(conn)
+
+    async def _model_for(self, filters: SearchFilters, embedder: Embedder | None, refresh: bool) -> EmbeddingModel:
+        if filters.memory is not None:
+            model = await self.active_model(filters.memory, refresh=refresh)
+            if model is None:
+                raise InvalidInput(
+                    f"memory {filters.memory!r} has no embedding model; call client.vectors.enable() first"
+                )
+            if embedder is not None and embedder.model != model.name:
+                raise EmbeddingError(
+                    f"memory {filters.memory!r} is searched with {model.name!r}, not {embedder.model!r}"
+                )
+            return model
+        return await self.model(embedder)
+
+    async def _query_vectors(self, model: EmbeddingModel, texts: Sequence[str], embedder: Embedder | None) -> Vectors:
+        chosen = embedder or self._embedders.get(model.name)
+        if chosen is None and self._client.embedder.model == model.name:
+            chosen = self._embedder(None)
+        if chosen is None:
+            raise EmbeddingError(f"no embedder for model {model.name!r} in this client; pass embedder=")
+        for text in texts:
+            if not isinstance(text, str):
+                raise InvalidInput(f"a search text must be a string, not {type(text).__name__}")
+        return check_vectors(await chosen.aembed(list(texts)), len(texts), model.dimension, model.name)
+
+    async def search(
+        self,
+        query: str | None = None,
+        *,
+        vector: Any = None,
+        k: int = 10,
+        memory: str | None = None,
+        cause_by: str | None = None,
+        role: str | None = None,
+        sender: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        threshold: float | None = None,
+        mode: str = "auto",
+        exact_limit: int = DEFAULT_EXACT_LIMIT,
+        embedder: Embedder | None = None,
+        connection: AsyncConnection[Any] | None = None,
+    ) -> list[SearchHit]:
+        """The ``k`` messages closest to ``query`` (text, embedded with the memory's model) or ``vector``.
+
+        Filters restrict the search to one memory, an action (``cause_by``), a role, a sender and a time
+        range; the search stays complete under them (see :mod:`pgmem.search`). ``threshold`` keeps hits
+        whose score (cosine similarity) is at least that. ``mode``: ``auto`` (exact for small filtered
+        sets, else the HNSW index), ``exact`` or ``ann``.
+        """
+        filters = SearchFilters(memory, cause_by, role, sender, since, until)
+        if (query is None) == (vector is None):
+            raise InvalidInput("search needs exactly one of a query text or a vector")
+        results = await self._search(
+            [query] if query is not None else None,
+            None if vector is None else [vector],
+            filters,
+            check_k(k),
+            check_threshold(threshold),
+            check_mode(mode),
+            exact_limit,
+            embedder,
+            connection,
+        )
+        return results[0]
+
+    async def search_many(
+        self,
+        queries: Sequence[str],
+        *,
+        k: int = 10,
+        memory: str | None = None,
+        threshold: float | None = None,
+        embedder: Embedder | None = None,
+        connection: AsyncConnection[Any] | None = None,
+    ) -> list[list[SearchHit]]:
+        """:meth:`search` for several texts: one embedding call and one pipelined batch of statements."""
+        filters = SearchFilters(memory)
+        return await self._search(
+            list(queries),
+            None,
+            filters,
+            check_k(k),
+            check_threshold(threshold),
+            "auto",
+            DEFAULT_EXACT_LIMIT,
+            embedder,
+            connection,
+        )
+
+    async def _search(
+        self,
+        texts: list[str] | None,
+        vectors: list[Any] | None,
+        filters: SearchFilters,
+        k: int,
+        threshold: float | None,
+        mode: Any,
+        exact_limit: int,
+        embedder: Embedder | None,
+        connection: AsyncConnection[Any] | None,
+    ) -> list[list[SearchHit]]:
+        if not isinstance(exact_limit, int) or not 0 <= exact_limit <= 1_000_000:
+            raise InvalidInput(f"exact_limit must be in [0, 1000000], got {exact_limit!r}")
+        for attempt in (1, 2):
+            model = await self._model_for(filters, embedder, refresh=attempt == 2)
+            if texts is not None:
+                if not texts:
+                    return []
+                qs = await self._query_vectors(model, texts, embedder)
+            else:
+                assert vectors is not None
+                qs = np.stack([as_query_vector(v, model.dimension) for v in vectors])
+            statement = vector_search_sql(model, filters, mode)
+            base = {
+                "ns": self.namespace,
+                "k": k,
+                "exact_limit": exact_limit,
+                "max_distance": 2.0 if threshold is None else 1.0 - threshold,
+                **filters.params(),
+            }
+            rows = await self._run_searches(statement, [{**base, "q": q} for q in qs], k, connection)
+            if any(r and r[0][1] is None for r in rows):
+                continue  # the memory switched models under us: look it up again
+            return [[_hit(row) for row in found] for found in rows]
+        raise EmbeddingError(f"memory {filters.memory!r} keeps switching embedding models; try again")
+
+    async def _run_searches(
+        self, statement: Any, params: list[dict[str, Any]], k: int, connection: AsyncConnection[Any] | None
+    ) -> list[list[tuple[Any, ...]]]:
+        out: list[list[tuple[Any, ...]]] = []
+        with translate():
+            async with self._client.connection(connection) as conn:
+                await self._ready(conn)
+                if conn in _TUNED and k <= SESSION_EF_SEARCH:
+                    for p in params:
+                        cur = await conn.execute(statement, p, binary=True)
+                        out.append(await cur.fetchall())
+                    return out
+                async with self._client.transaction(conn) as tx:
+                    await tx.execute(
+                        "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
+                        "set_config('hnsw.ef_search', %s, true)",
+                        (str(max(SESSION_EF_SEARCH, min(k, 1000))),),
+                    )
+                    for p in params:
+                        cur = await tx.execute(statement, p, binary=True)
+                        out.append(await cur.fetchall())
+        return out
+
+    async def hybrid_search(
+        self,
+        text: str,
+        *,
+        k: int = 10,
+        memory: str | None = None,
+        cause_by: str | None = None,
+        role: str | None = None,
+        sender: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        w_vector: float = 1.0,
+        w_text: float = 1.0,
+        rrf_k: int = 60,
+        half_life: timedelta | float | None = None,
+        embedder: Embedder | None = None,
+        connection: AsyncConnection[Any] | None = None,
+    ) -> list[SearchHit]:
+        """Full-text and vector rankings fused by reciprocal rank fusion, in one statement.
+
+        ``score = w_vector / (rrf_k + vector rank) + w_text / (rrf_k + text rank)``, times
+        ``0.5 ** (age / half_life)`` with a recency half-life (a timedelta or seconds). Each ranking is cut
+        at ``max(4 k, 40)`` candidates; the result's ``distance`` is None for text-only hits.
+        """
+        filters = SearchFilters(memory, cause_by, role, sender, since, until)
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidInput("hybrid search needs a non-empty text")
+        check_k(k)
+        for name, weight in (("w_vector", w_vector), ("w_text", w_text)):
+            if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 <= weight <= 1000:
+                raise InvalidInput(f"{name} must be a number in [0, 1000], got {weight!r}")
+        if isinstance(rrf_k, bool) or not isinstance(rrf_k, int) or not 0 <= rrf_k <= 10_000:
+            raise InvalidInput(f"rrf_k must be an integer in [0, 10000], got {rrf_k!r}")
+        seconds = check_half_life(half_life)
+        depth = max(4 * k, 40)
+        for attempt in (1, 2):
+            model = await self._model_for(filters, embedder, refresh=attempt == 2)
+            (q,) = await self._query_vectors(model, [text], embedder)
+            params = {
+                "ns": self.namespace,
+                "q": q,
+                "k": depth,
+                "limit": k,
+                "exact_limit": DEFAULT_EXACT_LIMIT,
+                "max_distance": 2.0,
+                "text": text,
+                "w_vector": float(w_vector),
+                "w_text": float(w_text),
+                "rrf_k": rrf_k,
+                "half_life": seconds,
+                **filters.params(),
+            }
+            (rows,) = await self._run_searches(hybrid_search_sql(model, filters), [params], depth, connection)
+            if rows and rows[0][-1]:
+                continue
+            return [
+                SearchHit(decode(row[:14]), float(row[15]), None if row[14] is None else float(row[14])) for row in rows
+            ]
+        raise EmbeddingError(f"memory {filters.memory!r} keeps switching embedding models; try again")
+
+    # -- what the FAISS cache reads -------------------------------------------------------------------
+
+    async def memory_vectors(self, memory: str, model: EmbeddingModel) -> tuple[int, list[str], Vectors]:
+        """``(revision, ids, vectors)``: every vector of ``memory`` for ``model``, in memory order."""
+        rows = await self._rows_ready("memory_vectors", {"memory": memory, "model": model.id})
+        rev = int(rows[0][0]) if rows else 0
+        kept = [(r[1], r[2]) for r in rows if r[1] is not None]
+        ids = [r[0] for r in kept]
+        matrix = unpack_vectors([r[1] for r in kept], model.dimension)
+        return rev, ids, matrix
+
+    async def vector_changes(
+        self, memory: str, model: EmbeddingModel, rev: int
+    ) -> tuple[int, int | None, list[tuple[int, int, str, Any]]]:
+        """``(head, floor, [(rev, op, id, vector)])``: the memory's changes after ``rev``."""
+        rows = await self._rows_ready("vector_changes", {"memory": memory, "model": model.id, "rev": rev})
+        head = int(rows[0][4] or 0) if rows else 0
+        floor = rows[0][5] if rows else None
+        changes = [r for r in rows if r[0] is not None]
+        added = [r[3] for r in changes if r[3] is not None]
+        vectors = iter(unpack_vectors(added, model.dimension))
+        return head, floor, [(r[0], r[1], r[2], None if r[3] is None else next(vectors)) for r in changes]
+
+    async def head_rev(self, memory: str) -> int:
+        return int(await self._scalar("head_rev", {"memory": memory}, None) or 0)
+
+    async def _rows_ready(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        with translate():
+            async with self._client.connection() as conn:
+                await self._ready(conn)
+                cur = await conn.execute(Q[name], {"ns": self.namespace, **params}, binary=True)
+                return await cur.fetchall()
+
+
+def unpack_vectors(blobs: Sequence[bytes], dimension: int) -> Vectors:
+    """pgvector's binary send format (int16 dimension, int16 unused, big-endian float32s) to a matrix."""
+    if not blobs:
+        return np.zeros((0, dimension), np.float32)
+    raw = np.frombuffer(b"".join(blobs), dtype=">f4").reshape(len(blobs), dimension + 1)
+    return np.ascontiguousarray(raw[:, 1:], dtype=np.float32)
+
+
+def _hit(row: tuple[Any, ...]) -> SearchHit:
+    distance = float(row[14])
+    return SearchHit(decode(row[:14]), 1.0 - distance, distance)

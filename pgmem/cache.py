@@ -1,0 +1,399 @@
+"""The FAISS hot cache: a process-local mirror of memories' vectors for low-latency exact search.
+
+One entry per (namespace, memory, embedding model), loaded from Postgres on first use and kept within a
+byte budget (least recently used entries are dropped first). It is derived state: dropping it loses
+nothing.
+
+Consistency. Every change to a memory's set of vectors is appended to ``pgmem.vector_log`` by triggers,
+with a per-memory revision in commit order, and announced by ``NOTIFY pgmem_vectors`` on commit. The
+cache keeps each entry's revision and catches up by replaying the log (one round trip; a full reload
+when the log was purged past it).
+
+* ``mode="default"``: answer from the cache while the listener connection is up and no notification
+  or own write newer than the entry has arrived; otherwise catch up first. Staleness is bounded by
+  notification delivery (sub-millisecond on one host). A dropped listener marks every entry stale
+  until it has caught up again. The process's own writes (through the client the cache was built on)
+  mark their memory stale before the write call returns, so a process always reads its own writes.
+* ``mode="strict"``: catch up before every answer (one round trip that returns nothing when the entry
+  is current): the answer reflects every transaction committed before the search began.
+
+Answers equal an exact search in Postgres over the same rows: same ids, same order (ties by id), scores
+as cosine similarities. Search is brute force: a numpy matrix product with ``argpartition`` up to
+``faiss_above`` vectors, ``faiss.knn`` (inner product on normalised vectors) above; FAISS runs with one
+OpenMP thread unless told otherwise, which is faster for single queries on small machines.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import psycopg
+
+from pgmem._sync.client import Client
+from pgmem.embeddings import Vectors
+from pgmem.errors import InvalidInput, PgmemError
+from pgmem.search import EmbeddingModel, SearchHit, as_query_vector, check_k, check_threshold
+
+__all__ = ["CacheStats", "VectorCache"]
+
+log = logging.getLogger("pgmem.cache")
+
+CHANNEL = "pgmem_vectors"
+_ID_BYTES = 120  # a Python str id and its dict slot, roughly
+
+
+@dataclass
+class CacheStats:
+    """Counters since the cache was created."""
+
+    hits: int = 0
+    loads: int = 0
+    catch_ups: int = 0
+    evictions: int = 0
+    bypassed: int = 0
+    notifications: int = 0
+    reconnects: int = 0
+
+
+@dataclass
+class _Entry:
+    model: EmbeddingModel
+    rev: int
+    ids: list[str]
+    matrix: Vectors  # rows [0, len(ids)) are live, normalised
+    row_of: dict[str, int]
+    notified: int = 0  # the highest revision announced by NOTIFY
+    dirty: int = 0  # own writes since the last catch-up
+    epoch: int = -1  # the listener connection it was last current under
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def size(self) -> int:
+        return len(self.ids)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.matrix.nbytes) + _ID_BYTES * len(self.ids)
+
+    def add(self, message_id: str, vector: Vectors) -> None:
+        if message_id in self.row_of:
+            return
+        n = len(self.ids)
+        if n == self.matrix.shape[0]:
+            grown = np.zeros((max(16, 2 * n), self.matrix.shape[1]), np.float32)
+            grown[:n] = self.matrix[:n]
+            self.matrix = grown
+        self.matrix[n] = _unit(vector)
+        self.ids.append(message_id)
+        self.row_of[message_id] = n
+
+    def remove(self, message_id: str) -> None:
+        row = self.row_of.pop(message_id, None)
+        if row is None:
+            return
+        last = len(self.ids) - 1
+        if row != last:
+            moved = self.ids[last]
+            self.matrix[row] = self.matrix[last]
+            self.ids[row] = moved
+            self.row_of[moved] = row
+        self.ids.pop()
+
+
+def _unit(vectors: Vectors) -> Vectors:
+    norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
+    out: Vectors = np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
+    return out
+
+
+class VectorCache:
+    """Process-local exact vector search over memories, kept consistent with Postgres.
+
+    Args:
+        client: the (sync) client whose namespace and connections the cache uses; its own writes are
+            seen at once.
+        budget_bytes: the most memory the cached matrices may take (LRU eviction beyond it; a memory
+            larger than the whole budget is searched in Postgres instead).
+        mode: ``"default"`` or ``"strict"`` (see the module docstring).
+        faiss_above: memories with more vectors than this are searched with ``faiss.knn``.
+        faiss_threads: OpenMP threads for FAISS (1 is fastest for single queries here).
+
+    Example:
+        >>> cache = VectorCache(client)
+        >>> cache.search("role:Alice", "a snake game", k=5)
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        budget_bytes: int = 512 * 1024 * 1024,
+        mode: Literal["default", "strict"] = "default",
+        faiss_above: int = 20_000,
+        faiss_threads: int = 1,
+    ) -> None:
+        if mode not in ("default", "strict"):
+            raise InvalidInput(f"mode must be 'default' or 'strict', got {mode!r}")
+        if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes < 0:
+            raise InvalidInput(f"budget_bytes must be a non-negative integer, got {budget_bytes!r}")
+        if client.conninfo is None:
+            raise InvalidInput("the cache needs a client that knows its connection string")
+        self._client = client
+        self.mode = mode
+        self.budget_bytes = budget_bytes
+        self.faiss_above = faiss_above
+        self.stats = CacheStats()
+        self._entries: OrderedDict[tuple[str, int], _Entry] = OrderedDict()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._listening = threading.Event()
+        self._connected = False
+        self._epoch = 0  # bumped on every (re)connection of the listener
+        self._listener_conn: psycopg.Connection[Any] | None = None
+        import faiss
+
+        faiss.omp_set_num_threads(faiss_threads)
+        self._faiss = faiss
+        client.vectors.on_change = self._own_write
+        self._thread = threading.Thread(target=self._listen, name="pgmem-cache-listener", daemon=True)
+        self._thread.start()
+        if not self._listening.wait(30):
+            raise PgmemError("the cache's listener could not connect within 30 s")
+
+    # -- consistency ----------------------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        """Whether the listener is connected (default mode answers without a round trip only then)."""
+        return self._connected
+
+    def _listen(self) -> None:
+        delay = 0.05
+        while not self._closed:
+            try:
+                conn = psycopg.Connection.connect(self._client.conninfo or "", autocommit=True)
+            except psycopg.Error as exc:
+                log.warning("cache listener cannot connect: %s", exc)
+                self._listening.set()
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            self._listener_conn = conn
+            try:
+                conn.execute(f"LISTEN {CHANNEL}")
+                with self._lock:
+                    self._epoch += 1
+                    self._connected = True
+                self._listening.set()
+                delay = 0.05
+                while not self._closed:
+                    for note in conn.notifies(timeout=0.5):
+                        self._notified(note.payload)
+            except psycopg.Error as exc:
+                if not self._closed:
+                    log.warning("cache listener lost its connection: %s", exc)
+            finally:
+                with self._lock:
+                    self._connected = False  # every entry is stale until it has caught up
+                    self.stats.reconnects += 0 if self._closed else 1
+                try:
+                    conn.close()
+                except psycopg.Error:
+                    pass
+                self._listener_conn = None
+
+    def _notified(self, payload: str) -> None:
+        try:
+            namespace, memory, rev = json.loads(payload)
+        except (ValueError, TypeError):
+            return
+        if namespace != self._client.namespace:
+            return
+        self.stats.notifications += 1
+        with self._lock:
+            for (key, _), entry in self._entries.items():
+                if key == memory and rev > entry.notified:
+                    entry.notified = rev
+
+    def _own_write(self, memory: str | None) -> None:
+        with self._lock:
+            for (key, _), entry in self._entries.items():
+                if memory is None or key == memory:
+                    entry.dirty += 1
+
+    def drop_connection_for_test(self) -> None:
+        """Close the listener's connection as a network failure would (tests of the stale marking)."""
+        conn = self._listener_conn
+        if conn is not None:
+            conn.pgconn.finish()
+
+    # -- entries --------------------------------------------------------------------------------------
+
+    def _entry(self, memory: str, model: EmbeddingModel) -> _Entry | None:
+        key = (memory, model.id)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+            connected, epoch = self._connected, self._epoch
+        if entry is None:
+            return self._load(memory, model)
+        with entry.lock:
+            fresh = (
+                self.mode == "default"
+                and connected
+                and entry.epoch == epoch
+                and entry.notified <= entry.rev
+                and entry.dirty == 0
+            )
+            if fresh:
+                self.stats.hits += 1
+                return entry
+            self._catch_up(memory, entry, epoch)
+        return entry
+
+    def _load(self, memory: str, model: EmbeddingModel) -> _Entry | None:
+        with self._lock:
+            epoch = self._epoch
+        rev, ids, matrix = self._client.vectors.memory_vectors(memory, model)
+        self.stats.loads += 1
+        entry = _Entry(model=model, rev=rev, ids=[], matrix=np.zeros((0, model.dimension), np.float32), row_of={})
+        entry.matrix = np.zeros((max(16, len(ids)), model.dimension), np.float32)
+        entry.matrix[: len(ids)] = _unit(matrix)
+        entry.ids = list(ids)
+        entry.row_of = {message_id: row for row, message_id in enumerate(ids)}
+        entry.epoch = epoch
+        if entry.nbytes > self.budget_bytes:
+            self.stats.bypassed += 1
+            return None
+        with self._lock:
+            self._entries[(memory, model.id)] = entry
+            total = sum(e.nbytes for e in self._entries.values())
+            while total > self.budget_bytes and len(self._entries) > 1:
+                _, dropped = self._entries.popitem(last=False)
+                total -= dropped.nbytes
+                self.stats.evictions += 1
+        return entry
+
+    def _catch_up(self, memory: str, entry: _Entry, epoch: int) -> None:
+        dirty = entry.dirty
+        head, floor, changes = self._client.vectors.vector_changes(memory, entry.model, entry.rev)
+        self.stats.catch_ups += 1
+        if head < entry.rev or (changes and changes[0][0] != entry.rev + 1 and (floor or 0) > entry.rev + 1):
+            # The memory was recreated, or the log was purged past this entry: start over.
+            rev, ids, matrix = self._client.vectors.memory_vectors(memory, entry.model)
+            entry.ids, entry.row_of, entry.rev = [], {}, rev
+            entry.matrix = np.zeros((max(16, len(ids)), entry.model.dimension), np.float32)
+            for message_id, vector in zip(ids, matrix, strict=True):
+                entry.add(message_id, vector)
+        else:
+            for _, op, message_id, vector in changes:
+                if op > 0 and vector is not None:
+                    entry.add(message_id, vector)
+                elif op < 0:
+                    entry.remove(message_id)
+            entry.rev = max(entry.rev, head)
+        entry.notified = max(entry.notified, entry.rev)
+        entry.dirty -= dirty
+        entry.epoch = epoch
+
+    def invalidate(self, memory: str | None = None) -> None:
+        """Drop the cached vectors of ``memory`` (None: of every memory)."""
+        with self._lock:
+            for key in [k for k in self._entries if memory is None or k[0] == memory]:
+                del self._entries[key]
+
+    @property
+    def nbytes(self) -> int:
+        with self._lock:
+            return sum(e.nbytes for e in self._entries.values())
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    # -- search ---------------------------------------------------------------------------------------
+
+    def search_vectors(
+        self, memory: str, vectors: Any, k: int = 10, *, threshold: float | None = None
+    ) -> list[list[tuple[str, float]]]:
+        """``[(message id, score)]`` per query vector, best first (ties by id); no message is fetched."""
+        check_k(k)
+        threshold = check_threshold(threshold)
+        model = self._client.vectors.active_model(memory)
+        if model is None:
+            raise InvalidInput(f"memory {memory!r} has no embedding model; call client.vectors.enable() first")
+        queries = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
+        if queries.ndim != 2 or queries.shape[1] != model.dimension:
+            raise InvalidInput(f"query vectors must have {model.dimension} dimensions, got shape {queries.shape}")
+        queries = np.stack([as_query_vector(q, model.dimension) for q in queries])
+        entry = self._entry(memory, model)
+        if entry is None:
+            found = [
+                self._client.vectors.search(vector=q, memory=memory, k=k, threshold=threshold, mode="exact")
+                for q in queries
+            ]
+            return [[(h.message.id, h.score) for h in hits] for hits in found]
+        with entry.lock:
+            return self._top_k(entry, _unit(queries), k, threshold)
+
+    def _top_k(self, entry: _Entry, queries: Vectors, k: int, threshold: float | None) -> list[list[tuple[str, float]]]:
+        n = entry.size
+        if n == 0:
+            return [[] for _ in queries]
+        base = entry.matrix[:n]
+        take = min(n, k)
+        if n > self.faiss_above:
+            scores, rows = self._faiss.knn(queries, base, take, metric=self._faiss.METRIC_INNER_PRODUCT)
+            # FAISS breaks ties by row; widen by ties at the k-th score and order by (score, id) below.
+            results = [list(zip(r.tolist(), s.tolist(), strict=True)) for r, s in zip(rows, scores, strict=True)]
+        else:
+            all_scores = queries @ base.T
+            results = []
+            for scores in all_scores:
+                if take < n:
+                    top = np.argpartition(-scores, take - 1)[:take]
+                else:
+                    top = np.arange(n)
+                results.append([(int(r), float(scores[r])) for r in top])
+        out = []
+        for found in results:
+            ranked = sorted(((entry.ids[r], s) for r, s in found if r >= 0), key=lambda t: (-t[1], t[0]))
+            if threshold is not None:
+                ranked = [(i, s) for i, s in ranked if s >= threshold]
+            out.append(ranked[:k])
+        return out
+
+    def search(self, memory: str, query: str | Any, k: int = 10, *, threshold: float | None = None) -> list[SearchHit]:
+        """The ``k`` messages of ``memory`` closest to ``query`` (a text, embedded with the memory's model,
+        or a vector), as :class:`pgmem.search.SearchHit` (their messages fetched in one round trip)."""
+        model = self._client.vectors.active_model(memory)
+        if model is None:
+            raise InvalidInput(f"memory {memory!r} has no embedding model; call client.vectors.enable() first")
+        if isinstance(query, str):
+            vector = self._client.vectors._query_vectors(model, [query], None)[0]
+        else:
+            vector = as_query_vector(query, model.dimension)
+        (found,) = self.search_vectors(memory, vector, k, threshold=threshold)
+        messages = {m.id: m for m in self._client.messages.get_messages([i for i, _ in found])}
+        return [SearchHit(messages[i], s, 1.0 - s) for i, s in found if i in messages]
+
+    def close(self) -> None:
+        """Stop the listener and drop every entry."""
+        self._closed = True
+        if self._client.vectors.on_change == self._own_write:
+            self._client.vectors.on_change = None
+        self._thread.join(timeout=5)
+        self.invalidate()
+
+    def __enter__(self) -> VectorCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

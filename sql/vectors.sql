@@ -1,0 +1,172 @@
+-- Named queries of the vector repository (pgmem._async.vectors). Searches are composed per model in
+-- pgmem/search.py (the model's id and dimension are part of the indexed expression).
+
+-- name: model_lock
+-- Registering a model creates its HNSW index: one registration at a time.
+SELECT pg_advisory_xact_lock(%(key)s);
+
+-- name: register_model
+INSERT INTO pgmem.embedding_models (name, dimension, kind)
+VALUES (%(name)s, %(dimension)s, %(kind)s)
+ON CONFLICT (name) DO NOTHING;
+
+-- name: get_model
+SELECT id, name, dimension, kind FROM pgmem.embedding_models WHERE name = %(name)s;
+
+-- name: get_model_by_id
+SELECT id, name, dimension, kind FROM pgmem.embedding_models WHERE id = %(id)s;
+
+-- name: enable
+-- Give a memory an embedding model: `active` when it has none yet, else `building` (a switch, which the
+-- embedder promotes once every entry has a vector). Every entry without a vector of that model is queued.
+-- Returns the model's status for the memory.
+WITH memory AS (
+    INSERT INTO pgmem.memories (namespace, key) VALUES (%(ns)s, %(memory)s)
+    ON CONFLICT DO NOTHING
+), model AS (
+    INSERT INTO pgmem.memory_models (namespace, memory, model_id, status)
+    SELECT %(ns)s, %(memory)s, %(model)s,
+           CASE WHEN EXISTS (SELECT 1 FROM pgmem.memory_models
+                             WHERE namespace = %(ns)s AND memory = %(memory)s AND status = 'active')
+                THEN 'building' ELSE 'active' END
+    ON CONFLICT DO NOTHING
+    RETURNING status
+), queued AS (
+    INSERT INTO pgmem.embedding_outbox (namespace, model_id, message_id)
+    SELECT %(ns)s, %(model)s, me.message_id
+    FROM pgmem.memory_entries me
+    WHERE me.namespace = %(ns)s AND me.memory = %(memory)s
+      AND NOT EXISTS (SELECT 1 FROM pgmem.embeddings e
+                      WHERE e.namespace = %(ns)s AND e.model_id = %(model)s AND e.message_id = me.message_id)
+    ORDER BY me.message_id
+    ON CONFLICT DO NOTHING
+)
+SELECT coalesce((SELECT status FROM model),
+                (SELECT status FROM pgmem.memory_models
+                 WHERE namespace = %(ns)s AND memory = %(memory)s AND model_id = %(model)s));
+
+-- name: memory_models
+-- The models of a memory, the active one first.
+SELECT mm.status, m.id, m.name, m.dimension, m.kind
+FROM pgmem.memory_models mm JOIN pgmem.embedding_models m ON m.id = mm.model_id
+WHERE mm.namespace = %(ns)s AND mm.memory = %(memory)s
+ORDER BY mm.status = 'active' DESC, mm.created_at;
+
+-- name: claim_outbox
+-- A batch of queued messages for one model, locked for this transaction (other embedders skip them).
+SELECT o.message_id, m.content
+FROM pgmem.embedding_outbox o
+JOIN pgmem.messages m ON m.namespace = o.namespace AND m.id = o.message_id
+WHERE o.namespace = %(ns)s AND o.model_id = %(model)s AND o.available_at <= now()
+ORDER BY o.enqueued_at, o.message_id
+LIMIT %(n)s
+FOR UPDATE OF o SKIP LOCKED;
+
+-- name: store_vectors
+-- Store a batch of vectors (binary vector[]) and take the messages off the outbox.
+WITH stored AS (
+    INSERT INTO pgmem.embeddings (namespace, model_id, message_id, embedding)
+    SELECT %(ns)s, %(model)s, v.id, v.embedding
+    FROM unnest(%(ids)s::text[], %(vectors)s::vector[]) AS v(id, embedding)
+    ORDER BY v.id
+    ON CONFLICT DO NOTHING
+)
+DELETE FROM pgmem.embedding_outbox
+WHERE namespace = %(ns)s AND model_id = %(model)s AND message_id = ANY(%(ids)s::text[]);
+
+-- name: store_halfvecs
+WITH stored AS (
+    INSERT INTO pgmem.embeddings (namespace, model_id, message_id, embedding_half)
+    SELECT %(ns)s, %(model)s, v.id, v.embedding::halfvec
+    FROM unnest(%(ids)s::text[], %(vectors)s::vector[]) AS v(id, embedding)
+    ORDER BY v.id
+    ON CONFLICT DO NOTHING
+)
+DELETE FROM pgmem.embedding_outbox
+WHERE namespace = %(ns)s AND model_id = %(model)s AND message_id = ANY(%(ids)s::text[]);
+
+-- name: outbox_failed
+-- The provider failed: try these again after an exponential backoff (1 s doubling, at most 1 hour).
+UPDATE pgmem.embedding_outbox
+SET attempts = attempts + 1,
+    last_error = left(%(error)s, 2000),
+    available_at = now() + least(interval '1 hour', interval '1 second' * power(2, least(attempts, 12)))
+WHERE namespace = %(ns)s AND model_id = %(model)s AND message_id = ANY(%(ids)s::text[]);
+
+-- name: outbox_retry_now
+-- `pgmem embed`: a backfill run does not wait out earlier backoffs.
+UPDATE pgmem.embedding_outbox SET available_at = now()
+WHERE namespace = %(ns)s AND model_id = %(model)s AND available_at > now();
+
+-- name: pending
+-- Queued messages per model name (of one memory, or of the namespace).
+SELECT m.name, count(*)
+FROM pgmem.embedding_outbox o
+JOIN pgmem.embedding_models m ON m.id = o.model_id
+WHERE o.namespace = %(ns)s
+  AND (%(memory)s::text IS NULL OR EXISTS (
+        SELECT 1 FROM pgmem.memory_entries me
+        WHERE me.namespace = o.namespace AND me.memory = %(memory)s AND me.message_id = o.message_id))
+GROUP BY m.name
+ORDER BY m.name;
+
+-- name: pending_models
+-- Models with queued messages in the namespace.
+SELECT DISTINCT m.id, m.name, m.dimension, m.kind
+FROM pgmem.embedding_outbox o JOIN pgmem.embedding_models m ON m.id = o.model_id
+WHERE o.namespace = %(ns)s;
+
+-- name: outbox_namespaces
+SELECT DISTINCT namespace FROM pgmem.embedding_outbox ORDER BY namespace;
+
+-- name: promote
+-- Finish model switches: a `building` model whose memory has no queued entry left becomes the active
+-- one; the previous active model's vectors stay (other memories may use them) but it is no longer
+-- searched for this memory. Returns the memories switched.
+WITH done AS (
+    SELECT mm.memory, mm.model_id
+    FROM pgmem.memory_models mm
+    WHERE mm.namespace = %(ns)s AND mm.status = 'building'
+      AND NOT EXISTS (SELECT 1 FROM pgmem.embedding_outbox o
+                      JOIN pgmem.memory_entries me ON me.namespace = o.namespace AND me.message_id = o.message_id
+                      WHERE o.namespace = %(ns)s AND o.model_id = mm.model_id AND me.memory = mm.memory)
+), retired AS (
+    DELETE FROM pgmem.memory_models x USING done
+    WHERE x.namespace = %(ns)s AND x.memory = done.memory AND x.status = 'active'
+), promoted AS (
+    UPDATE pgmem.memory_models x SET status = 'active'
+    FROM done WHERE x.namespace = %(ns)s AND x.memory = done.memory AND x.model_id = done.model_id
+    RETURNING x.memory
+)
+SELECT memory FROM promoted ORDER BY memory;
+
+-- name: memory_vectors
+-- Every vector of a memory for one model, with the memory's revision they are current at (the cache's
+-- load). One statement: the revision and the rows come from the same snapshot. Vectors travel in
+-- pgvector's binary form (vector_send), which numpy reads in one call.
+SELECT mem.vec_rev, e.message_id, vector_send(coalesce(e.embedding, e.embedding_half::vector))
+FROM pgmem.memories mem
+LEFT JOIN pgmem.memory_entries me ON me.namespace = mem.namespace AND me.memory = mem.key
+LEFT JOIN pgmem.embeddings e ON e.namespace = me.namespace AND e.model_id = %(model)s AND e.message_id = me.message_id
+WHERE mem.namespace = %(ns)s AND mem.key = %(memory)s
+ORDER BY me.seq;
+
+-- name: vector_changes
+-- What changed in a memory's vectors after revision `rev` (the cache's catch-up), oldest first, with the
+-- vector of each addition. `floor` is the oldest revision still logged (older ones were purged: reload).
+SELECT l.rev, l.op, l.message_id, vector_send(coalesce(e.embedding, e.embedding_half::vector)),
+       (SELECT vec_rev FROM pgmem.memories WHERE namespace = %(ns)s AND key = %(memory)s) AS head,
+       (SELECT min(rev) FROM pgmem.vector_log WHERE namespace = %(ns)s AND memory = %(memory)s) AS floor
+FROM (SELECT 1) AS one
+LEFT JOIN pgmem.vector_log l
+       ON l.namespace = %(ns)s AND l.memory = %(memory)s AND l.rev > %(rev)s AND l.model_id = %(model)s
+LEFT JOIN pgmem.embeddings e
+       ON l.op = 1 AND e.namespace = %(ns)s AND e.model_id = %(model)s AND e.message_id = l.message_id
+ORDER BY l.rev;
+
+-- name: head_rev
+SELECT vec_rev FROM pgmem.memories WHERE namespace = %(ns)s AND key = %(memory)s;
+
+-- name: purge_vector_log
+-- Retention: log rows older than the cutoff (caches behind them reload).
+DELETE FROM pgmem.vector_log WHERE logged_at < now() - %(older_than)s::interval;
