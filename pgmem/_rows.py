@@ -45,6 +45,22 @@ def check_namespace(namespace: str) -> str:
     return namespace
 
 
+def key_for(prefix: str, name: str) -> str:
+    """A memory key for a free-form name (e.g. MetaGPT's role id ``"Alice(Product Manager)"``).
+
+    ``prefix + name`` when that is a valid key; otherwise the name with every other character replaced
+    by ``_``, plus ``#`` and 8 hex digits of its SHA-256, so distinct names never share a key.
+    """
+    if not isinstance(name, str) or not name or "\x00" in name:
+        raise InvalidInput("a name must be a non-empty string without NUL bytes")
+    key = prefix + name
+    if _KEY_RE.fullmatch(key):
+        return key
+    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:8]
+    cleaned = re.sub(r"[^A-Za-z0-9_.:@/+=\-]", "_", name)[: 255 - len(prefix) - 9]
+    return check_key(f"{prefix}{cleaned}#{digest}")
+
+
 def check_key(key: str, what: str = "memory key") -> str:
     if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
         raise InvalidInput(

@@ -94,6 +94,62 @@ def stats(
 
 
 @app.command()
+def embed(
+    dsn: DsnOption = None,
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", "-n", help="Only this namespace (default: every one).")
+    ] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Texts per provider call.")] = 256,
+) -> None:
+    """Fill missing embeddings: embed every queued message (e.g. after the provider was down).
+
+    Uses the configured embedder (PGMEM_EMBEDDER); messages queued for other models are left queued and
+    counted. Earlier backoffs are ignored: a backfill retries everything now.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    import pgmem
+
+    with pgmem.connect(_dsn(dsn), namespace=namespace or "default", min_size=0, max_size=2) as client:
+        if namespace is None:
+            namespaces = [r[0] for r in client.vectors._rows("outbox_namespaces", {}, None)]
+        else:
+            namespaces = [namespace]
+        model = client.embedder.model
+        totals = {ns: client.with_namespace(ns).vectors.pending() for ns in namespaces}
+        todo = sum(p.get(model, 0) for p in totals.values())
+        embedded = failed = 0
+        errors: list[str] = []
+        with Progress(
+            TextColumn("[bold]embedding[/bold] {task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        ) as progress:
+            task = progress.add_task(model, total=todo)
+            for ns in namespaces:
+                scoped = client.with_namespace(ns)
+                report = scoped.vectors.embed_pending(
+                    batch_size=batch_size, retry_now=True, progress=lambda n: progress.advance(task, n)
+                )
+                embedded += report.embedded
+                failed += report.failed
+                errors += report.errors
+        remaining = {ns: client.with_namespace(ns).vectors.pending() for ns in namespaces}
+    left = sum(sum(p.values()) for p in remaining.values())
+    console.print(f"{embedded} embedded with {model}, {failed} failed, {left} still queued", highlight=False)
+    for error in errors[:5]:
+        console.print(f"[red]provider error:[/red] {error}", highlight=False)
+    others = sorted({name for p in remaining.values() for name in p if name != model})
+    if others:
+        console.print(f"queued for other models (set PGMEM_EMBEDDER to embed them): {', '.join(others)}")
+    if failed:
+        raise typer.Exit(code=1)
+
+
+@app.command()
 def demo(
     dsn: DsnOption = None,
     namespace: Annotated[str, typer.Option("--namespace", "-n", help="Namespace of the demo run.")] = "demo",

@@ -112,10 +112,17 @@ class SearchFilters:
     sender: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+    #: Only the memory's entries up to this sequence number (RoleZero's long-term part); needs ``memory``.
+    max_seq: int | None = None
 
     def __post_init__(self) -> None:
         if self.memory is not None:
             check_key(self.memory)
+        if self.max_seq is not None:
+            if self.memory is None:
+                raise InvalidInput("max_seq needs a memory")
+            if isinstance(self.max_seq, bool) or not isinstance(self.max_seq, int):
+                raise InvalidInput(f"max_seq must be an integer, got {self.max_seq!r}")
         for name in ("cause_by", "role", "sender"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or "\x00" in value or len(value) > 1000):
@@ -139,7 +146,7 @@ class SearchFilters:
     @property
     def cacheable(self) -> bool:
         """Only the memory restricts the search: a vector cache of the memory can answer it."""
-        return self.memory is not None and self.cause_by is None and not self.on_message
+        return self.memory is not None and self.cause_by is None and self.max_seq is None and not self.on_message
 
     def params(self) -> dict[str, Any]:
         return {
@@ -149,6 +156,7 @@ class SearchFilters:
             "sender": self.sender,
             "since": self.since,
             "until": self.until,
+            "max_seq": self.max_seq,
         }
 
 
@@ -189,6 +197,8 @@ def _entry_filters(f: SearchFilters, entries: str, message: str) -> list[sql.Com
     e, m = sql.Identifier(entries), sql.Identifier(message)
     if f.memory is not None:
         terms.append(sql.SQL("{}.memory = %(memory)s").format(e))
+    if f.max_seq is not None:
+        terms.append(sql.SQL("{}.seq <= %(max_seq)s").format(e))
     if f.cause_by is not None:
         terms.append(sql.SQL("{}.cause_by = %(cause_by)s").format(e if f.memory is not None else m))
     if f.role is not None:
@@ -291,6 +301,52 @@ def vector_search_sql(model: EmbeddingModel, f: SearchFilters, mode: Mode) -> sq
         "UNION ALL "
         "(SELECT {cols}, h.distance FROM hits h JOIN pgmem.messages m ON m.namespace = %(ns)s AND m.id = h.message_id "
         "WHERE (SELECT ok FROM guard) AND h.distance <= %(max_distance)s ORDER BY h.distance, m.id)"
+    ).format(hits=hits, guard=guard, cols=sql.SQL(MESSAGE_COLUMNS))
+
+
+def batch_search_sql(model: EmbeddingModel, f: SearchFilters) -> sql.Composed:
+    """Many query vectors (``%(qs)s``, a ``vector[]``) in one statement: ``(ord, seq, id, …, distance)``
+    rows, per query closest first. Exact over the candidates when they are few, else one HNSW scan per
+    query (a LATERAL join). A single row with a NULL ``ord`` is the model-switch sentinel."""
+    vec = model.vector_expr("e")
+    qv = sql.SQL("qs.v::{}({})").format(sql.SQL(model.kind), sql.Literal(model.dimension))
+    parts = {"vec": vec, "qv": qv, "model": sql.Literal(model.id), "filters": _exists_filter(f)}
+    if f.filtered:
+        hits = sql.SQL(
+            "cand AS MATERIALIZED ({cand}), small AS (SELECT count(*) <= %(exact_limit)s AS yes FROM cand), "
+            "cv AS MATERIALIZED (SELECT e.message_id, {vec} AS v FROM cand JOIN pgmem.embeddings e "
+            "ON e.namespace = %(ns)s AND e.model_id = {model} AND e.message_id = cand.message_id "
+            "WHERE (SELECT yes FROM small)), "
+            "hits AS (SELECT qs.ord, h.message_id, h.distance FROM qs CROSS JOIN LATERAL "
+            "(SELECT cv.message_id, cv.v <=> {qv} AS distance FROM cv ORDER BY distance LIMIT %(k)s) h "
+            "WHERE (SELECT yes FROM small) "
+            "UNION ALL "
+            "SELECT qs.ord, h.message_id, h.distance FROM qs CROSS JOIN LATERAL "
+            "(SELECT e.message_id, {vec} <=> {qv} AS distance FROM pgmem.embeddings e "
+            "WHERE e.namespace = %(ns)s AND e.model_id = {model}{filters} ORDER BY {vec} <=> {qv} LIMIT %(k)s) h "
+            "WHERE NOT (SELECT yes FROM small))"
+        ).format(cand=candidates_sql(f), **parts)
+    else:
+        hits = sql.SQL(
+            "hits AS (SELECT qs.ord, h.message_id, h.distance FROM qs CROSS JOIN LATERAL "
+            "(SELECT e.message_id, {vec} <=> {qv} AS distance FROM pgmem.embeddings e "
+            "WHERE e.namespace = %(ns)s AND e.model_id = {model} ORDER BY {vec} <=> {qv} LIMIT %(k)s) h)"
+        ).format(**parts)
+    guard: sql.Composable = sql.SQL("TRUE")
+    if f.memory is not None:
+        guard = sql.SQL(
+            "EXISTS (SELECT 1 FROM pgmem.memory_models WHERE namespace = %(ns)s AND memory = %(memory)s "
+            "AND model_id = {} AND status = 'active')"
+        ).format(sql.Literal(model.id))
+    return sql.SQL(
+        "WITH qs AS (SELECT q.v, q.ord FROM unnest(%(qs)s::vector[]) WITH ORDINALITY AS q(v, ord)), {hits}, "
+        "guard AS (SELECT {guard} AS ok) "
+        "(SELECT NULL::bigint, NULL::bigint, NULL, NULL, NULL::jsonb, NULL, NULL, NULL, NULL::text[], NULL::jsonb, "
+        "NULL::jsonb, NULL, NULL, NULL, NULL::timestamptz, NULL::float8 WHERE NOT (SELECT ok FROM guard)) "
+        "UNION ALL "
+        "(SELECT h.ord, {cols}, h.distance FROM hits h JOIN pgmem.messages m ON m.namespace = %(ns)s "
+        "AND m.id = h.message_id WHERE (SELECT ok FROM guard) AND h.distance <= %(max_distance)s "
+        "ORDER BY h.ord, h.distance, m.id)"
     ).format(hits=hits, guard=guard, cols=sql.SQL(MESSAGE_COLUMNS))
 
 

@@ -27,6 +27,7 @@ from pgmem.search import (
     SearchFilters,
     SearchHit,
     as_query_vector,
+    batch_search_sql,
     check_half_life,
     check_k,
     check_mode,
@@ -321,10 +322,14 @@ class AsyncVectorRepository(AsyncRepository):
                     self._worker = None
                     return
 
-    async def flush(self) -> EmbedReport:
+    async def wait(self) -> None:
+        """Wait for the background embedding of this client's writes (no round trip when idle)."""
+        await join(self._worker)
+
+    async def flush(self, embedder: Embedder | None = None) -> EmbedReport:
         """Wait for background embedding, then embed what is still queued (``persist()`` calls this)."""
         await join(self._worker)
-        return await self.embed_pending()
+        return await self.embed_pending(embedder)
 
     async def close(self) -> None:
         await join(self._worker)
@@ -373,6 +378,7 @@ class AsyncVectorRepository(AsyncRepository):
         sender: str | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
+        max_seq: int | None = None,
         threshold: float | None = None,
         mode: str = "auto",
         exact_limit: int = DEFAULT_EXACT_LIMIT,
@@ -382,11 +388,12 @@ class AsyncVectorRepository(AsyncRepository):
         """The ``k`` messages closest to ``query`` (text, embedded with the memory's model) or ``vector``.
 
         Filters restrict the search to one memory, an action (``cause_by``), a role, a sender and a time
-        range; the search stays complete under them (see :mod:`pgmem.search`). ``threshold`` keeps hits
+        range (``max_seq``: only the memory's entries up to that sequence number); the search stays
+        complete under them (see :mod:`pgmem.search`). ``threshold`` keeps hits
         whose score (cosine similarity) is at least that. ``mode``: ``auto`` (exact for small filtered
         sets, else the HNSW index), ``exact`` or ``ann``.
         """
-        filters = SearchFilters(memory, cause_by, role, sender, since, until)
+        filters = SearchFilters(memory, cause_by, role, sender, since, until, max_seq)
         if (query is None) == (vector is None):
             raise InvalidInput("search needs exactly one of a query text or a vector")
         results = await self._search(
@@ -404,27 +411,52 @@ class AsyncVectorRepository(AsyncRepository):
 
     async def search_many(
         self,
-        queries: Sequence[str],
+        queries: Sequence[str] | None = None,
         *,
+        vectors: Any = None,
         k: int = 10,
         memory: str | None = None,
+        cause_by: str | None = None,
+        max_seq: int | None = None,
         threshold: float | None = None,
+        exact_limit: int = DEFAULT_EXACT_LIMIT,
         embedder: Embedder | None = None,
         connection: AsyncConnection[Any] | None = None,
     ) -> list[list[SearchHit]]:
-        """:meth:`search` for several texts: one embedding call and one pipelined batch of statements."""
-        filters = SearchFilters(memory)
-        return await self._search(
-            list(queries),
-            None,
-            filters,
-            check_k(k),
-            check_threshold(threshold),
-            "auto",
-            DEFAULT_EXACT_LIMIT,
-            embedder,
-            connection,
-        )
+        """:meth:`search` for many texts (or vectors) at once: one embedding call and one statement."""
+        filters = SearchFilters(memory, cause_by, max_seq=max_seq)
+        if (queries is None) == (vectors is None):
+            raise InvalidInput("search_many needs exactly one of query texts or vectors")
+        check_k(k)
+        threshold = check_threshold(threshold)
+        if not isinstance(exact_limit, int) or not 0 <= exact_limit <= 1_000_000:
+            raise InvalidInput(f"exact_limit must be in [0, 1000000], got {exact_limit!r}")
+        texts = None if queries is None else list(queries)
+        count = len(texts) if texts is not None else len(vectors)
+        if count == 0:
+            return []
+        for attempt in (1, 2):
+            model = await self._model_for(filters, embedder, refresh=attempt == 2)
+            if texts is not None:
+                qs = await self._query_vectors(model, texts, embedder)
+            else:
+                qs = np.stack([as_query_vector(v, model.dimension) for v in vectors])
+            params = {
+                "ns": self.namespace,
+                "qs": list(qs),
+                "k": k,
+                "exact_limit": exact_limit,
+                "max_distance": 2.0 if threshold is None else 1.0 - threshold,
+                **filters.params(),
+            }
+            (rows,) = await self._run_searches(batch_search_sql(model, filters), [params], k, connection)
+            if rows and rows[0][0] is None:
+                continue
+            out: list[list[SearchHit]] = [[] for _ in range(count)]
+            for row in rows:
+                out[int(row[0]) - 1].append(_hit(row[1:]))
+            return out
+        raise EmbeddingError(f"memory {filters.memory!r} keeps switching embedding models; try again")
 
     async def _search(
         self,

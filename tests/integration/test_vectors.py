@@ -1,0 +1,289 @@
+"""Embeddings and semantic search on the real Postgres: the outbox, provider failures and the backfill,
+model switches, halfvec models, filters, hybrid search, bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import psycopg
+import pytest
+
+import pgmem
+from pgmem import Message
+from pgmem.embeddings import EmbeddingError, HashingEmbedder, Vectors
+from tests.conftest import table_counts
+
+
+class FlakyEmbedder:
+    """The offline embedder behind a switch: while ``down``, every call fails like an unreachable API."""
+
+    def __init__(self, dimension: int = 384) -> None:
+        self.inner: HashingEmbedder = HashingEmbedder(dimension)
+        self.model = self.inner.model
+        self.dimension = dimension
+        self.down = False
+        self.calls = 0
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        self.calls += 1
+        if self.down:
+            raise EmbeddingError("provider unreachable (test)")
+        return self.inner.embed(texts)
+
+    async def aembed(self, texts: Sequence[str]) -> Vectors:
+        return self.embed(texts)
+
+
+class WrongDimension(HashingEmbedder):
+    """Claims 384 dimensions, answers with 383."""
+
+    def __init__(self) -> None:
+        super().__init__(384)
+        self.model = "wrong-dimension"
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        return super().embed(texts)[:, :383]
+
+
+def _contents(hits: list[pgmem.search.SearchHit]) -> list[str]:
+    return [h.message.content for h in hits]
+
+
+def test_search_after_background_embedding(client: pgmem.Client) -> None:
+    assert client.vectors.enable("role:PM") == "active"
+    client.messages.add("role:PM", Message(content="Write a cli snake game", cause_by="UserRequirement"))
+    client.messages.add_many(
+        "role:PM",
+        [
+            Message(content="Design the 2048 web game", cause_by="WriteDesign"),
+            Message(content="Review the billing service", cause_by="WriteCode"),
+        ],
+    )
+    client.vectors.wait()  # the writer embeds after commit, in the background
+    assert client.vectors.pending("role:PM") == {}
+    hits = client.search("Write a game of cli snake", memory="role:PM", k=2)
+    assert _contents(hits)[0] == "Write a cli snake game"
+    assert hits[0].score == pytest.approx(1.0, abs=1e-5)  # same words, another order
+    assert hits[0].score >= hits[1].score
+    assert hits[0].distance == pytest.approx(1 - hits[0].score)
+    # threshold: only hits at least that similar
+    assert _contents(client.search("snake game cli write", memory="role:PM", threshold=0.9)) == [
+        "Write a cli snake game"
+    ]
+    # by vector: the same as by text
+    vector = client.embedder.embed(["Design the 2048 web game"])[0]
+    assert _contents(client.search(vector=vector, memory="role:PM", k=1)) == ["Design the 2048 web game"]
+
+
+async def test_async_search(aclient: pgmem.AsyncClient) -> None:
+    await aclient.vectors.enable("m")
+    await aclient.messages.add_many("m", [Message(content=f"note {i} about apples") for i in range(5)])
+    await aclient.vectors.wait()
+    hits = await aclient.search("note 3 about apples", memory="m", k=3)
+    assert hits[0].message.content == "note 3 about apples"
+    assert len(hits) == 3
+
+
+def test_filters(client: pgmem.Client) -> None:
+    client.vectors.enable("team")
+    client.vectors.enable("other")
+    t0 = datetime.now(UTC)
+    batch = [
+        Message(content="snake game design", role="assistant", cause_by="WriteDesign", sent_from="Architect"),
+        Message(content="snake game code", role="assistant", cause_by="WriteCode", sent_from="Engineer"),
+        Message(content="snake game requirement", role="user", cause_by="UserRequirement", sent_from="Boss"),
+    ]
+    client.messages.add_many("team", batch)
+    client.messages.add("other", Message(content="snake game elsewhere", cause_by="WriteCode"))
+    client.vectors.flush()
+    everywhere = client.search("snake game", k=10)
+    assert len(everywhere) == 4
+    in_team = client.search("snake game", memory="team", k=10)
+    assert {h.message.content for h in in_team} == {m.content for m in batch}
+    assert _contents(client.search("snake game", memory="team", cause_by="WriteCode")) == ["snake game code"]
+    assert _contents(client.search("snake game", cause_by="WriteCode", k=10)) != []
+    assert {h.message.content for h in client.search("snake game", cause_by="WriteCode", k=10)} == {
+        "snake game code",
+        "snake game elsewhere",
+    }
+    assert _contents(client.search("snake game", memory="team", role="user")) == ["snake game requirement"]
+    assert _contents(client.search("snake game", sender="Architect")) == ["snake game design"]
+    assert len(client.search("snake game", since=t0 - timedelta(minutes=1), until=datetime.now(UTC))) == 4
+    assert client.search("snake game", until=t0 - timedelta(minutes=1)) == []
+    # the same filters through the index scan (mode="ann") give the same answers
+    for kwargs in ({"memory": "team", "cause_by": "WriteCode"}, {"sender": "Architect"}, {"memory": "other"}):
+        exact = client.search("snake game", mode="exact", **kwargs)  # type: ignore[arg-type]
+        ann = client.search("snake game", mode="ann", **kwargs)  # type: ignore[arg-type]
+        assert _contents(exact) == _contents(ann)
+
+
+def test_namespaces_are_separate(client: pgmem.Client) -> None:
+    other = client.with_namespace("elsewhere")
+    client.vectors.enable("m")
+    other.vectors.enable("m")
+    client.messages.add("m", Message(content="only in test"))
+    other.messages.add("m", Message(content="only elsewhere"))
+    client.vectors.flush()
+    other.vectors.flush()
+    assert _contents(client.search("only", k=5)) == ["only in test"]
+    assert _contents(other.search("only", memory="m", k=5)) == ["only elsewhere"]
+
+
+def test_provider_down_then_backfill(dsn: str) -> None:
+    flaky = FlakyEmbedder()
+    with pgmem.connect(dsn, namespace="test", embedder=flaky) as client:
+        client.vectors.enable("m")
+        flaky.down = True
+        client.messages.add_many("m", [Message(content=f"incident report {i}: disk full") for i in range(20)])
+        client.messages.add("m", Message(content="the database is down"))
+        client.vectors.wait()
+        # saved, searchable by text, not yet by vector
+        assert client.messages.count("m") == 21
+        assert len(client.messages.search_text("m", "disk", limit=50)) == 20
+        assert client.vectors.pending("m") == {flaky.model: 21}
+        with pytest.raises(EmbeddingError):  # a text query needs the provider too
+            client.search("the database is down", memory="m")
+        assert client.search(vector=flaky.inner.embed(["the database is down"])[0], memory="m") == []
+        with psycopg.connect(dsn) as conn:
+            attempts, error = conn.execute(
+                "SELECT min(attempts), min(last_error) FROM pgmem.embedding_outbox"
+            ).fetchone()  # type: ignore[misc]
+        assert attempts >= 1 and "unreachable" in error
+        report = client.vectors.embed_pending()  # still down: reported, nothing lost
+        assert report.embedded == 0 and report.remaining == 21
+    # the provider is back: `pgmem embed` fills every missing vector
+    env = {"PGMEM_DSN": dsn, "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [sys.executable, "-m", "pgmem.cli", "embed", "--namespace", "test"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "21 embedded" in done.stdout
+    with pgmem.connect(dsn, namespace="test") as client:
+        assert client.vectors.pending("m") == {}
+        assert _contents(client.search("the database is down", memory="m", k=1)) == ["the database is down"]
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM pgmem.embeddings").fetchone() == (21,)
+
+
+def test_model_switch_without_downtime(dsn: str) -> None:
+    old, new = HashingEmbedder(384), FlakyEmbedder(256)
+    with pgmem.connect(dsn, namespace="test", embedder=old) as client:
+        client.vectors.enable("m")
+        client.messages.add_many("m", [Message(content=f"fact {i} about oranges") for i in range(30)])
+        client.vectors.flush()
+        new.down = True  # the new model's backfill cannot finish yet
+        assert client.vectors.switch_model("m", new) == "building"
+        client.vectors.wait()
+        assert client.vectors.models("m") == {old.model: "active", new.model: "building"}
+        # while the new model is incomplete, search uses the old one, new messages included
+        client.messages.add("m", Message(content="fact 99 about lemons"))
+        client.vectors.wait()
+        assert _contents(client.search("fact 99 about lemons", memory="m", k=1)) == ["fact 99 about lemons"]
+        assert client.vectors.active_model("m").name == old.model  # type: ignore[union-attr]
+        assert client.vectors.pending("m") == {new.model: 31}
+        # the provider is back: the backfill completes and the memory switches
+        new.down = False
+        report = client.vectors.embed_pending(new, retry_now=True)
+        assert report.embedded == 31
+        assert report.promoted == ["m"]
+        assert client.vectors.models("m") == {new.model: "active"}
+        hits = client.search("fact 99 about lemons", memory="m", k=1, embedder=new)
+        assert _contents(hits) == ["fact 99 about lemons"]
+    # a client that knew the old model notices the switch (the statement's guard) and answers with the new
+    with pgmem.connect(dsn, namespace="test", embedder=old) as stale:
+        stale.vectors._embedders[new.model] = new
+        stale.vectors._active["m"] = stale.vectors.model(old)
+        assert _contents(stale.search("fact 3 about oranges", memory="m", k=1)) == ["fact 3 about oranges"]
+        assert stale.vectors.active_model("m").name == new.model  # type: ignore[union-attr]
+
+
+def test_halfvec_model(client: pgmem.Client, dsn: str) -> None:
+    big = HashingEmbedder(3072)
+    client.vectors.enable("m", big)
+    client.messages.add_many("m", [Message(content=f"large vectors {i}") for i in range(10)])
+    client.vectors.flush(big)
+    assert _contents(client.search("large vectors 7", memory="m", k=1, embedder=big)) == ["large vectors 7"]
+    with psycopg.connect(dsn) as conn:
+        kind = conn.execute("SELECT kind FROM pgmem.embedding_models WHERE name = %s", (big.model,)).fetchone()
+        assert kind == ("halfvec",)
+        assert conn.execute("SELECT count(*) FROM pgmem.embeddings WHERE embedding_half IS NOT NULL").fetchone() == (
+            10,
+        )
+        indexes = [r[0] for r in conn.execute("SELECT indexdef FROM pg_indexes WHERE tablename = 'embeddings'")]
+        assert any("hnsw" in d and "halfvec(3072)" in d for d in indexes)
+
+
+def test_hybrid_search(client: pgmem.Client) -> None:
+    client.vectors.enable("m")
+    client.messages.add_many(
+        "m",
+        [
+            Message(content="The payment service times out under load"),
+            Message(content="Refactor the billing module"),
+            Message(content="Lunch menu for Friday"),
+        ],
+    )
+    client.vectors.flush()
+    hits = client.vectors.hybrid_search("payment service", memory="m", k=3)
+    assert hits[0].message.content == "The payment service times out under load"
+    assert all(hits[i].score >= hits[i + 1].score for i in range(len(hits) - 1))
+    # fused score: 1/(60 + 1) from each list for the top message
+    assert hits[0].score == pytest.approx(2 / 61, rel=1e-6)
+    text_only = client.vectors.hybrid_search("payment service", memory="m", w_vector=0)
+    assert text_only[0].score == pytest.approx(1 / 61)
+    # recency half-life: a score decays with age (a fresh message keeps almost all of it)
+    decayed = client.vectors.hybrid_search("payment service", memory="m", half_life=timedelta(hours=1))
+    assert decayed[0].score == pytest.approx(2 / 61, rel=1e-2)
+
+
+def test_bad_input(client: pgmem.Client, dsn: str) -> None:
+    client.vectors.enable("m")
+    client.messages.add("m", Message(content="hello"))
+    client.vectors.flush()
+    before = table_counts(dsn)
+    with pytest.raises(pgmem.InvalidInput):
+        client.search("x", memory="m", k=0)
+    with pytest.raises(pgmem.InvalidInput):
+        client.search("x", memory="m", k=10_001)
+    with pytest.raises(pgmem.InvalidInput):
+        client.search("x", memory="m", threshold=1.5)
+    with pytest.raises(pgmem.InvalidInput):
+        client.search("x", memory="m", mode="fast")
+    with pytest.raises(pgmem.InvalidInput):
+        client.search(memory="m")  # neither text nor vector
+    with pytest.raises(pgmem.InvalidInput):
+        client.search(vector=np.ones(12), memory="m")  # wrong dimension
+    with pytest.raises(pgmem.InvalidInput):
+        client.search(vector=np.full(384, np.nan), memory="m")
+    with pytest.raises(pgmem.InvalidInput):
+        client.search("x", memory="never-enabled")
+    with pytest.raises(pgmem.InvalidInput):
+        client.search("x", since=datetime(2026, 1, 1))  # naive datetime
+    with pytest.raises(pgmem.InvalidInput):
+        client.vectors.hybrid_search("  ", memory="m")
+    with pytest.raises(pgmem.InvalidInput):
+        client.vectors.hybrid_search("x", memory="m", half_life=-1)
+    impostor = HashingEmbedder(128)
+    impostor.model = client.embedder.model  # the same model name with another dimension
+    with pytest.raises(EmbeddingError, match="384"):
+        client.vectors.enable("m2", impostor)
+    assert table_counts(dsn) == before
+
+
+def test_wrong_dimension_from_provider(client: pgmem.Client) -> None:
+    wrong = WrongDimension()
+    client.vectors.enable("m", wrong)
+    client.messages.add("m", Message(content="hello"))
+    client.vectors.wait()  # the background attempt fails and backs off
+    report = client.vectors.embed_pending(wrong, retry_now=True)
+    assert report.embedded == 0 and report.failed == 1
+    assert "383" in report.errors[0] and "384" in report.errors[0]
+    assert client.vectors.pending("m") == {"wrong-dimension": 1}
