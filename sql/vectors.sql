@@ -54,13 +54,16 @@ ORDER BY mm.status = 'active' DESC, mm.created_at;
 
 -- name: claim_outbox
 -- A batch of queued messages for one model, locked for this transaction (other embedders skip them).
+-- The messages are key-share locked up front: a concurrent delete of one waits for this batch instead
+-- of locking the message first and then waiting on the outbox row (which would deadlock).
 SELECT o.message_id, m.content
 FROM pgmem.embedding_outbox o
 JOIN pgmem.messages m ON m.namespace = o.namespace AND m.id = o.message_id
 WHERE o.namespace = %(ns)s AND o.model_id = %(model)s AND o.available_at <= now()
 ORDER BY o.enqueued_at, o.message_id
 LIMIT %(n)s
-FOR UPDATE OF o SKIP LOCKED;
+FOR UPDATE OF o SKIP LOCKED
+FOR KEY SHARE OF m;
 
 -- name: store_vectors
 -- Store a batch of vectors (binary vector[]) and take the messages off the outbox.

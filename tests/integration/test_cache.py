@@ -1,0 +1,218 @@
+"""The FAISS hot cache (``pgmem.cache.VectorCache``): equal to exact Postgres search, across processes, in
+both consistency modes; own writes, a dropped listener, the byte budget, log purges."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psycopg
+import pytest
+
+import pgmem
+from pgmem import Message
+from pgmem.cache import VectorCache
+from tests.integration.cache_workers import MEMORY, same
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _exact(client: pgmem.Client, memory: str, query: np.ndarray, k: int = 10) -> list[tuple[str, float]]:
+    return [(h.message.id, h.score) for h in client.search(vector=query, memory=memory, k=k, mode="exact")]
+
+
+def _fill(client: pgmem.Client, memory: str, n: int, start: int = 0) -> list[str]:
+    batch = [Message(id=f"{memory}-{i}", content=f"item {i} colour {i % 11} shape {i % 7}") for i in range(start, n)]
+    client.messages.add_many(memory, batch)
+    client.vectors.flush()
+    return [m.id for m in batch]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["default", "strict"])
+def test_two_writer_processes_and_a_cached_searcher(dsn: str, tmp_path: Path, mode: str) -> None:
+    with pgmem.connect(dsn, namespace="test") as client:
+        client.vectors.enable(MEMORY)
+        _fill(client, MEMORY, 50)
+    env = {**os.environ, "PGMEM_DSN": dsn, "PYTHONPATH": str(ROOT)}
+    flag = tmp_path / "writers-done"
+    searcher = subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.cache_workers", "search", mode, str(flag)],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.integration.cache_workers", "write", str(i), "150"], env=env, cwd=ROOT
+        )
+        for i in range(2)
+    ]
+    try:
+        for writer in writers:
+            assert writer.wait(timeout=180) == 0
+        flag.touch()
+        out, err = searcher.communicate(timeout=120)
+    finally:
+        for proc in [*writers, searcher]:
+            if proc.poll() is None:
+                proc.kill()
+    assert searcher.returncode == 0, err
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["mismatch_count"] == 0, report["mismatches"]
+    assert report["checked"] >= 20, report  # comparisons made while the writers were writing
+    assert report["final_checked"] == 20, report  # and after they stopped, every one of them
+    assert report["notifications"] > 0
+    if mode == "default":
+        assert report["hits"] > 0  # answers served without a round trip
+    # the writers' deletes reached the cache: the final state holds exactly the surviving rows
+    with pgmem.connect(dsn, namespace="test") as client:
+        assert client.vectors.pending(MEMORY) == {}
+
+
+def test_own_writes_are_seen_at_once(client: pgmem.Client) -> None:
+    client.vectors.enable("m")
+    ids = _fill(client, "m", 40)
+    with VectorCache(client) as cache:
+        query = client.embedder.embed(["item 3 colour 3 shape 3"])[0]
+        assert same(cache.search_vectors("m", query, 5)[0], _exact(client, "m", query, 5))
+        client.messages.add("m", Message(id="fresh", content="a brand new entry"))
+        client.vectors.wait()  # the embedding is written after commit, in the background
+        fresh = client.embedder.embed(["a brand new entry"])[0]
+        assert cache.search_vectors("m", fresh, 1)[0][0][0] == "fresh"  # no wait for the notification
+        client.messages.delete("m", "fresh")
+        assert cache.search_vectors("m", fresh, 1)[0][0][0] != "fresh"
+        client.messages.delete("m", ids[3])
+        got = cache.search_vectors("m", query, 10)[0]
+        assert ids[3] not in [i for i, _ in got]
+        assert same(got, _exact(client, "m", query, 10))
+        hits = cache.search("m", "item 5 colour 5 shape 5", 3)
+        assert hits[0].message.content == "item 5 colour 5 shape 5"
+        assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+        client.messages.clear("m")
+        assert cache.search_vectors("m", query, 5) == [[]]
+
+
+def test_other_clients_writes_arrive_by_notify(dsn: str, client: pgmem.Client) -> None:
+    client.vectors.enable("m")
+    _fill(client, "m", 30)
+    with VectorCache(client) as cache, pgmem.connect(dsn, namespace="test") as other:
+        query = client.embedder.embed(["item 7 colour 7 shape 7"])[0]
+        cache.search_vectors("m", query, 5)
+        hits_before = cache.stats.hits
+        cache.search_vectors("m", query, 5)
+        assert cache.stats.hits == hits_before + 1  # current: served from memory
+        other.messages.add("m", Message(id="from-other", content="item 7 colour 7 shape 7"))
+        other.vectors.wait()
+        deadline = time.monotonic() + 5
+        while cache.stats.notifications == 0 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert cache.search_vectors("m", query, 1)[0][0][0] == "from-other"
+
+
+def test_dropped_listener_marks_everything_stale(dsn: str, client: pgmem.Client) -> None:
+    client.vectors.enable("m")
+    _fill(client, "m", 30)
+    with VectorCache(client) as cache, pgmem.connect(dsn, namespace="test") as other:
+        query = client.embedder.embed(["item 9 colour 9 shape 9"])[0]
+        cache.search_vectors("m", query, 3)
+        cache.drop_connection_for_test()
+        deadline = time.monotonic() + 5
+        while cache.connected and time.monotonic() < deadline:
+            time.sleep(0.001)
+        # a write whose notification nobody receives
+        other.messages.add("m", Message(id="unannounced", content="item 9 colour 9 shape 9"))
+        other.vectors.wait()
+        catch_ups = cache.stats.catch_ups
+        assert cache.search_vectors("m", query, 1)[0][0][0] == "unannounced"
+        assert cache.stats.catch_ups == catch_ups + 1 or cache.stats.loads > 1
+        deadline = time.monotonic() + 10
+        while not cache.connected and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert cache.connected and cache.stats.reconnects >= 1
+        cache.search_vectors("m", query, 1)  # resynchronised under the new connection
+        hits = cache.stats.hits
+        cache.search_vectors("m", query, 1)
+        assert cache.stats.hits == hits + 1
+
+
+def test_strict_mode_checks_every_time(client: pgmem.Client) -> None:
+    client.vectors.enable("m")
+    _fill(client, "m", 20)
+    with VectorCache(client, mode="strict") as cache:
+        query = client.embedder.embed(["item 1"])[0]
+        for _ in range(3):
+            cache.search_vectors("m", query, 3)
+        assert cache.stats.hits == 0 and cache.stats.catch_ups == 2 and cache.stats.loads == 1
+
+
+def test_budget_lru_and_bypass(client: pgmem.Client) -> None:
+    for memory in ("a", "b"):
+        client.vectors.enable(memory)
+        _fill(client, memory, 100)
+    query = client.embedder.embed(["item 5 colour 5"])[0]
+    one_memory = 100 * 384 * 4 + 100 * 200
+    with VectorCache(client, budget_bytes=int(one_memory * 1.5)) as cache:
+        cache.search_vectors("a", query, 3)
+        cache.search_vectors("b", query, 3)
+        assert len(cache) == 1 and cache.stats.evictions == 1 and cache.nbytes <= cache.budget_bytes
+        assert same(cache.search_vectors("a", query, 5)[0], _exact(client, "a", query, 5))
+    with VectorCache(client, budget_bytes=1000) as tiny:
+        assert same(tiny.search_vectors("a", query, 5)[0], _exact(client, "a", query, 5))
+        assert tiny.stats.bypassed >= 1 and len(tiny) == 0
+
+
+def test_faiss_path_equals_numpy_path(client: pgmem.Client) -> None:
+    client.vectors.enable("m")
+    _fill(client, "m", 300)
+    queries = client.embedder.embed([f"item {i} colour {i % 11}" for i in range(10)])
+    with VectorCache(client, faiss_above=10) as with_faiss, VectorCache(client) as with_numpy:
+        for q in queries:
+            a, b = with_faiss.search_vectors("m", q, 10)[0], with_numpy.search_vectors("m", q, 10)[0]
+            assert same(a, b)
+            assert same(a, _exact(client, "m", q, 10))
+
+
+def test_purged_log_and_recreated_memory_reload(dsn: str, client: pgmem.Client) -> None:
+    client.vectors.enable("m")
+    _fill(client, "m", 20)
+    with VectorCache(client, mode="strict") as cache:
+        query = client.embedder.embed(["item 2 colour 2 shape 2"])[0]
+        cache.search_vectors("m", query, 3)
+        _fill(client, "m", 30, start=20)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("DELETE FROM pgmem.vector_log")  # retention purged everything
+        _fill(client, "m", 35, start=30)
+        assert same(cache.search_vectors("m", query, 10)[0], _exact(client, "m", query, 10))
+        loads = cache.stats.loads
+        # the memory is dropped and created again: revisions restart, the cache notices
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("DELETE FROM pgmem.memories WHERE namespace = 'test' AND key = 'm'")
+        client.vectors.enable("m")
+        _fill(client, "m", 5)
+        got = cache.search_vectors("m", query, 10)[0]
+        assert same(got, _exact(client, "m", query, 10)) and len(got) == 5
+        assert cache.stats.loads == loads
+
+
+def test_cache_bad_input(client: pgmem.Client) -> None:
+    client.vectors.enable("m")
+    with pytest.raises(pgmem.InvalidInput):
+        VectorCache(client, mode="eventual")  # type: ignore[arg-type]
+    with pytest.raises(pgmem.InvalidInput):
+        VectorCache(client, budget_bytes=-1)
+    with VectorCache(client) as cache:
+        with pytest.raises(pgmem.InvalidInput):
+            cache.search_vectors("m", np.ones(5), 3)
+        with pytest.raises(pgmem.InvalidInput):
+            cache.search_vectors("m", np.ones(384), 0)
+        with pytest.raises(pgmem.InvalidInput):
+            cache.search_vectors("never-enabled", np.ones(384), 3)
+        assert cache.search_vectors("m", np.ones(384), 3) == [[]]  # enabled, empty
