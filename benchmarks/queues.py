@@ -49,6 +49,7 @@ WHERE id IN (SELECT id FROM raw_jobs WHERE available_at <= now() ORDER BY priori
              LIMIT %s FOR UPDATE SKIP LOCKED)
 RETURNING id, payload, attempts"""
 RAW_ACK = "DELETE FROM raw_jobs WHERE id = ANY(%s) AND attempts = ANY(%s)"
+SYSTEMS = ("pgmem", "pgqueuer", "raw", "pgmem-2rt")
 
 
 # -- filling ----------------------------------------------------------------------------------------
@@ -56,7 +57,7 @@ RAW_ACK = "DELETE FROM raw_jobs WHERE id = ANY(%s) AND attempts = ANY(%s)"
 
 def fill(system: str, dsn: str, jobs: int) -> None:
     payloads = [f"job {i}: " + "x" * 100 for i in range(jobs)]
-    if system == "pgmem":
+    if system.startswith("pgmem"):
         with pgmem.connect(dsn, namespace="bench") as client:
             client.queues.clear(QUEUE)
             for start in range(0, jobs, 5000):
@@ -95,6 +96,14 @@ async def _pgqueuer_fill(dsn: str, payloads: list[str]) -> None:
 def consumer(system: str, dsn: str, batch: int, start: Any, done: Any) -> None:
     count = 0
     if system == "pgmem":
+        with pgmem.connect(dsn, namespace="bench", max_size=1) as client:
+            q = client.queues
+            start.wait()
+            items = q.claim(QUEUE, n=batch, lease=30)
+            while items:
+                count += len(items)
+                items = q.claim(QUEUE, n=batch, lease=30, ack=items)
+    elif system == "pgmem-2rt":
         with pgmem.connect(dsn, namespace="bench", max_size=1) as client:
             q = client.queues
             start.wait()
@@ -300,7 +309,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--vacuum-block-seconds", type=int, default=180)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/queues.json"))
+    parser.add_argument("--points", default=None, help="throughput points only, e.g. 10x1,50x4 (batch x consumers)")
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"subset of {','.join(SYSTEMS)}")
+    parser.add_argument("--skip-latency", action="store_true")
+    parser.add_argument("--skip-vacuum", action="store_true")
     args = parser.parse_args()
+    systems = [s for s in args.systems.split(",") if s]
+    if unknown := set(systems) - set(SYSTEMS):
+        parser.error(f"unknown systems {sorted(unknown)}")
+    points = [(b, c) for b in (1, 10, 50) for c in (1, 4, 8)]
+    if args.points:
+        points = [(int(b), int(c)) for b, c in (p.split("x") for p in args.points.split(","))]
     jobs = 1000 if args.quick else args.jobs
     if args.quick:
         args.rounds = 1
@@ -318,46 +337,48 @@ def main() -> None:
         asyncio.run(_install_pgqueuer(dsn))
         results["durability"] = settings
         grid = []
-        for batch in (1, 10, 50):
-            for consumers in (1, 4, 8):
-                row: dict[str, Any] = {"batch": batch, "consumers": consumers}
-                # Rounds interleave the systems in time: commit latency (fsync) on a shared VM drifts
-                # over minutes, and each system should see the same drift. Median of the rounds.
-                runs: dict[str, list[float]] = {s: [] for s in ("pgmem", "pgqueuer", "raw")}
-                for _ in range(args.rounds):
-                    for system in runs:
-                        runs[system].append(throughput(system, dsn, consumers, batch, jobs))
-                for system, values in runs.items():
-                    row[system] = round(statistics.median(values))
-                row["pgmem/pgqueuer"] = round(row["pgmem"] / row["pgqueuer"], 2)
-                row["pgmem/raw"] = round(row["pgmem"] / row["raw"], 2)
-                console.print(row)
-                grid.append(row)
+        for batch, consumers in points:
+            row: dict[str, Any] = {"batch": batch, "consumers": consumers}
+            # Rounds interleave the systems in time: commit latency (fsync) on a shared VM drifts
+            # over minutes, and each system should see the same drift. Median of the rounds.
+            runs: dict[str, list[float]] = {s: [] for s in systems}
+            for _ in range(args.rounds):
+                for system in runs:
+                    runs[system].append(throughput(system, dsn, consumers, batch, jobs))
+            for system, values in runs.items():
+                row[system] = round(statistics.median(values))
+            row["runs"] = {system: [round(v) for v in values] for system, values in runs.items()}
+            for system in systems[1:]:
+                row[f"{systems[0]}/{system}"] = round(row[systems[0]] / row[system], 2)
+            console.print({k: v for k, v in row.items() if k != "runs"})
+            grid.append(row)
         results["throughput"] = grid
-        console.print("wake-up latency …")
-        results["wake_latency"] = wake_latency(dsn, 100 if args.quick else 300)
-        console.print(results["wake_latency"])
-        console.print(f"vacuum blocked for {block} s …")
-        results["vacuum_block"] = vacuum_block(dsn, block, console)
+        if not args.skip_latency:
+            console.print("wake-up latency …")
+            results["wake_latency"] = wake_latency(dsn, 100 if args.quick else 300)
+            console.print(results["wake_latency"])
+        if not args.skip_vacuum:
+            console.print(f"vacuum blocked for {block} s …")
+            results["vacuum_block"] = vacuum_block(dsn, block, console)
     write_json(args.out, results)
+    columns = ["batch", "consumers", *systems, *(f"{systems[0]}/{s}" for s in systems[1:])]
     table = Table(title=f"claim + ack throughput, jobs/s ({jobs:,} jobs per run)")
-    for col in ("batch", "consumers", "pgmem", "pgqueuer", "raw", "pgmem/pgqueuer", "pgmem/raw"):
+    for col in columns:
         table.add_column(col, justify="right")
     for row in grid:
-        table.add_row(
-            *(str(row[c]) for c in ("batch", "consumers", "pgmem", "pgqueuer", "raw", "pgmem/pgqueuer", "pgmem/raw"))
-        )
+        table.add_row(*(str(row[c]) for c in columns))
     console.print(table)
-    w = results["wake_latency"]
-    console.print(
-        f"wake-up p50/p99: pgmem {w['pgmem']['p50_us']:.0f}/{w['pgmem']['p99_us']:.0f} us, "
-        f"raw NOTIFY {w['raw_notify']['p50_us']:.0f}/{w['raw_notify']['p99_us']:.0f} us"
-    )
-    v = results["vacuum_block"]
-    console.print(
-        f"vacuum block {block} s: baseline {v['baseline_jobs_per_s']} jobs/s, worst "
-        f"{v['worst_blocked_jobs_per_s']} ({v['drop']:.0%}), recovered within {v['recovered_to_90pct_within_s']} s"
-    )
+    if w := results.get("wake_latency"):
+        console.print(
+            f"wake-up p50/p99: pgmem {w['pgmem']['p50_us']:.0f}/{w['pgmem']['p99_us']:.0f} us, "
+            f"raw NOTIFY {w['raw_notify']['p50_us']:.0f}/{w['raw_notify']['p99_us']:.0f} us"
+        )
+    if v := results.get("vacuum_block"):
+        console.print(
+            f"vacuum block {block} s: baseline {v['baseline_jobs_per_s']} jobs/s, worst "
+            f"{v['worst_blocked_jobs_per_s']} ({v['drop']:.0%}), recovered within "
+            f"{v['recovered_to_90pct_within_s']} s"
+        )
     console.print(f"written to {args.out}")
 
 

@@ -76,7 +76,7 @@ def decode_item(row: tuple[Any, ...]) -> QueueItem:
         available_at=row[6],
         lease_until=row[7],
         dedup_key=row[8],
-        message=decode(row[9:]),
+        message=decode(row[9:23]),  # claims that also acknowledge append a column
     )
 
 

@@ -23,9 +23,19 @@ def produce(dsn: str, index: int, count: int) -> None:
 
 
 def consume(dsn: str, worker: str) -> None:
+    # Odd workers acknowledge with a separate ack; even ones with the next claim (claim(ack=...)), so a
+    # SIGKILL lands between processing and acknowledging on both paths.
+    separate_ack = int(worker.lstrip("w")) % 2 == 1
     with pgmem.connect(dsn, namespace="test", max_size=1) as client, psycopg.connect(dsn, autocommit=True) as log:
+        items: list[pgmem.queueing.QueueItem] = []
         while True:
-            items = client.queues.wait(QUEUE, n=10, timeout=5, lease=2, poll_interval=1, worker=worker)
+            try:
+                items = client.queues.wait(
+                    QUEUE, n=10, timeout=5, lease=2, poll_interval=1, worker=worker, ack=None if separate_ack else items
+                )
+            except pgmem.queueing.LeaseLost:
+                items = []  # the others were acknowledged; another worker holds the lost ones
+                continue
             for item in items:
                 # "Processing": recorded before the ack, so a SIGKILL in between means processed twice
                 # but acknowledged once.
@@ -33,7 +43,7 @@ def consume(dsn: str, worker: str) -> None:
                     "INSERT INTO stress_done (message_id, item_id, attempt, worker) VALUES (%s, %s, %s, %s)",
                     (item.message.id, item.id, item.attempts, worker),
                 )
-            if items:
+            if items and separate_ack:
                 try:
                     client.queues.ack(items)
                 except pgmem.queueing.LeaseLost:

@@ -89,6 +89,61 @@ def test_lease_expiry_and_fenced_ack(client: pgmem.Client) -> None:
     assert q.depth("jobs")["ready"] == 0
 
 
+def test_claim_acknowledging_the_previous_batch(client: pgmem.Client, dsn: str) -> None:
+    q = client.queues
+    q.push_many("jobs", [m(f"j{i}") for i in range(7)])
+    first = q.claim("jobs", n=3)
+    second = q.claim("jobs", n=3, ack=first)  # one statement: ack first, claim the next three
+    assert contents(second) == ["j3", "j4", "j5"]
+    assert q.depth("jobs") == {"ready": 4, "claimable": 1, "dead": 0}
+    last = q.claim("jobs", n=3, ack=second + second[:1])  # listed twice: acknowledged once
+    assert contents(last) == ["j6"]
+    assert q.claim("jobs", n=3, ack=last) == [] and q.depth("jobs")["ready"] == 0
+    with psycopg.connect(dsn) as conn:
+        archived = conn.execute("SELECT count(*), min(attempts), max(attempts) FROM pgmem.queue_archive").fetchone()
+    assert archived == (7, 1, 1)
+
+
+def test_claim_with_a_lost_ack_claims_nothing(client: pgmem.Client) -> None:
+    q = client.queues
+    q.push_many("jobs", [m("a"), m("b"), m("c")])
+    (stale,) = q.claim("jobs", lease=0.2)
+    (held,) = q.claim("jobs", lease=30)
+    time.sleep(0.3)
+    (again,) = q.claim("jobs", lease=30)  # took "a" back from the stale worker
+    assert again.id == stale.id
+    with pytest.raises(LeaseLost, match=str(stale.id)):
+        q.claim("jobs", n=5, ack=[stale, held])
+    # "b" was acknowledged all the same; "c" was not claimed, so the caller holds nothing it does not know of.
+    assert q.depth("jobs") == {"ready": 2, "claimable": 1, "dead": 0}
+    assert contents(q.claim("jobs", n=5, ack=[again])) == ["c"]
+
+
+def test_claim_never_takes_back_what_it_acknowledges(client: pgmem.Client) -> None:
+    q = client.queues
+    q.push_many("jobs", [m("a"), m("b"), m("c")])
+    expired = q.claim("jobs", n=2, lease=0.1)
+    time.sleep(0.2)  # their leases ran out: claimable again, yet still acknowledgeable (nobody took them)
+    assert contents(q.claim("jobs", n=10, ack=expired)) == ["c"]
+    assert q.depth("jobs")["ready"] == 1
+
+
+def test_claims_use_one_plan_per_prepared_statement(client: pgmem.Client, dsn: str) -> None:
+    """The LIMIT is a literal so that Postgres keeps a generic plan instead of planning every claim."""
+    q = client.queues
+    q.push_many("jobs", [m(f"j{i}") for i in range(60)])
+    with psycopg.connect(dsn, autocommit=True) as conn:  # psycopg prepares after 5 runs, Postgres decides after 5 more
+        items = q.claim("jobs", n=2, connection=conn)
+        for _ in range(15):
+            items = q.claim("jobs", n=2, ack=items, connection=conn)
+        for _ in range(15):
+            q.ack(q.claim("jobs", n=1, connection=conn), connection=conn)
+        plans = conn.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE '%SKIP LOCKED%'"
+        ).fetchall()
+    assert len(plans) == 2 and all(generic > 0 for generic, _ in plans)
+
+
 def test_extend_keeps_the_lease(client: pgmem.Client) -> None:
     q = client.queues
     q.push("jobs", m("long work"))
@@ -207,6 +262,9 @@ async def test_async_wait_and_ack(aclient: pgmem.AsyncClient) -> None:
     await q.push("aq", m("async job"))
     items = await q.wait("aq", timeout=5)
     assert contents(items) == ["async job"]
+    await q.push("aq", m("next"))
+    items = await q.wait("aq", timeout=5, ack=items)
+    assert contents(items) == ["next"]
     await q.ack(items)
     assert (await q.depth("aq"))["ready"] == 0
     seen = [i.message.content async for i in q.consume("aq", idle_timeout=0.2)]

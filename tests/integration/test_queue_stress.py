@@ -1,5 +1,6 @@
 """4 producer and 4 consumer OS processes, 20k messages, consumers SIGKILLed at random and restarted:
-every message processed, acknowledged exactly once, none lost."""
+every message processed, acknowledged exactly once, none lost. Half the consumers acknowledge with a
+separate ack, half with their next claim (``claim(ack=...)``; see tests/integration/queue_workers.py)."""
 
 from __future__ import annotations
 
