@@ -11,9 +11,10 @@ time, by pgmem.vectors, named ``embeddings_hnsw_m<id>``), not here.
 Triggers keep three things true for every writer, pgmem or plain SQL:
 - a message added to a memory that has embedding models is queued in ``embedding_outbox`` in the same
   transaction (writing a message never waits on the embedding provider);
-- every change to the set of vectors of a memory is appended to ``vector_log`` with a per-memory revision
-  drawn under the memory's row lock, so revisions are gapless and in commit order, and ``memories.vec_rev``
-  is the memory's high-water mark;
+- every change to the set of vectors of a memory is appended to ``vector_log`` (by
+  ``pgmem.log_vector_changes``, once per statement) with a per-memory revision drawn under the memory's
+  row lock, so revisions are gapless and in commit order, and ``memories.vec_rev`` is the memory's
+  high-water mark;
 - each logging transaction sends ``NOTIFY pgmem_vectors, '["<namespace>", "<memory>", <rev>]'`` on commit,
   which FAISS caches in other processes listen to.
 """
@@ -32,31 +33,42 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 TRIGGERS = r"""
-CREATE FUNCTION pgmem.vector_log_assign_rev() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION pgmem.log_vector_changes(
+    p_ns text[], p_memory text[], p_message text[], p_model smallint[], p_op smallint[]
+) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    announced bigint;
 BEGIN
-    -- The row lock taken here is held to commit: revisions of one memory follow commit order.
-    UPDATE pgmem.memories SET vec_rev = vec_rev + 1
-    WHERE namespace = NEW.namespace AND key = NEW.memory
-    RETURNING vec_rev INTO NEW.rev;
-    IF NEW.rev IS NULL THEN
-        RETURN NULL;  -- the memory is being deleted: nothing to log
+    IF p_ns IS NULL OR cardinality(p_ns) = 0 THEN
+        RETURN;
     END IF;
-    RETURN NEW;
+    -- One row lock per memory, in key order (no deadlock between two loggers), held to commit: the
+    -- revisions of a memory follow commit order.
+    PERFORM 1 FROM pgmem.memories m
+    WHERE (m.namespace, m.key) IN (SELECT DISTINCT c.ns, c.memory FROM unnest(p_ns, p_memory) AS c(ns, memory))
+    ORDER BY m.namespace, m.key
+    FOR UPDATE;
+    WITH changes AS (
+        SELECT c.ns, c.memory, c.message_id, c.model_id, c.op,
+               row_number() OVER (PARTITION BY c.ns, c.memory ORDER BY c.ord) AS n
+        FROM unnest(p_ns, p_memory, p_message, p_model, p_op) WITH ORDINALITY
+             AS c(ns, memory, message_id, model_id, op, ord)
+    ), counts AS (
+        SELECT ns, memory, count(*) AS n FROM changes GROUP BY ns, memory
+    ), bumped AS (
+        UPDATE pgmem.memories m SET vec_rev = m.vec_rev + counts.n
+        FROM counts
+        WHERE m.namespace = counts.ns AND m.key = counts.memory
+        RETURNING m.namespace, m.key, m.vec_rev - counts.n AS base, m.vec_rev AS head
+    ), logged AS (
+        INSERT INTO pgmem.vector_log (namespace, memory, rev, message_id, model_id, op)
+        SELECT c.ns, c.memory, b.base + c.n, c.message_id, c.model_id, c.op
+        FROM changes c JOIN bumped b ON b.namespace = c.ns AND b.key = c.memory
+    )
+    SELECT count(pg_notify('pgmem_vectors', json_build_array(b.namespace, b.key, b.head)::text))
+    INTO announced
+    FROM bumped b;
 END $$;
-
-CREATE TRIGGER vector_log_rev BEFORE INSERT ON pgmem.vector_log
-    FOR EACH ROW EXECUTE FUNCTION pgmem.vector_log_assign_rev();
-
-CREATE FUNCTION pgmem.vector_log_notify() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_notify('pgmem_vectors', json_build_array(namespace, memory, max(rev))::text)
-    FROM new_rows GROUP BY namespace, memory;
-    RETURN NULL;
-END $$;
-
-CREATE TRIGGER vector_log_notify AFTER INSERT ON pgmem.vector_log
-    REFERENCING NEW TABLE AS new_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION pgmem.vector_log_notify();
 
 CREATE FUNCTION pgmem.memory_entries_added() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -72,12 +84,14 @@ BEGIN
                       WHERE e.namespace = n.namespace AND e.model_id = mm.model_id AND e.message_id = n.message_id)
     ORDER BY 1, 2, 3
     ON CONFLICT DO NOTHING;
-    INSERT INTO pgmem.vector_log (namespace, memory, rev, message_id, model_id, op)
-    SELECT n.namespace, n.memory, 0, n.message_id, mm.model_id, 1
-    FROM new_rows n
-    JOIN pgmem.memory_models mm ON mm.namespace = n.namespace AND mm.memory = n.memory
-    JOIN pgmem.embeddings e ON e.namespace = n.namespace AND e.model_id = mm.model_id AND e.message_id = n.message_id
-    ORDER BY n.namespace, n.memory, n.seq;
+    PERFORM pgmem.log_vector_changes(array_agg(x.namespace), array_agg(x.memory), array_agg(x.message_id),
+                                     array_agg(x.model_id), array_agg(x.op))
+    FROM (SELECT n.namespace, n.memory, n.message_id, mm.model_id, 1::smallint AS op
+          FROM new_rows n
+          JOIN pgmem.memory_models mm ON mm.namespace = n.namespace AND mm.memory = n.memory
+          JOIN pgmem.embeddings e
+            ON e.namespace = n.namespace AND e.model_id = mm.model_id AND e.message_id = n.message_id
+          ORDER BY n.seq) AS x;
     RETURN NULL;
 END $$;
 
@@ -87,11 +101,12 @@ CREATE TRIGGER memory_entries_added AFTER INSERT ON pgmem.memory_entries
 
 CREATE FUNCTION pgmem.memory_entries_removed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO pgmem.vector_log (namespace, memory, rev, message_id, model_id, op)
-    SELECT o.namespace, o.memory, 0, o.message_id, mm.model_id, -1
-    FROM old_rows o
-    JOIN pgmem.memory_models mm ON mm.namespace = o.namespace AND mm.memory = o.memory
-    ORDER BY o.namespace, o.memory, o.seq;
+    PERFORM pgmem.log_vector_changes(array_agg(x.namespace), array_agg(x.memory), array_agg(x.message_id),
+                                     array_agg(x.model_id), array_agg(x.op))
+    FROM (SELECT o.namespace, o.memory, o.message_id, mm.model_id, (-1)::smallint AS op
+          FROM old_rows o
+          JOIN pgmem.memory_models mm ON mm.namespace = o.namespace AND mm.memory = o.memory
+          ORDER BY o.seq) AS x;
     RETURN NULL;
 END $$;
 
@@ -101,12 +116,14 @@ CREATE TRIGGER memory_entries_removed AFTER DELETE ON pgmem.memory_entries
 
 CREATE FUNCTION pgmem.embeddings_added() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO pgmem.vector_log (namespace, memory, rev, message_id, model_id, op)
-    SELECT me.namespace, me.memory, 0, n.message_id, n.model_id, 1
-    FROM new_rows n
-    JOIN pgmem.memory_entries me ON me.namespace = n.namespace AND me.message_id = n.message_id
-    JOIN pgmem.memory_models mm ON mm.namespace = me.namespace AND mm.memory = me.memory AND mm.model_id = n.model_id
-    ORDER BY me.namespace, me.memory, me.seq;
+    PERFORM pgmem.log_vector_changes(array_agg(x.namespace), array_agg(x.memory), array_agg(x.message_id),
+                                     array_agg(x.model_id), array_agg(x.op))
+    FROM (SELECT me.namespace, me.memory, n.message_id, n.model_id, 1::smallint AS op
+          FROM new_rows n
+          JOIN pgmem.memory_entries me ON me.namespace = n.namespace AND me.message_id = n.message_id
+          JOIN pgmem.memory_models mm
+            ON mm.namespace = me.namespace AND mm.memory = me.memory AND mm.model_id = n.model_id
+          ORDER BY me.seq) AS x;
     RETURN NULL;
 END $$;
 
@@ -134,8 +151,7 @@ DROP FUNCTION IF EXISTS pgmem.memory_removed();
 DROP FUNCTION IF EXISTS pgmem.memory_entries_added();
 DROP FUNCTION IF EXISTS pgmem.memory_entries_removed();
 DROP FUNCTION IF EXISTS pgmem.embeddings_added() CASCADE;
-DROP FUNCTION IF EXISTS pgmem.vector_log_notify() CASCADE;
-DROP FUNCTION IF EXISTS pgmem.vector_log_assign_rev() CASCADE;
+DROP FUNCTION IF EXISTS pgmem.log_vector_changes(text[], text[], text[], smallint[], smallint[]);
 """
 
 
