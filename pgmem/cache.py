@@ -36,7 +36,9 @@ from typing import Any, Literal
 import numpy as np
 import psycopg
 
+from pgmem import queries as _queries
 from pgmem._sync.client import Client
+from pgmem._sync.vectors import unpack_vectors
 from pgmem.embeddings import Vectors
 from pgmem.errors import InvalidInput, PgmemError
 from pgmem.search import EmbeddingModel, SearchHit, as_query_vector, check_k, check_threshold
@@ -46,6 +48,7 @@ __all__ = ["CacheStats", "VectorCache"]
 log = logging.getLogger("pgmem.cache")
 
 CHANNEL = "pgmem_vectors"
+Q = _queries.load("vectors")
 _ID_BYTES = 120  # a Python str id and its dict slot, roughly
 
 
@@ -54,6 +57,7 @@ class CacheStats:
     """Counters since the cache was created."""
 
     hits: int = 0
+    checks: int = 0  # strict mode: answered after one high-water-mark read found nothing new
     loads: int = 0
     catch_ups: int = 0
     evictions: int = 0
@@ -107,6 +111,10 @@ class _Entry:
         self.ids.pop()
 
 
+class _ModelChanged(Exception):
+    """The memory is searched with another model now: drop the entry, look the model up again."""
+
+
 def _unit(vectors: Vectors) -> Vectors:
     norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
     out: Vectors = np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
@@ -157,6 +165,9 @@ class VectorCache:
         self._connected = False
         self._epoch = 0  # bumped on every (re)connection of the listener
         self._listener_conn: psycopg.Connection[Any] | None = None
+        # The cache's own connection for its reads (no pool checkout on the strict path).
+        self._reader: psycopg.Connection[Any] | None = None
+        self._reader_lock = threading.Lock()
         import faiss
 
         faiss.omp_set_num_threads(faiss_threads)
@@ -218,8 +229,13 @@ class VectorCache:
             return
         self.stats.notifications += 1
         with self._lock:
-            for (key, _), entry in self._entries.items():
-                if key == memory and rev > entry.notified:
+            if rev < 0:  # the memory switched models (pgmem.vectors promote)
+                for stale in [k for k in self._entries if k[0] == memory]:
+                    del self._entries[stale]
+                self._client.vectors.forget_model(memory)
+                return
+            for (name, _), entry in self._entries.items():
+                if name == memory and rev > entry.notified:
                     entry.notified = rev
 
     def _own_write(self, memory: str | None) -> None:
@@ -233,6 +249,45 @@ class VectorCache:
         conn = self._listener_conn
         if conn is not None:
             conn.pgconn.finish()
+
+    # -- reads --------------------------------------------------------------------------------------
+
+    def _read(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """Run a named query of sql/vectors.sql on the cache's connection (reconnecting once if it broke)."""
+        params = {"ns": self._client.namespace, **params}
+        with self._reader_lock:
+            for attempt in (1, 2):
+                try:
+                    if self._reader is None or self._reader.closed:
+                        self._reader = psycopg.Connection.connect(self._client.conninfo or "", autocommit=True)
+                    return self._reader.execute(Q[name], params, binary=True, prepare=True).fetchall()
+                except psycopg.OperationalError:
+                    if self._reader is not None:
+                        self._reader.close()
+                    self._reader = None
+                    if attempt == 2:
+                        raise
+        raise AssertionError("unreachable")
+
+    def _memory_vectors(self, memory: str, model: EmbeddingModel) -> tuple[int, list[str], Vectors]:
+        rows = self._read("memory_vectors", {"memory": memory, "model": model.id})
+        rev = int(rows[0][0]) if rows else 0
+        kept = [(r[1], r[2]) for r in rows if r[1] is not None]
+        return rev, [r[0] for r in kept], unpack_vectors([r[1] for r in kept], model.dimension)
+
+    def _head(self, memory: str) -> tuple[int, int | None]:
+        """The memory's revision and active model id (one indexed read)."""
+        rows = self._read("cache_head", {"memory": memory})
+        return (int(rows[0][0]), rows[0][1]) if rows else (0, None)
+
+    def _changes(self, memory: str, model: EmbeddingModel, rev: int) -> tuple[int, Any, list[tuple[Any, ...]]]:
+        rows = self._read("vector_changes", {"memory": memory, "model": model.id, "rev": rev})
+        head = int(rows[0][4] or 0) if rows else 0
+        floor = rows[0][5] if rows else None
+        changes = [r for r in rows if r[0] is not None]
+        added = [r[3] for r in changes if r[3] is not None]
+        vectors = iter(unpack_vectors(added, model.dimension))
+        return head, floor, [(r[0], r[1], r[2], None if r[3] is None else next(vectors)) for r in changes]
 
     # -- entries --------------------------------------------------------------------------------------
 
@@ -262,7 +317,7 @@ class VectorCache:
     def _load(self, memory: str, model: EmbeddingModel) -> _Entry | None:
         with self._lock:
             epoch = self._epoch
-        rev, ids, matrix = self._client.vectors.memory_vectors(memory, model)
+        rev, ids, matrix = self._memory_vectors(memory, model)
         self.stats.loads += 1
         entry = _Entry(model=model, rev=rev, ids=[], matrix=np.zeros((0, model.dimension), np.float32), row_of={})
         entry.matrix = np.zeros((max(16, len(ids)), model.dimension), np.float32)
@@ -284,11 +339,19 @@ class VectorCache:
 
     def _catch_up(self, memory: str, entry: _Entry, epoch: int) -> None:
         dirty = entry.dirty
-        head, floor, changes = self._client.vectors.vector_changes(memory, entry.model, entry.rev)
+        if self.mode == "strict" and entry.dirty == 0 and entry.notified <= entry.rev and entry.epoch == epoch:
+            # Nothing announced: confirm with the memory's high-water mark (and its model) in one cheap read.
+            head_rev, model_id = self._head(memory)
+            if head_rev == entry.rev and model_id == entry.model.id:
+                self.stats.checks += 1
+                return
+            if model_id != entry.model.id:
+                raise _ModelChanged
+        head, floor, changes = self._changes(memory, entry.model, entry.rev)
         self.stats.catch_ups += 1
         if head < entry.rev or (changes and changes[0][0] != entry.rev + 1 and (floor or 0) > entry.rev + 1):
             # The memory was recreated, or the log was purged past this entry: start over.
-            rev, ids, matrix = self._client.vectors.memory_vectors(memory, entry.model)
+            rev, ids, matrix = self._memory_vectors(memory, entry.model)
             entry.ids, entry.row_of, entry.rev = [], {}, rev
             entry.matrix = np.zeros((max(16, len(ids)), entry.model.dimension), np.float32)
             for message_id, vector in zip(ids, matrix, strict=True):
@@ -324,24 +387,41 @@ class VectorCache:
         self, memory: str, vectors: Any, k: int = 10, *, threshold: float | None = None
     ) -> list[list[tuple[str, float]]]:
         """``[(message id, score)]`` per query vector, best first (ties by id); no message is fetched."""
-        check_k(k)
-        threshold = check_threshold(threshold)
-        model = self._client.vectors.active_model(memory)
-        if model is None:
-            raise InvalidInput(f"memory {memory!r} has no embedding model; call client.vectors.enable() first")
-        queries = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
-        if queries.ndim != 2 or queries.shape[1] != model.dimension:
-            raise InvalidInput(f"query vectors must have {model.dimension} dimensions, got shape {queries.shape}")
-        queries = np.stack([as_query_vector(q, model.dimension) for q in queries])
-        entry = self._entry(memory, model)
-        if entry is None:
-            found = [
-                self._client.vectors.search(vector=q, memory=memory, k=k, threshold=threshold, mode="exact")
-                for q in queries
-            ]
-            return [[(h.message.id, h.score) for h in hits] for hits in found]
-        with entry.lock:
-            return self._top_k(entry, _unit(queries), k, threshold)
+        if type(k) is not int or not 1 <= k <= 1000:
+            check_k(k)
+        if threshold is not None:
+            threshold = check_threshold(threshold)
+        for _ in range(3):
+            model = self._client.vectors.active_model(memory)
+            if model is None:
+                raise InvalidInput(f"memory {memory!r} has no embedding model; call client.vectors.enable() first")
+            queries = self._queries(vectors, model.dimension)
+            try:
+                entry = self._entry(memory, model)
+            except _ModelChanged:
+                self.invalidate(memory)
+                self._client.vectors.forget_model(memory)
+                continue
+            if entry is None:
+                found = [
+                    self._client.vectors.search(vector=q, memory=memory, k=k, threshold=threshold, mode="exact")
+                    for q in queries
+                ]
+                return [[(h.message.id, h.score) for h in hits] for hits in found]
+            with entry.lock:
+                return self._top_k(entry, _unit(queries), k, threshold)
+        raise PgmemError(f"memory {memory!r} keeps switching embedding models; try again")
+
+    @staticmethod
+    def _queries(vectors: Any, dimension: int) -> Vectors:
+        queries = np.asarray(vectors, dtype=np.float32)
+        if queries.ndim == 1:
+            queries = queries[None, :]
+        if queries.ndim != 2 or queries.shape[1] != dimension:
+            raise InvalidInput(f"query vectors must have {dimension} dimensions, got shape {np.shape(vectors)}")
+        if not np.isfinite(queries).all():
+            raise InvalidInput("query vectors must be finite (no NaN or infinity)")
+        return queries
 
     def _top_k(self, entry: _Entry, queries: Vectors, k: int, threshold: float | None) -> list[list[tuple[str, float]]]:
         n = entry.size
@@ -354,9 +434,9 @@ class VectorCache:
             # FAISS breaks ties by row; widen by ties at the k-th score and order by (score, id) below.
             results = [list(zip(r.tolist(), s.tolist(), strict=True)) for r, s in zip(rows, scores, strict=True)]
         else:
-            all_scores = queries @ base.T
             results = []
-            for scores in all_scores:
+            for q in queries:
+                scores = base @ q  # a matrix-vector product (gemv), not a transposed matrix product
                 if take < n:
                     top = np.argpartition(-scores, take - 1)[:take]
                 else:
@@ -387,6 +467,10 @@ class VectorCache:
     def close(self) -> None:
         """Stop the listener and drop every entry."""
         self._closed = True
+        with self._reader_lock:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
         if self._client.vectors.on_change == self._own_write:
             self._client.vectors.on_change = None
         self._thread.join(timeout=5)

@@ -141,7 +141,9 @@ WITH done AS (
     FROM done WHERE x.namespace = %(ns)s AND x.memory = done.memory AND x.model_id = done.model_id
     RETURNING x.memory
 )
-SELECT memory FROM promoted ORDER BY memory;
+-- Caches of other processes drop their entries of a switched memory (revision -1 means "model changed").
+SELECT memory, pg_notify('pgmem_vectors', json_build_array(%(ns)s::text, memory, -1)::text)
+FROM promoted ORDER BY memory;
 
 -- name: memory_vectors
 -- Every vector of a memory for one model, with the memory's revision they are current at (the cache's
@@ -166,6 +168,14 @@ LEFT JOIN pgmem.vector_log l
 LEFT JOIN pgmem.embeddings e
        ON l.op = 1 AND e.namespace = %(ns)s AND e.model_id = %(model)s AND e.message_id = l.message_id
 ORDER BY l.rev;
+
+-- name: cache_head
+-- The memory's high-water mark and its active model (the strict cache's check before answering).
+SELECT m.vec_rev,
+       (SELECT mm.model_id FROM pgmem.memory_models mm
+        WHERE mm.namespace = m.namespace AND mm.memory = m.key AND mm.status = 'active')
+FROM pgmem.memories m
+WHERE m.namespace = %(ns)s AND m.key = %(memory)s;
 
 -- name: head_rev
 SELECT vec_rev FROM pgmem.memories WHERE namespace = %(ns)s AND key = %(memory)s;

@@ -171,6 +171,10 @@ class AsyncVectorRepository(AsyncRepository):
         """Move ``memory`` to another model with no downtime (see :meth:`enable`); return its status."""
         return await self.enable(memory, embedder, connection=connection)
 
+    def forget_model(self, memory: str) -> None:
+        """Drop the remembered active model of ``memory`` (the next search looks it up)."""
+        self._active.pop(memory, None)
+
     async def models(self, memory: str, *, connection: AsyncConnection[Any] | None = None) -> dict[str, str]:
         """``{model name: status}`` of a memory (``active`` first)."""
         check_key(memory)

@@ -172,6 +172,10 @@ class VectorRepository(Repository):
         """Move ``memory`` to another model with no downtime (see :meth:`enable`); return its status."""
         return self.enable(memory, embedder, connection=connection)
 
+    def forget_model(self, memory: str) -> None:
+        """Drop the remembered active model of ``memory`` (the next search looks it up)."""
+        self._active.pop(memory, None)
+
     def models(self, memory: str, *, connection: Connection[Any] | None = None) -> dict[str, str]:
         """``{model name: status}`` of a memory (``active`` first)."""
         check_key(memory)

@@ -150,7 +150,36 @@ def test_strict_mode_checks_every_time(client: pgmem.Client) -> None:
         query = client.embedder.embed(["item 1"])[0]
         for _ in range(3):
             cache.search_vectors("m", query, 3)
-        assert cache.stats.hits == 0 and cache.stats.catch_ups == 2 and cache.stats.loads == 1
+        # one load, then a high-water-mark read per answer (nothing changed: no catch-up)
+        assert cache.stats.hits == 0 and cache.stats.checks == 2 and cache.stats.loads == 1
+        client.messages.add("m", Message(id="new", content="item 1"))
+        client.vectors.wait()
+        assert cache.search_vectors("m", query, 1)[0][0][0] in {"new", "m-1"}
+        assert cache.stats.catch_ups == 1
+
+
+@pytest.mark.parametrize("mode", ["default", "strict"])
+def test_model_switch_reaches_the_cache(dsn: str, client: pgmem.Client, mode: str) -> None:
+    from pgmem.embeddings import HashingEmbedder
+
+    alt = HashingEmbedder(384, trigram_weight=0.0)
+    alt.model = "alt-384"
+    client.vectors.enable("m")
+    _fill(client, "m", 20)
+    client.vectors.model(alt)  # this process can embed queries for the new model too
+    with VectorCache(client, mode=mode) as cache, pgmem.connect(dsn, namespace="test", embedder=alt) as other:
+        assert cache.search("m", "item 4 colour 4 shape 4", 1)[0].message.id == "m-4"
+        other.vectors.switch_model("m", alt)
+        other.vectors.flush(alt)
+        assert other.vectors.models("m") == {"alt-384": "active"}
+        deadline = time.monotonic() + 5
+        while mode == "default" and client.vectors._active.get("m") is not None and time.monotonic() < deadline:
+            time.sleep(0.001)
+        query = alt.embed(["item 4 colour 4 shape 4"])[0]
+        assert cache.search_vectors("m", query, 1)[0][0][0] == "m-4"
+        assert client.vectors.active_model("m").name == "alt-384"  # type: ignore[union-attr]
+        got = cache.search_vectors("m", query, 5)[0]
+        assert same(got, [(h.message.id, h.score) for h in client.search(vector=query, memory="m", k=5, mode="exact")])
 
 
 def test_budget_lru_and_bypass(client: pgmem.Client) -> None:

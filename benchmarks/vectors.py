@@ -1,0 +1,383 @@
+"""Semantic memory: pgmem's search against raw numpy/FAISS, hand-written pgvector queries and LangGraph's
+``PostgresStore`` — side by side in one run on real embeddings, reported as ratios.
+
+    python -m benchmarks.vectors             # real 34k MiniLM vectors + a synthetic 100k scaling run
+    python -m benchmarks.vectors --quick     # a smoke run (no 100k, fewer samples)
+
+Data: ``../shared/data/minilm-cpython-comments`` (35,197 all-MiniLM-L6-v2 vectors, 384 dimensions, of
+real English lines): the last 1,000 are queries, the rest the corpus. The synthetic set (100k) is the
+corpus plus perturbed copies (Gaussian noise, renormalised), so its neighbourhoods stay realistic.
+Vectors reach pgmem through its normal write path (messages, outbox, embedder) with an embedder that
+looks the data set's vector up by row, so no model runs during the benchmark.
+
+Parts (every comparison interleaved in one loop, p50/p99 in µs):
+  A. cached search (pgmem.cache, default and strict mode) vs raw numpy (matrix product + argpartition)
+     and raw ``faiss.knn`` on the same vectors at 1k, 10k and 30k per memory (and 100k synthetic).
+     Targets: default p50 <= 1.2 x raw + 25 µs; strict p50 <= raw + one round trip.
+  B. HNSW search through pgmem (``client.search``) vs a hand-written psycopg query with a binary vector
+     (both returning the messages). Targets: <= 1.15x, recall@10 >= 0.95 against exact, p99 <= 2.5 x p50.
+  C. filtered search for one memory holding 12.5% and 1% of the rows: pgmem (auto) vs the two raw
+     strategies (exact scan of the memory, iterative HNSW scan) and the raw post-filtered HNSW query
+     mem0 and LangGraph's store run. Targets: always k results, recall >= 0.95, <= 1.2x the better raw.
+  D. LangGraph ``PostgresStore`` (put + search, HNSW, cosine) vs pgmem on the same server with the same
+     embeddings. Target: pgmem >= 2x faster.
+
+Cost model: exact search is O(n d) in the candidates; HNSW is O(ef log n) per query, and an iterative
+scan under a filter keeping a fraction s of the rows visits about k / s candidates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+import psycopg
+from pgvector.psycopg import register_vector
+from rich.console import Console
+from rich.table import Table
+
+import pgmem
+from benchmarks._common import DATA, bench_database, timed, timed_together, write_json
+from pgmem import Message
+from pgmem.cache import VectorCache
+
+console = Console()
+K = 10
+
+
+class LookupEmbedder:
+    """The data set's vector for a text ``"<row>|..."``: the vectors a MiniLM model gave these texts."""
+
+    model = "all-MiniLM-L6-v2-lookup"
+    dimension = 384
+
+    def __init__(self, vectors: np.ndarray) -> None:
+        self.vectors = vectors
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self.vectors[[int(t.split("|", 1)[0]) for t in texts]]
+
+    async def aembed(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embed(texts)
+
+    def __call__(self, texts: Sequence[str]) -> list[list[float]]:  # LangGraph's embed function
+        return self.embed(texts).tolist()
+
+
+def load_data(synthetic: int) -> tuple[list[str], np.ndarray, np.ndarray]:
+    texts = json.loads((DATA / "texts.json").read_text())
+    vectors = np.load(DATA / "embeddings-f16.npy").astype(np.float32)
+    corpus, queries = vectors[:-1000], vectors[-1000:]
+    corpus_texts = texts[:-1000]
+    if synthetic > len(corpus):
+        rng = np.random.default_rng(0)
+        extra = synthetic - len(corpus)
+        picks = rng.integers(0, len(corpus), extra)
+        noisy = corpus[picks] + rng.normal(0, 0.02, (extra, corpus.shape[1])).astype(np.float32)
+        noisy /= np.linalg.norm(noisy, axis=1, keepdims=True)
+        corpus = np.concatenate([corpus, noisy])
+        corpus_texts = corpus_texts + [corpus_texts[p] for p in picks]
+    return corpus_texts, corpus.astype(np.float32), queries
+
+
+def raw_numpy(matrix: np.ndarray, q: np.ndarray, k: int = K) -> list[int]:
+    scores = matrix @ q
+    top = np.argpartition(-scores, k - 1)[:k]
+    return top[np.argsort(-scores[top])].tolist()
+
+
+def raw_faiss(matrix: np.ndarray, q: np.ndarray, k: int = K) -> list[int]:
+    _, rows = faiss.knn(q[None, :], matrix, k, metric=faiss.METRIC_INNER_PRODUCT)
+    return rows[0].tolist()
+
+
+def recall(got: Sequence[str], want: Sequence[str]) -> float:
+    return len(set(got) & set(want)) / max(1, len(want))
+
+
+def load(client: pgmem.Client, embedder: LookupEmbedder, texts: list[str], memories: dict[str, Sequence[int]]) -> float:
+    """Add each memory's rows (ids r<row>, stored once) and embed them; return the seconds it took."""
+    start = time.perf_counter()
+    for memory, rows in memories.items():
+        client.vectors.enable(memory, embedder)
+        for lo in range(0, len(rows), 5000):
+            chunk = rows[lo : lo + 5000]
+            client.messages.add_many(memory, [Message(id=f"r{i}", content=f"{i}|{texts[i]}") for i in chunk])
+    client.vectors.wait()
+    client.vectors.embed_pending(embedder, batch_size=1000)
+    return time.perf_counter() - start
+
+
+def round_trip(dsn: str, samples: int) -> float:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return timed(lambda: conn.execute("SELECT 1", prepare=True).fetchone(), iterations=samples)["p50_us"]
+
+
+def part_a(
+    client: pgmem.Client, vectors: np.ndarray, queries: np.ndarray, sizes: list[int], samples: int, rt: float
+) -> list[dict[str, Any]]:
+    rows = []
+    faiss.omp_set_num_threads(1)
+    with VectorCache(client) as default, VectorCache(client, mode="strict") as strict:
+        for n in sizes:
+            memory = f"first{n}"
+            matrix = vectors[:n]
+            qs = iter(np.resize(np.arange(len(queries)), samples * 40))
+            # warm the caches (the lazy load is measured separately)
+            t0 = time.perf_counter()
+            default.search_vectors(memory, queries[0], K)
+            load_ms = (time.perf_counter() - t0) * 1000
+            strict.search_vectors(memory, queries[0], K)
+            fns = {
+                "raw numpy": lambda: raw_numpy(matrix, queries[next(qs)]),
+                "raw faiss": lambda: raw_faiss(matrix, queries[next(qs)]),
+                "cache default": lambda: default.search_vectors(memory, queries[next(qs)], K),
+                "cache strict": lambda: strict.search_vectors(memory, queries[next(qs)], K),
+            }
+            t = timed_together(fns, iterations=samples)
+            raw = min(t["raw numpy"]["p50_us"], t["raw faiss"]["p50_us"])
+            # the cache answers exactly: check a few against numpy
+            ok = all(
+                [i for i, _ in default.search_vectors(memory, q, K)[0]] == [f"r{j}" for j in raw_numpy(matrix, q)]
+                for q in queries[:20]
+            )
+            rows.append(
+                {
+                    "n": n,
+                    **{f"{name} p50": v["p50_us"] for name, v in t.items()},
+                    "raw best p50": raw,
+                    "default target": round(1.2 * raw + 25, 1),
+                    "strict target": round(raw + rt, 1),
+                    "default ok": t["cache default"]["p50_us"] <= 1.2 * raw + 25,
+                    "strict ok": t["cache strict"]["p50_us"] <= raw + rt,
+                    "cache load ms": round(load_ms, 1),
+                    "same ids as numpy (20 queries)": ok,
+                }
+            )
+    return rows
+
+
+def part_b(client: pgmem.Client, dsn: str, vectors: np.ndarray, queries: np.ndarray, samples: int) -> dict[str, Any]:
+    model = client.vectors.model(client.embedder)
+    hand_sql = (
+        "SELECT m.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to, m.metadata,"
+        " m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at, h.distance"
+        " FROM (SELECT e.message_id, e.embedding::vector(384) <=> %(q)s AS distance FROM pgmem.embeddings e"
+        f" WHERE e.namespace = 'bench' AND e.model_id = {model.id}"
+        " ORDER BY e.embedding::vector(384) <=> %(q)s LIMIT 10) h"
+        " JOIN pgmem.messages m ON m.namespace = 'bench' AND m.id = h.message_id ORDER BY h.distance"
+    )
+    truth = {j: [f"r{i}" for i in raw_numpy(vectors, queries[j])] for j in range(200)}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        register_vector(conn)
+        order = iter(np.resize(np.arange(200), samples * 10))
+        t = timed_together(
+            {
+                "pgmem client.search": lambda: client.search(vector=queries[next(order)], k=K),
+                "hand-written psycopg": lambda: conn.execute(
+                    hand_sql, {"q": queries[next(order)]}, binary=True, prepare=True
+                ).fetchall(),
+            },
+            iterations=samples,
+        )
+        hand_recall = np.mean(
+            [
+                recall([r[1] for r in conn.execute(hand_sql, {"q": queries[j]}, binary=True).fetchall()], truth[j])
+                for j in range(200)
+            ]
+        )
+    pg_recall = np.mean(
+        [recall([h.message.id for h in client.search(vector=queries[j], k=K)], truth[j]) for j in range(200)]
+    )
+    p = t["pgmem client.search"]
+    return {
+        "vectors": len(vectors),
+        "pgmem p50": p["p50_us"],
+        "pgmem p99": p["p99_us"],
+        "hand p50": t["hand-written psycopg"]["p50_us"],
+        "ratio": round(p["p50_us"] / t["hand-written psycopg"]["p50_us"], 3),
+        "pgmem recall@10": round(float(pg_recall), 3),
+        "hand recall@10": round(float(hand_recall), 3),
+        "p99/p50": round(p["p99_us"] / p["p50_us"], 2),
+    }
+
+
+def part_c(
+    client: pgmem.Client, dsn: str, vectors: np.ndarray, queries: np.ndarray, samples: int
+) -> list[dict[str, Any]]:
+    model = client.vectors.model(client.embedder)
+    vec = "e.embedding::vector(384)"
+    exact_sql = (
+        "SELECT e.message_id FROM pgmem.memory_entries me JOIN pgmem.embeddings e ON e.namespace = me.namespace"
+        f" AND e.model_id = {model.id} AND e.message_id = me.message_id"
+        " WHERE me.namespace = 'bench' AND me.memory = %(memory)s ORDER BY e.embedding <=> %(q)s LIMIT 10"
+    )
+    ann_sql = (
+        f"WITH h AS MATERIALIZED (SELECT e.message_id, {vec} <=> %(q)s AS d FROM pgmem.embeddings e"
+        f" WHERE e.namespace = 'bench' AND e.model_id = {model.id} AND EXISTS (SELECT 1 FROM pgmem.memory_entries me"
+        " WHERE me.namespace = e.namespace AND me.memory = %(memory)s AND me.message_id = e.message_id)"
+        f" ORDER BY {vec} <=> %(q)s LIMIT 10) SELECT message_id FROM h ORDER BY d"
+    )
+    out = []
+    for label, memory, rows in (
+        ("12.5%", "eighth3", np.arange(3, len(vectors), 8)),
+        ("1%", "hundredth7", np.arange(7, len(vectors), 100)),
+    ):
+        truth = {j: [f"r{rows[i]}" for i in raw_numpy(vectors[rows], queries[j])] for j in range(100)}
+        with psycopg.connect(dsn, autocommit=True) as iterative, psycopg.connect(dsn, autocommit=True) as plain:
+            for conn in (iterative, plain):
+                register_vector(conn)
+            iterative.execute("SET hnsw.iterative_scan = relaxed_order")
+            plain.execute("SET hnsw.iterative_scan = off")
+            order = iter(np.resize(np.arange(100), samples * 10))
+
+            def run(conn: psycopg.Connection[Any], query: str, j: int) -> list[str]:
+                rows_ = conn.execute(query, {"q": queries[j], "memory": memory}, binary=True, prepare=True).fetchall()
+                return [r[0] for r in rows_]
+
+            t = timed_together(
+                {
+                    "pgmem": lambda: client.search(vector=queries[next(order)], memory=memory, k=K),
+                    "raw exact": lambda: run(iterative, exact_sql, next(order)),
+                    "raw iterative HNSW": lambda: run(iterative, ann_sql, next(order)),
+                    "raw post-filtered HNSW": lambda: run(plain, ann_sql, next(order)),
+                },
+                iterations=samples,
+            )
+            results = {
+                "pgmem": [
+                    [h.message.id for h in client.search(vector=queries[j], memory=memory, k=K)] for j in range(100)
+                ],
+                "raw exact": [run(iterative, exact_sql, j) for j in range(100)],
+                "raw iterative HNSW": [run(iterative, ann_sql, j) for j in range(100)],
+                "raw post-filtered HNSW": [run(plain, ann_sql, j) for j in range(100)],
+            }
+        best_raw = min(t["raw exact"]["p50_us"], t["raw iterative HNSW"]["p50_us"])
+        for name, found in results.items():
+            out.append(
+                {
+                    "filter keeps": label,
+                    "system": name,
+                    "p50": t[name]["p50_us"],
+                    "p99": t[name]["p99_us"],
+                    "vs better raw": round(t[name]["p50_us"] / best_raw, 2),
+                    "min results": min(len(f) for f in found),
+                    "mean results": round(float(np.mean([len(f) for f in found])), 2),
+                    "recall@10": round(float(np.mean([recall(f, truth[j]) for j, f in enumerate(found)])), 3),
+                }
+            )
+    return out
+
+
+def part_d(
+    dsn: str, texts: list[str], vectors: np.ndarray, queries: np.ndarray, items: int, samples: int
+) -> dict[str, Any]:
+    from langgraph.store.postgres import PostgresStore
+
+    allv = np.concatenate([vectors[:items], queries[:200]])
+    embedder = LookupEmbedder(allv)
+    q_texts = [f"{items + j}|query {j}" for j in range(200)]
+    out: dict[str, Any] = {"items": items}
+    with PostgresStore.from_conn_string(
+        dsn,
+        index={
+            "dims": 384,
+            "embed": embedder,
+            "fields": ["text"],
+            "ann_index_config": {"kind": "hnsw"},
+            "distance_type": "cosine",
+        },
+    ) as store:
+        store.setup()
+        start = time.perf_counter()
+        for i in range(items):
+            store.put(("bench", "lg"), f"r{i}", {"text": f"{i}|{texts[i]}"})
+        out["langgraph put s"] = round(time.perf_counter() - start, 2)
+        with pgmem.connect(dsn, namespace="lgbench", embedder=embedder) as client:
+            client.vectors.enable("pg", embedder)
+            start = time.perf_counter()
+            for i in range(items):
+                client.messages.add("pg", Message(id=f"r{i}", content=f"{i}|{texts[i]}"))
+            client.vectors.flush(embedder)
+            out["pgmem add+embed s"] = round(time.perf_counter() - start, 2)
+            order = iter(np.resize(np.arange(200), samples * 10))
+            t = timed_together(
+                {
+                    "langgraph search": lambda: store.search(("bench", "lg"), query=q_texts[next(order)], limit=K),
+                    "pgmem search": lambda: client.search(q_texts[next(order)], memory="pg", k=K),
+                },
+                iterations=samples,
+            )
+    out["langgraph search p50"] = t["langgraph search"]["p50_us"]
+    out["pgmem search p50"] = t["pgmem search"]["p50_us"]
+    out["put speed-up"] = round(out["langgraph put s"] / out["pgmem add+embed s"], 2)
+    out["search speed-up"] = round(out["langgraph search p50"] / out["pgmem search p50"], 2)
+    return out
+
+
+def show(title: str, rows: list[dict[str, Any]]) -> None:
+    table = Table(title=title)
+    for column in rows[0]:
+        table.add_column(str(column))
+    for row in rows:
+        table.add_row(*[str(v) for v in row.values()])
+    console.print(table)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dsn", default=None, help="server to use (default: $PGMEM_BENCH_DSN, else embedded)")
+    parser.add_argument("--samples", type=int, default=400)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/vectors.json"))
+    args = parser.parse_args()
+    samples = 100 if args.quick else args.samples
+    texts, vectors, queries = load_data(0)
+    sizes = [1000, 10000] if args.quick else [1000, 10000, 30000]
+    results: dict[str, Any] = {}
+    with bench_database(args.dsn) as dsn:
+        embedder = LookupEmbedder(vectors)
+        with pgmem.connect(dsn, namespace="bench", embedder=embedder, max_size=4) as client:
+            n = len(vectors)
+            memories: dict[str, Sequence[int]] = {"all": range(n)}
+            memories |= {f"first{s}": range(s) for s in sizes}
+            memories |= {"eighth3": range(3, n, 8), "hundredth7": range(7, n, 100)}
+            results["load s"] = round(load(client, embedder, texts, memories), 1)
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("VACUUM ANALYZE")
+            rt = round_trip(dsn, samples)
+            results["round trip p50"] = rt
+            console.print(f"loaded {n} vectors in {results['load s']} s; round trip p50 {rt} µs")
+            results["A"] = part_a(client, vectors, queries, sizes, samples, rt)
+            show("A. cached search vs raw (p50 µs)", results["A"])
+            results["B"] = part_b(client, dsn, vectors, queries, samples)
+            show("B. HNSW through pgmem vs hand-written", [results["B"]])
+            results["C"] = part_c(client, dsn, vectors, queries, samples)
+            show("C. filtered search, one memory", results["C"])
+        results["D"] = part_d(dsn, texts, vectors, queries, 1000 if args.quick else 5000, samples)
+        show("D. LangGraph PostgresStore vs pgmem", [results["D"]])
+    if not args.quick:
+        texts100, vectors100, _ = load_data(100_000)
+        with bench_database(args.dsn) as dsn:
+            embedder = LookupEmbedder(vectors100)
+            with pgmem.connect(dsn, namespace="bench", embedder=embedder, max_size=4) as client:
+                results["100k load s"] = round(load(client, embedder, texts100, {"first100000": range(100_000)}), 1)
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    conn.execute("VACUUM ANALYZE")
+                rt = round_trip(dsn, samples)
+                results["A100k"] = part_a(client, vectors100, queries, [100_000], samples, rt)
+                show("A at 100k synthetic (p50 µs)", results["A100k"])
+                results["B100k"] = part_b(client, dsn, vectors100, queries, samples)
+                show("B at 100k synthetic", [results["B100k"]])
+    write_json(args.out, results)
+    console.print(f"results in {args.out}")
+
+
+if __name__ == "__main__":
+    main()
