@@ -213,16 +213,23 @@ def part_c(
 ) -> list[dict[str, Any]]:
     model = client.vectors.model(client.embedder)
     vec = "e.embedding::vector(384)"
+    # Both raw strategies return the messages, as pgmem does (the same columns, one statement).
+    cols = (
+        "m.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to, m.metadata,"
+        " m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at, h.d"
+    )
     exact_sql = (
-        "SELECT e.message_id FROM pgmem.memory_entries me JOIN pgmem.embeddings e ON e.namespace = me.namespace"
-        f" AND e.model_id = {model.id} AND e.message_id = me.message_id"
-        " WHERE me.namespace = 'bench' AND me.memory = %(memory)s ORDER BY e.embedding <=> %(q)s LIMIT 10"
+        f"SELECT {cols} FROM (SELECT e.message_id, e.embedding <=> %(q)s AS d FROM pgmem.memory_entries me"
+        f" JOIN pgmem.embeddings e ON e.namespace = me.namespace AND e.model_id = {model.id}"
+        " AND e.message_id = me.message_id WHERE me.namespace = 'bench' AND me.memory = %(memory)s"
+        " ORDER BY d LIMIT 10) h JOIN pgmem.messages m ON m.namespace = 'bench' AND m.id = h.message_id ORDER BY h.d"
     )
     ann_sql = (
         f"WITH h AS MATERIALIZED (SELECT e.message_id, {vec} <=> %(q)s AS d FROM pgmem.embeddings e"
         f" WHERE e.namespace = 'bench' AND e.model_id = {model.id} AND EXISTS (SELECT 1 FROM pgmem.memory_entries me"
         " WHERE me.namespace = e.namespace AND me.memory = %(memory)s AND me.message_id = e.message_id)"
-        f" ORDER BY {vec} <=> %(q)s LIMIT 10) SELECT message_id FROM h ORDER BY d"
+        f" ORDER BY {vec} <=> %(q)s LIMIT 10) SELECT {cols} FROM h"
+        " JOIN pgmem.messages m ON m.namespace = 'bench' AND m.id = h.message_id ORDER BY h.d"
     )
     out = []
     for label, memory, rows in (
@@ -239,7 +246,7 @@ def part_c(
 
             def run(conn: psycopg.Connection[Any], query: str, j: int) -> list[str]:
                 rows_ = conn.execute(query, {"q": queries[j], "memory": memory}, binary=True, prepare=True).fetchall()
-                return [r[0] for r in rows_]
+                return [r[1] for r in rows_]
 
             t = timed_together(
                 {

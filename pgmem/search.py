@@ -2,15 +2,16 @@
 
 How a vector search runs (one statement, one round trip):
 
-* ``exact`` — the candidate rows (the memory's entries, or the namespace's messages that pass the
-  filters) are fetched first, at most ``exact_limit + 1`` of them; when they are no more than
-  ``exact_limit``, their distances are computed exactly (no index) and the best ``k`` returned. This is
-  what makes a filter that keeps 1% of the rows return ``k`` results with full recall.
+* ``exact`` — when the filters keep at most ``exact_limit`` rows (counted once and remembered for a few
+  seconds; default ``8 * sqrt(stored vectors)``, where the two strategies cost the same), the candidate
+  rows (the memory's entries, or the namespace's messages that pass the filters) are fetched and their
+  distances computed exactly (no index). This is what makes a filter that keeps 1% of the rows return
+  ``k`` results with full recall.
 * ``ann`` — otherwise the model's partial HNSW index is scanned with pgvector's iterative index scans
   (``hnsw.iterative_scan = relaxed_order``), which keep walking the graph until ``k`` rows have passed the
   filters; the final order is exact (``ORDER BY distance`` over the hits).
 
-Both branches are in the same statement; a one-time filter on the candidate count runs only one of them.
+Unfiltered searches always use the index.
 Scores are cosine similarities in [-1, 1] (``1 - cosine distance``); ``threshold`` keeps hits with a
 score at or above it.
 
@@ -23,10 +24,11 @@ at ``max(4 k, 40)`` candidates.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any, Literal
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, LiteralString
 
 import numpy as np
 from psycopg import sql
@@ -36,7 +38,6 @@ from pgmem.errors import InvalidInput
 from pgmem.models import Message
 
 __all__ = [
-    "DEFAULT_EXACT_LIMIT",
     "HALFVEC_ABOVE",
     "MAX_K",
     "EmbeddingModel",
@@ -44,14 +45,14 @@ __all__ = [
     "SearchHit",
 ]
 
-#: Filtered candidate sets up to this size are searched exactly (see the module docstring).
-DEFAULT_EXACT_LIMIT = 2_000
 #: Models with more dimensions are stored as ``halfvec`` (HNSW indexes ``vector`` up to 2,000).
 HALFVEC_ABOVE = 2_000
 #: The largest ``k`` a search accepts.
 MAX_K = 1_000
 
 Mode = Literal["auto", "exact", "ann"]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 MESSAGE_COLUMNS = (
     "m.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to, m.metadata, "
@@ -166,6 +167,14 @@ def check_k(k: int) -> int:
     return k
 
 
+def check_exact_limit(exact_limit: int | None) -> int | None:
+    if exact_limit is not None and (
+        isinstance(exact_limit, bool) or not isinstance(exact_limit, int) or not 0 <= exact_limit <= 1_000_000
+    ):
+        raise InvalidInput(f"exact_limit must be an integer in [0, 1000000], got {exact_limit!r}")
+    return exact_limit
+
+
 def check_threshold(threshold: float | None) -> float | None:
     if threshold is None:
         return None
@@ -213,7 +222,7 @@ def _entry_filters(f: SearchFilters, entries: str, message: str) -> list[sql.Com
 
 
 def candidates_sql(f: SearchFilters) -> sql.Composed:
-    """The ids of the messages that pass the filters (at most ``%(exact_limit)s + 1`` of them)."""
+    """The ids of the messages that pass the filters (``f.filtered`` must be true)."""
     terms = _entry_filters(f, "ce", "cm")
     if f.memory is not None:
         join = (
@@ -221,18 +230,25 @@ def candidates_sql(f: SearchFilters) -> sql.Composed:
             if f.on_message
             else sql.SQL("")
         )
-        return sql.SQL(
-            "SELECT ce.message_id FROM pgmem.memory_entries ce{} WHERE ce.namespace = %(ns)s AND {} "
-            "LIMIT %(exact_limit)s + 1"
-        ).format(join, sql.SQL(" AND ").join(terms))
-    return sql.SQL(
-        "SELECT cm.id AS message_id FROM pgmem.messages cm WHERE cm.namespace = %(ns)s AND {} LIMIT %(exact_limit)s + 1"
-    ).format(sql.SQL(" AND ").join(terms))
+        return sql.SQL("SELECT ce.message_id FROM pgmem.memory_entries ce{} WHERE ce.namespace = %(ns)s AND {}").format(
+            join, sql.SQL(" AND ").join(terms)
+        )
+    return sql.SQL("SELECT cm.id AS message_id FROM pgmem.messages cm WHERE {}").format(
+        sql.SQL(" AND ").join([sql.SQL("cm.namespace = %(ns)s"), *terms])
+    )
+
+
+def count_sql(f: SearchFilters) -> sql.Composed:
+    """How many messages pass the filters, counting no further than ``%(exact_limit)s + 1``."""
+    return sql.SQL("SELECT count(*) FROM ({} LIMIT %(exact_limit)s + 1) AS c").format(candidates_sql(f))
 
 
 def _exists_filter(f: SearchFilters) -> sql.Composed:
-    """The filters as EXISTS terms on an embeddings row ``e`` (for the index scan)."""
-    parts: list[sql.Composable] = []
+    """The filters as a condition on an embeddings row ``e`` during the index scan.
+
+    Written ``EXISTS (…) = true`` so that the planner keeps it a filter of the HNSW scan (a hashed or
+    per-row subplan) instead of turning it into a join that drives the search from the filter's rows.
+    """
     if f.memory is not None:
         terms: list[sql.Composable] = [sql.SQL("fe.namespace = e.namespace"), sql.SQL("fe.message_id = e.message_id")]
         terms += _entry_filters(f, "fe", "fm")
@@ -241,123 +257,91 @@ def _exists_filter(f: SearchFilters) -> sql.Composed:
             if f.on_message
             else sql.SQL("")
         )
-        parts.append(
-            sql.SQL("EXISTS (SELECT 1 FROM pgmem.memory_entries fe{} WHERE {})").format(
-                join, sql.SQL(" AND ").join(terms)
-            )
+        return sql.SQL(" AND EXISTS (SELECT 1 FROM pgmem.memory_entries fe{} WHERE {}) = true").format(
+            join, sql.SQL(" AND ").join(terms)
         )
-    elif f.filtered:
+    if f.filtered:
         terms = [sql.SQL("fm.namespace = e.namespace"), sql.SQL("fm.id = e.message_id")]
-        terms = list[sql.Composable](terms)
         terms += _entry_filters(f, "fe", "fm")
-        parts.append(sql.SQL("EXISTS (SELECT 1 FROM pgmem.messages fm WHERE {})").format(sql.SQL(" AND ").join(terms)))
-    return sql.SQL("").join(sql.SQL(" AND ") + p for p in parts)
+        return sql.SQL(" AND EXISTS (SELECT 1 FROM pgmem.messages fm WHERE {}) = true").format(
+            sql.SQL(" AND ").join(terms)
+        )
+    return sql.Composed([])
 
 
-def vector_search_sql(model: EmbeddingModel, f: SearchFilters, mode: Mode) -> sql.Composed:
-    """One statement: ``(seq, id, …, created_at, distance)`` rows, closest first, ties by id.
+def _guard(model: EmbeddingModel, f: SearchFilters) -> sql.Composable:
+    """A column that is NULL when the memory is no longer searched with ``model`` (a switch finished)."""
+    if f.memory is None:
+        return sql.SQL("true")
+    return sql.SQL(
+        "(SELECT true FROM pgmem.memory_models WHERE namespace = %(ns)s AND memory = %(memory)s "
+        "AND model_id = {} AND status = 'active')"
+    ).format(sql.Literal(model.id))
 
-    Parameters: ns, q, k, max_distance, exact_limit and the filters' (see :meth:`SearchFilters.params`).
-    The first row is a sentinel with every column NULL when the memory's active model is no longer
-    ``model`` (the caller refreshes its model and retries).
-    """
+
+def _hits_sql(model: EmbeddingModel, f: SearchFilters, strategy: str, q: sql.Composable) -> sql.Composed:
+    """``(message_id, distance)`` of the best ``%(k)s`` rows for the query vector expression ``q``."""
     vec = model.vector_expr("e")
-    q = model.param("q")
-    ann_scan = sql.SQL(
-        "SELECT e.message_id, {vec} <=> {q} AS distance FROM pgmem.embeddings e "
-        "WHERE e.namespace = %(ns)s AND e.model_id = {model}{filters} ORDER BY {vec} <=> {q} LIMIT %(k)s"
-    )
-    parts = {"vec": vec, "q": q, "model": sql.Literal(model.id), "filters": _exists_filter(f)}
-    hits: sql.Composable
-    if not f.filtered or mode == "ann":
-        hits = sql.SQL("hits AS (") + ann_scan.format(**parts) + sql.SQL(")")
-    else:
-        exact = sql.SQL(
+    parts = {"vec": vec, "q": q, "model": sql.Literal(model.id)}
+    if strategy == "exact":
+        return sql.SQL(
             "SELECT e.message_id, {vec} <=> {q} AS distance FROM cand "
             "JOIN pgmem.embeddings e ON e.namespace = %(ns)s AND e.model_id = {model} "
-            "AND e.message_id = cand.message_id"
+            "AND e.message_id = cand.message_id ORDER BY distance LIMIT %(k)s"
         ).format(**parts)
-        if mode == "exact":
-            hits = sql.SQL("cand AS MATERIALIZED ({cand}), hits AS ({exact} ORDER BY distance LIMIT %(k)s)").format(
-                cand=candidates_sql(f), exact=exact
-            )
-        else:
-            hits = sql.SQL(
-                "cand AS MATERIALIZED ({cand}), small AS (SELECT count(*) <= %(exact_limit)s AS yes FROM cand), "
-                "exact AS ({exact} WHERE (SELECT yes FROM small) ORDER BY distance LIMIT %(k)s), "
-                "ann AS (SELECT * FROM ({ann}) a WHERE NOT (SELECT yes FROM small)), "
-                "hits AS (SELECT * FROM exact UNION ALL SELECT * FROM ann)"
-            ).format(cand=candidates_sql(f), exact=exact, ann=ann_scan.format(**parts))
-    guard: sql.Composable = sql.SQL("TRUE")
-    if f.memory is not None:
-        guard = sql.SQL(
-            "EXISTS (SELECT 1 FROM pgmem.memory_models WHERE namespace = %(ns)s AND memory = %(memory)s "
-            "AND model_id = {} AND status = 'active')"
-        ).format(sql.Literal(model.id))
     return sql.SQL(
-        "WITH {hits}, guard AS (SELECT {guard} AS ok) "
-        "(SELECT NULL::bigint, NULL, NULL, NULL::jsonb, NULL, NULL, NULL, NULL::text[], NULL::jsonb, NULL::jsonb, "
-        "NULL, NULL, NULL, NULL::timestamptz, NULL::float8 WHERE NOT (SELECT ok FROM guard)) "
-        "UNION ALL "
-        "(SELECT {cols}, h.distance FROM hits h JOIN pgmem.messages m ON m.namespace = %(ns)s AND m.id = h.message_id "
-        "WHERE (SELECT ok FROM guard) AND h.distance <= %(max_distance)s ORDER BY h.distance, m.id)"
-    ).format(hits=hits, guard=guard, cols=sql.SQL(MESSAGE_COLUMNS))
+        "SELECT e.message_id, {vec} <=> {q} AS distance FROM pgmem.embeddings e "
+        "WHERE e.namespace = %(ns)s AND e.model_id = {model}{filters} ORDER BY {vec} <=> {q} LIMIT %(k)s"
+    ).format(filters=_exists_filter(f), **parts)
 
 
-def batch_search_sql(model: EmbeddingModel, f: SearchFilters) -> sql.Composed:
-    """Many query vectors (``%(qs)s``, a ``vector[]``) in one statement: ``(ord, seq, id, …, distance)``
-    rows, per query closest first. Exact over the candidates when they are few, else one HNSW scan per
-    query (a LATERAL join). A single row with a NULL ``ord`` is the model-switch sentinel."""
-    vec = model.vector_expr("e")
+def vector_search_sql(model: EmbeddingModel, f: SearchFilters, strategy: str) -> sql.Composed:
+    """One statement: ``(seq, id, …, created_at, distance, ok)`` rows, closest first, ties by id.
+
+    ``strategy``: ``exact`` (distances of every candidate) or ``ann`` (the model's HNSW index, filters
+    applied during an iterative scan). Parameters: ns, q, k, max_distance and the filters'. ``ok`` is
+    NULL on every row when the memory's active model is no longer ``model``.
+    """
+    with_cand = (
+        sql.SQL("WITH cand AS MATERIALIZED ({}) ").format(candidates_sql(f)) if strategy == "exact" else sql.SQL("")
+    )
+    return sql.SQL(
+        "{with_cand}SELECT {cols}, h.distance, {guard} AS ok FROM ({hits}) AS h "
+        "JOIN pgmem.messages m ON m.namespace = %(ns)s AND m.id = h.message_id "
+        "WHERE h.distance <= %(max_distance)s ORDER BY h.distance, m.id"
+    ).format(
+        with_cand=with_cand,
+        cols=sql.SQL(MESSAGE_COLUMNS),
+        guard=_guard(model, f),
+        hits=_hits_sql(model, f, strategy, model.param("q")),
+    )
+
+
+def batch_search_sql(model: EmbeddingModel, f: SearchFilters, strategy: str) -> sql.Composed:
+    """Many query vectors (``%(qs)s``, a ``vector[]``) in one statement: ``(ord, seq, id, …, distance,
+    ok)`` rows, per query closest first (one LATERAL search per query)."""
     qv = sql.SQL("qs.v::{}({})").format(sql.SQL(model.kind), sql.Literal(model.dimension))
-    parts = {"vec": vec, "qv": qv, "model": sql.Literal(model.id), "filters": _exists_filter(f)}
-    if f.filtered:
-        hits = sql.SQL(
-            "cand AS MATERIALIZED ({cand}), small AS (SELECT count(*) <= %(exact_limit)s AS yes FROM cand), "
-            "cv AS MATERIALIZED (SELECT e.message_id, {vec} AS v FROM cand JOIN pgmem.embeddings e "
-            "ON e.namespace = %(ns)s AND e.model_id = {model} AND e.message_id = cand.message_id "
-            "WHERE (SELECT yes FROM small)), "
-            "hits AS (SELECT qs.ord, h.message_id, h.distance FROM qs CROSS JOIN LATERAL "
-            "(SELECT cv.message_id, cv.v <=> {qv} AS distance FROM cv ORDER BY distance LIMIT %(k)s) h "
-            "WHERE (SELECT yes FROM small) "
-            "UNION ALL "
-            "SELECT qs.ord, h.message_id, h.distance FROM qs CROSS JOIN LATERAL "
-            "(SELECT e.message_id, {vec} <=> {qv} AS distance FROM pgmem.embeddings e "
-            "WHERE e.namespace = %(ns)s AND e.model_id = {model}{filters} ORDER BY {vec} <=> {qv} LIMIT %(k)s) h "
-            "WHERE NOT (SELECT yes FROM small))"
-        ).format(cand=candidates_sql(f), **parts)
-    else:
-        hits = sql.SQL(
-            "hits AS (SELECT qs.ord, h.message_id, h.distance FROM qs CROSS JOIN LATERAL "
-            "(SELECT e.message_id, {vec} <=> {qv} AS distance FROM pgmem.embeddings e "
-            "WHERE e.namespace = %(ns)s AND e.model_id = {model} ORDER BY {vec} <=> {qv} LIMIT %(k)s) h)"
-        ).format(**parts)
-    guard: sql.Composable = sql.SQL("TRUE")
-    if f.memory is not None:
-        guard = sql.SQL(
-            "EXISTS (SELECT 1 FROM pgmem.memory_models WHERE namespace = %(ns)s AND memory = %(memory)s "
-            "AND model_id = {} AND status = 'active')"
-        ).format(sql.Literal(model.id))
+    with_cand = sql.SQL("cand AS MATERIALIZED ({}), ").format(candidates_sql(f)) if strategy == "exact" else sql.SQL("")
     return sql.SQL(
-        "WITH qs AS (SELECT q.v, q.ord FROM unnest(%(qs)s::vector[]) WITH ORDINALITY AS q(v, ord)), {hits}, "
-        "guard AS (SELECT {guard} AS ok) "
-        "(SELECT NULL::bigint, NULL::bigint, NULL, NULL, NULL::jsonb, NULL, NULL, NULL, NULL::text[], NULL::jsonb, "
-        "NULL::jsonb, NULL, NULL, NULL, NULL::timestamptz, NULL::float8 WHERE NOT (SELECT ok FROM guard)) "
-        "UNION ALL "
-        "(SELECT h.ord, {cols}, h.distance FROM hits h JOIN pgmem.messages m ON m.namespace = %(ns)s "
-        "AND m.id = h.message_id WHERE (SELECT ok FROM guard) AND h.distance <= %(max_distance)s "
-        "ORDER BY h.ord, h.distance, m.id)"
-    ).format(hits=hits, guard=guard, cols=sql.SQL(MESSAGE_COLUMNS))
+        "WITH {with_cand}qs AS (SELECT q.v, q.ord FROM unnest(%(qs)s::vector[]) WITH ORDINALITY AS q(v, ord)) "
+        "SELECT qs.ord, {cols}, h.distance, {guard} AS ok FROM qs CROSS JOIN LATERAL ({hits}) AS h "
+        "JOIN pgmem.messages m ON m.namespace = %(ns)s AND m.id = h.message_id "
+        "WHERE h.distance <= %(max_distance)s ORDER BY qs.ord, h.distance, m.id"
+    ).format(
+        with_cand=with_cand,
+        cols=sql.SQL(MESSAGE_COLUMNS),
+        guard=_guard(model, f),
+        hits=_hits_sql(model, f, strategy, qv),
+    )
 
 
-def hybrid_search_sql(model: EmbeddingModel, f: SearchFilters) -> sql.Composed:
+def hybrid_search_sql(model: EmbeddingModel, f: SearchFilters, strategy: str) -> sql.Composed:
     """Vector and full-text rankings fused by reciprocal rank fusion, in one statement.
 
     Parameters: those of :func:`vector_search_sql` (``k`` here is each list's depth) plus ``text``,
-    ``w_vector``, ``w_text``, ``rrf_k``, ``half_life`` (seconds or NULL) and ``limit``.
+    ``w_vector``, ``w_text``, ``rrf_k``, ``half_life`` (seconds or NULL) and ``limit``. Rows:
+    ``(seq, id, …, created_at, distance, score, ok)``.
     """
-    vector_part = vector_search_sql(model, f, "auto")
-    # The text ranking honours the same filters through the same candidate rules.
     terms: list[sql.Composable] = [
         sql.SQL("m.namespace = %(ns)s"),
         sql.SQL("m.tsv @@ websearch_to_tsquery('english', %(text)s)"),
@@ -374,36 +358,62 @@ def hybrid_search_sql(model: EmbeddingModel, f: SearchFilters) -> sql.Composed:
         "SELECT m.id, row_number() OVER (ORDER BY ts_rank_cd(m.tsv, websearch_to_tsquery('english', %(text)s)) DESC, "
         "m.seq DESC) AS rank FROM {} WHERE {} ORDER BY rank LIMIT %(k)s"
     ).format(text_from, sql.SQL(" AND ").join(terms))
+    with_cand = sql.SQL("cand AS MATERIALIZED ({}), ").format(candidates_sql(f)) if strategy == "exact" else sql.SQL("")
     return sql.SQL(
-        "WITH v AS MATERIALIZED ({vector_part}), "
-        "vr AS (SELECT v.id, row_number() OVER (ORDER BY v.distance, v.id) AS rank, v.distance FROM v "
-        "WHERE v.id IS NOT NULL), "
+        "WITH {with_cand}v AS MATERIALIZED ({hits}), "
+        "vr AS (SELECT v.message_id AS id, row_number() OVER (ORDER BY v.distance, v.message_id) AS rank, v.distance "
+        "FROM v), "
         "tr AS MATERIALIZED ({text_part}), "
         "fused AS (SELECT coalesce(vr.id, tr.id) AS id, "
         "coalesce(%(w_vector)s / (%(rrf_k)s + vr.rank), 0) + coalesce(%(w_text)s / (%(rrf_k)s + tr.rank), 0) AS score, "
         "vr.distance FROM vr FULL JOIN tr ON tr.id = vr.id) "
         "SELECT {cols}, f.distance, f.score * CASE WHEN %(half_life)s::float8 IS NULL THEN 1 ELSE "
-        "power(0.5, extract(epoch FROM now() - m.created_at) / %(half_life)s::float8) END AS score, "
-        "(SELECT count(*) FROM v WHERE v.id IS NULL) AS stale "
+        "power(0.5, extract(epoch FROM now() - m.created_at) / %(half_life)s::float8) END AS score, {guard} AS ok "
         "FROM fused f JOIN pgmem.messages m ON m.namespace = %(ns)s AND m.id = f.id "
         "ORDER BY score DESC, m.id LIMIT %(limit)s"
     ).format(
-        vector_part=_renamed(vector_part),
+        with_cand=with_cand,
+        hits=_hits_sql(model, f, strategy, model.param("q")),
         text_part=text_part,
         cols=sql.SQL(MESSAGE_COLUMNS),
+        guard=_guard(model, f),
     )
 
 
-def _renamed(vector_part: sql.Composable) -> sql.Composed:
-    """The vector search's rows as ``(id, distance)``; the sentinel row has a NULL id."""
-    return (
-        sql.SQL("SELECT s.id, s.distance FROM (")
-        + vector_part
-        + sql.SQL(
-            ") AS s(seq, id, content, instruct_content, role, cause_by, sent_from, send_to, metadata, tool_calls, "
-            "name, tool_call_id, message_class, created_at, distance)"
+@functools.lru_cache(maxsize=1024)
+def _statement(kind: str, model: EmbeddingModel, shape: tuple[bool, ...], strategy: str) -> LiteralString:
+    filters = SearchFilters(
+        "m" if shape[0] else None,
+        "" if shape[1] else None,
+        "" if shape[2] else None,
+        "" if shape[3] else None,
+        _EPOCH if shape[4] else None,
+        _EPOCH if shape[5] else None,
+        0 if shape[6] else None,
+    )
+    builders = {"vector": vector_search_sql, "batch": batch_search_sql, "hybrid": hybrid_search_sql}
+    composed = count_sql(filters) if kind == "count" else builders[kind](model, filters, strategy)
+    # Only integers (model id, dimension) are embedded as literals: no quoting context is needed.
+    text: LiteralString = composed.as_string(None)
+    return text
+
+
+def statement(kind: str, model: EmbeddingModel, filters: SearchFilters, strategy: str = "ann") -> LiteralString:
+    """The SQL text of a search (``kind``: vector, batch, hybrid, or count), composed once per model,
+    set of filters in use and strategy, then reused: the same text lets psycopg prepare it on the server."""
+    shape = tuple(
+        v is not None
+        for v in (
+            filters.memory,
+            filters.cause_by,
+            filters.role,
+            filters.sender,
+            filters.since,
+            filters.until,
+            filters.max_seq,
         )
     )
+    return _statement(kind, model, shape, strategy)
 
 
 def as_query_vector(vector: Any, dimension: int) -> np.ndarray[Any, np.dtype[np.float32]]:

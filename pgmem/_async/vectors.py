@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import math
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,19 +23,17 @@ from pgmem._rows import check_key, decode
 from pgmem.embeddings import Embedder, EmbeddingError, Vectors, check_vectors
 from pgmem.errors import InvalidInput, translate
 from pgmem.search import (
-    DEFAULT_EXACT_LIMIT,
     HALFVEC_ABOVE,
     EmbeddingModel,
     SearchFilters,
     SearchHit,
     as_query_vector,
-    batch_search_sql,
+    check_exact_limit,
     check_half_life,
     check_k,
     check_mode,
     check_threshold,
-    hybrid_search_sql,
-    vector_search_sql,
+    statement,
 )
 
 if TYPE_CHECKING:
@@ -50,6 +50,8 @@ MODEL_LOCK_KEY = 0x70676D656D02
 #: Connections whose session is set up for vector search (pgvector types, iterative index scans).
 _READY: weakref.WeakSet[Any] = weakref.WeakSet()
 _TUNED: weakref.WeakSet[Any] = weakref.WeakSet()
+#: Seconds a filtered search remembers how many candidates its filters keep (it picks the strategy).
+COUNT_TTL = 5.0
 #: The session's ``hnsw.ef_search`` on tuned connections; searches with a larger k raise it locally.
 SESSION_EF_SEARCH = 40
 
@@ -102,6 +104,8 @@ class AsyncVectorRepository(AsyncRepository):
         self._kicks = 0
         self._worker: Any = None
         self.on_change: Callable[[str | None], None] | None = None
+        self._counts: dict[tuple[SearchFilters, int], tuple[int, float]] = {}
+        self._vector_rows: tuple[float, float] | None = None
 
     # -- models -------------------------------------------------------------------------------------
 
@@ -385,7 +389,7 @@ class AsyncVectorRepository(AsyncRepository):
         max_seq: int | None = None,
         threshold: float | None = None,
         mode: str = "auto",
-        exact_limit: int = DEFAULT_EXACT_LIMIT,
+        exact_limit: int | None = None,
         embedder: Embedder | None = None,
         connection: AsyncConnection[Any] | None = None,
     ) -> list[SearchHit]:
@@ -423,7 +427,7 @@ class AsyncVectorRepository(AsyncRepository):
         cause_by: str | None = None,
         max_seq: int | None = None,
         threshold: float | None = None,
-        exact_limit: int = DEFAULT_EXACT_LIMIT,
+        exact_limit: int | None = None,
         embedder: Embedder | None = None,
         connection: AsyncConnection[Any] | None = None,
     ) -> list[list[SearchHit]]:
@@ -433,8 +437,7 @@ class AsyncVectorRepository(AsyncRepository):
             raise InvalidInput("search_many needs exactly one of query texts or vectors")
         check_k(k)
         threshold = check_threshold(threshold)
-        if not isinstance(exact_limit, int) or not 0 <= exact_limit <= 1_000_000:
-            raise InvalidInput(f"exact_limit must be in [0, 1000000], got {exact_limit!r}")
+        check_exact_limit(exact_limit)
         texts = None if queries is None else list(queries)
         count = len(texts) if texts is not None else len(vectors)
         if count == 0:
@@ -449,18 +452,79 @@ class AsyncVectorRepository(AsyncRepository):
                 "ns": self.namespace,
                 "qs": list(qs),
                 "k": k,
-                "exact_limit": exact_limit,
                 "max_distance": 2.0 if threshold is None else 1.0 - threshold,
                 **filters.params(),
             }
-            (rows,) = await self._run_searches(batch_search_sql(model, filters), [params], k, connection)
-            if rows and rows[0][0] is None:
+            strategy = await self._strategy(model, filters, "auto", exact_limit, connection)
+            (rows,) = await self._run_searches(statement("batch", model, filters, strategy), [params], k, connection)
+            if await self._switched(rows, filters, model):
                 continue
             out: list[list[SearchHit]] = [[] for _ in range(count)]
             for row in rows:
                 out[int(row[0]) - 1].append(_hit(row[1:]))
             return out
         raise EmbeddingError(f"memory {filters.memory!r} keeps switching embedding models; try again")
+
+    async def _strategy(
+        self,
+        model: EmbeddingModel,
+        filters: SearchFilters,
+        mode: str,
+        exact_limit: int | None,
+        connection: AsyncConnection[Any] | None,
+    ) -> str:
+        """``exact`` or ``ann`` for this search (see :mod:`pgmem.search`).
+
+        Unfiltered searches use the index. For filtered ones the candidates are counted (no further than
+        ``exact_limit + 1``) and the count is remembered for :data:`COUNT_TTL` seconds: a stale count can
+        only pick the slower strategy for a while, never a wrong answer (both are complete).
+        """
+        if mode != "auto":
+            return mode
+        if not filters.filtered:
+            return "ann"
+        if exact_limit is None:
+            exact_limit = await self._default_exact_limit(connection)
+        key = (filters, exact_limit)
+        now = time.monotonic()
+        known = self._counts.get(key)
+        if known is None or now - known[1] > COUNT_TTL:
+            params = {"ns": self.namespace, "exact_limit": exact_limit, **filters.params()}
+            with translate():
+                async with self._client.connection(connection) as conn:
+                    cur = await conn.execute(statement("count", model, filters), params)
+                    row = await cur.fetchone()
+            known = (int(row[0]) if row else 0, now)
+            if len(self._counts) > 10_000:
+                self._counts.clear()
+            self._counts[key] = known
+        return "exact" if known[0] <= exact_limit else "ann"
+
+    async def _default_exact_limit(self, connection: AsyncConnection[Any] | None) -> int:
+        """``8 * sqrt(N)`` candidates, N the number of stored vectors (planner statistics, re-read every
+        minute), between 500 and 20,000.
+
+        An exact search costs about 4.5 µs per candidate (a primary-key fetch and a distance); an
+        iterative index scan under a filter that keeps a fraction s of the rows costs about 0.3 ms / s
+        (measured on 34k MiniLM vectors, benchmarks/vectors.py). They break even at s = 8.2 / sqrt(N).
+        """
+        now = time.monotonic()
+        if self._vector_rows is None or now - self._vector_rows[1] > 60:
+            with translate():
+                async with self._client.connection(connection) as conn:
+                    cur = await conn.execute(Q["vector_rows"])
+                    row = await cur.fetchone()
+            self._vector_rows = (max(0.0, float(row[0]) if row else 0.0), now)
+        return int(min(20_000, max(500, 8 * math.sqrt(self._vector_rows[0]))))
+
+    async def _switched(self, rows: list[tuple[Any, ...]], filters: SearchFilters, model: EmbeddingModel) -> bool:
+        """Whether the memory's active model changed under this search (its rows carry ``ok`` last)."""
+        if filters.memory is None:
+            return False
+        if rows:
+            return rows[0][-1] is None
+        current = await self.active_model(filters.memory, refresh=True)
+        return current is not None and current.id != model.id
 
     async def _search(
         self,
@@ -470,12 +534,11 @@ class AsyncVectorRepository(AsyncRepository):
         k: int,
         threshold: float | None,
         mode: Any,
-        exact_limit: int,
+        exact_limit: int | None,
         embedder: Embedder | None,
         connection: AsyncConnection[Any] | None,
     ) -> list[list[SearchHit]]:
-        if not isinstance(exact_limit, int) or not 0 <= exact_limit <= 1_000_000:
-            raise InvalidInput(f"exact_limit must be in [0, 1000000], got {exact_limit!r}")
+        check_exact_limit(exact_limit)
         for attempt in (1, 2):
             model = await self._model_for(filters, embedder, refresh=attempt == 2)
             if texts is not None:
@@ -485,16 +548,16 @@ class AsyncVectorRepository(AsyncRepository):
             else:
                 assert vectors is not None
                 qs = np.stack([as_query_vector(v, model.dimension) for v in vectors])
-            statement = vector_search_sql(model, filters, mode)
+            strategy = await self._strategy(model, filters, mode, exact_limit, connection)
+            query = statement("vector", model, filters, strategy)
             base = {
                 "ns": self.namespace,
                 "k": k,
-                "exact_limit": exact_limit,
                 "max_distance": 2.0 if threshold is None else 1.0 - threshold,
                 **filters.params(),
             }
-            rows = await self._run_searches(statement, [{**base, "q": q} for q in qs], k, connection)
-            if any(r and r[0][1] is None for r in rows):
+            rows = await self._run_searches(query, [{**base, "q": q} for q in qs], k, connection)
+            if any([await self._switched(found, filters, model) for found in rows]):
                 continue  # the memory switched models under us: look it up again
             return [[_hit(row) for row in found] for found in rows]
         raise EmbeddingError(f"memory {filters.memory!r} keeps switching embedding models; try again")
@@ -565,7 +628,6 @@ class AsyncVectorRepository(AsyncRepository):
                 "q": q,
                 "k": depth,
                 "limit": k,
-                "exact_limit": DEFAULT_EXACT_LIMIT,
                 "max_distance": 2.0,
                 "text": text,
                 "w_vector": float(w_vector),
@@ -574,8 +636,11 @@ class AsyncVectorRepository(AsyncRepository):
                 "half_life": seconds,
                 **filters.params(),
             }
-            (rows,) = await self._run_searches(hybrid_search_sql(model, filters), [params], depth, connection)
-            if rows and rows[0][-1]:
+            strategy = await self._strategy(model, filters, "auto", None, connection)
+            (rows,) = await self._run_searches(
+                statement("hybrid", model, filters, strategy), [params], depth, connection
+            )
+            if await self._switched(rows, filters, model):
                 continue
             return [
                 SearchHit(decode(row[:14]), float(row[15]), None if row[14] is None else float(row[14])) for row in rows
