@@ -279,13 +279,21 @@ def _guard(model: EmbeddingModel, f: SearchFilters) -> sql.Composable:
     ).format(sql.Literal(model.id))
 
 
-def _hits_sql(model: EmbeddingModel, f: SearchFilters, strategy: str, q: sql.Composable) -> sql.Composed:
-    """``(message_id, distance)`` of the best ``%(k)s`` rows for the query vector expression ``q``."""
+def _hits_sql(
+    model: EmbeddingModel, f: SearchFilters, strategy: str, q: sql.Composable, shared_cand: bool = False
+) -> sql.Composed:
+    """``(message_id, distance)`` of the best ``%(k)s`` rows for the query vector expression ``q``.
+
+    The exact strategy reads the candidates from a CTE ``cand`` when ``shared_cand`` (many queries), else
+    from a subquery the planner merges into the join."""
     vec = model.vector_expr("e")
-    parts = {"vec": vec, "q": q, "model": sql.Literal(model.id)}
+    parts: dict[str, sql.Composable] = {"vec": vec, "q": q, "model": sql.Literal(model.id)}
     if strategy == "exact":
+        # The bare column, not the indexed expression: its cast to vector(n) copies every row's vector.
+        parts["vec"] = sql.SQL("e.{}").format(sql.Identifier(model.column))
+        parts["cand"] = sql.SQL("cand") if shared_cand else sql.SQL("({}) AS cand").format(candidates_sql(f))
         return sql.SQL(
-            "SELECT e.message_id, {vec} <=> {q} AS distance FROM cand "
+            "SELECT e.message_id, {vec} <=> {q} AS distance FROM {cand} "
             "JOIN pgmem.embeddings e ON e.namespace = %(ns)s AND e.model_id = {model} "
             "AND e.message_id = cand.message_id ORDER BY distance LIMIT %(k)s"
         ).format(**parts)
@@ -302,15 +310,11 @@ def vector_search_sql(model: EmbeddingModel, f: SearchFilters, strategy: str) ->
     applied during an iterative scan). Parameters: ns, q, k, max_distance and the filters'. ``ok`` is
     NULL on every row when the memory's active model is no longer ``model``.
     """
-    with_cand = (
-        sql.SQL("WITH cand AS MATERIALIZED ({}) ").format(candidates_sql(f)) if strategy == "exact" else sql.SQL("")
-    )
     return sql.SQL(
-        "{with_cand}SELECT {cols}, h.distance, {guard} AS ok FROM ({hits}) AS h "
+        "SELECT {cols}, h.distance, {guard} AS ok FROM ({hits}) AS h "
         "JOIN pgmem.messages m ON m.namespace = %(ns)s AND m.id = h.message_id "
         "WHERE h.distance <= %(max_distance)s ORDER BY h.distance, m.id"
     ).format(
-        with_cand=with_cand,
         cols=sql.SQL(MESSAGE_COLUMNS),
         guard=_guard(model, f),
         hits=_hits_sql(model, f, strategy, model.param("q")),
@@ -331,7 +335,7 @@ def batch_search_sql(model: EmbeddingModel, f: SearchFilters, strategy: str) -> 
         with_cand=with_cand,
         cols=sql.SQL(MESSAGE_COLUMNS),
         guard=_guard(model, f),
-        hits=_hits_sql(model, f, strategy, qv),
+        hits=_hits_sql(model, f, strategy, qv, shared_cand=True),
     )
 
 
@@ -358,9 +362,8 @@ def hybrid_search_sql(model: EmbeddingModel, f: SearchFilters, strategy: str) ->
         "SELECT m.id, row_number() OVER (ORDER BY ts_rank_cd(m.tsv, websearch_to_tsquery('english', %(text)s)) DESC, "
         "m.seq DESC) AS rank FROM {} WHERE {} ORDER BY rank LIMIT %(k)s"
     ).format(text_from, sql.SQL(" AND ").join(terms))
-    with_cand = sql.SQL("cand AS MATERIALIZED ({}), ").format(candidates_sql(f)) if strategy == "exact" else sql.SQL("")
     return sql.SQL(
-        "WITH {with_cand}v AS MATERIALIZED ({hits}), "
+        "WITH v AS MATERIALIZED ({hits}), "
         "vr AS (SELECT v.message_id AS id, row_number() OVER (ORDER BY v.distance, v.message_id) AS rank, v.distance "
         "FROM v), "
         "tr AS MATERIALIZED ({text_part}), "
@@ -372,7 +375,6 @@ def hybrid_search_sql(model: EmbeddingModel, f: SearchFilters, strategy: str) ->
         "FROM fused f JOIN pgmem.messages m ON m.namespace = %(ns)s AND m.id = f.id "
         "ORDER BY score DESC, m.id LIMIT %(limit)s"
     ).format(
-        with_cand=with_cand,
         hits=_hits_sql(model, f, strategy, model.param("q")),
         text_part=text_part,
         cols=sql.SQL(MESSAGE_COLUMNS),
