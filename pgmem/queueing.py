@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -48,6 +50,12 @@ class QueueItem:
     dedup_key: str | None
     message: Message
 
+    def __eq__(self, other: object) -> bool:
+        # By value, whichever of QueueItem and its row-backed subclass each side is.
+        if not isinstance(other, QueueItem):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in _ALL_FIELDS)
+
 
 class PushResult(NamedTuple):
     """``id`` of the new item; ``created`` is False (and ``id`` None) when a ready item of the queue
@@ -65,19 +73,58 @@ class Delivery(NamedTuple):
     inboxes: list[str]
 
 
+_MESSAGE_SLOT: Any = QueueItem.__dict__["message"]  # the slot that holds a QueueItem's message
+_new_item = object.__new__
+_set = object.__setattr__
+_ALL_FIELDS = tuple(f.name for f in dataclasses.fields(QueueItem))
+_FIELDS = _ALL_FIELDS[:-1]  # all but message
+_JSON_COLUMNS = (3, 8, 9)  # instruct_content, metadata, tool_calls in a message row
+
+
+class _RowItem(QueueItem):
+    """A QueueItem read from a row, whose message is built when first read.
+
+    A consumer that only acknowledges, or reads a few items of a batch, skips most of the cost of a
+    claim on the client (JSON parsing and the Message); everything else behaves as a QueueItem.
+    """
+
+    __slots__ = ("_row",)
+    __qualname__ = "QueueItem"  # reprs read as the public type
+    _row: tuple[Any, ...]
+
+    @property
+    def message(self) -> Message:
+        try:
+            message: Message = _MESSAGE_SLOT.__get__(self)
+        except AttributeError:
+            row = list(self._row)
+            for index in _JSON_COLUMNS:
+                row[index] = _json(row[index])
+            message = decode(tuple(row))
+            _MESSAGE_SLOT.__set__(self, message)
+        return message
+
+    @message.setter
+    def message(self, value: Message) -> None:  # the dataclass __init__ (dataclasses.replace) sets it
+        _MESSAGE_SLOT.__set__(self, value)
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled and copied as the public type
+        return (QueueItem, tuple(getattr(self, name) for name in _ALL_FIELDS))
+
+
+def _json(text: str | None) -> Any:
+    if text is None:
+        return None
+    return {} if text == "{}" else json.loads(text)
+
+
 def decode_item(row: tuple[Any, ...]) -> QueueItem:
-    return QueueItem(
-        id=row[0],
-        queue=row[1],
-        priority=row[2],
-        attempts=row[3],
-        max_attempts=row[4],
-        enqueued_at=row[5],
-        available_at=row[6],
-        lease_until=row[7],
-        dedup_key=row[8],
-        message=decode(row[9:23]),  # claims that also acknowledge append a column
-    )
+    """The item of a row of sql/queues.sql (its first 23 columns; the jsonb columns as text)."""
+    item = _new_item(_RowItem)
+    for name, value in zip(_FIELDS, row, strict=False):
+        _set(item, name, value)
+    _set(item, "_row", row[9:23])
+    return item
 
 
 def check_queue(name: str) -> str:

@@ -8,7 +8,8 @@
 -- scans), so with `LIMIT $1` Postgres re-planned every claim (0.2-0.3 ms, about half of its CPU).
 -- Item rows are returned as:
 --   id, queue, priority, attempts, max_attempts, enqueued_at, available_at, lease_until, dedup_key,
---   then the message columns of sql/messages.sql (seq, id, content, ... created_at)
+--   then the message columns of sql/messages.sql (seq, id, content, ... created_at), the jsonb ones as
+--   text: they are parsed when the item's message is first read (pgmem.queueing), not for every item.
 
 -- name: push
 -- Store the message once, enqueue it (unless a ready item of the queue has the same dedup key), and
@@ -91,8 +92,8 @@ WITH candidate AS (
 )
 SELECT c.id, c.queue, c.priority, c.attempts, c.max_attempts, c.enqueued_at, c.available_at, c.lease_until,
        c.dedup_key,
-       NULL::bigint, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
-       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
+       NULL::bigint, m.id, m.content, m.instruct_content::text, m.role, m.cause_by, m.sent_from, m.send_to,
+       m.metadata::text, m.tool_calls::text, m.name, m.tool_call_id, m.message_class, m.created_at
 FROM claimed AS c
 JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = c.message_id
 ORDER BY c.priority, c.id;
@@ -141,8 +142,8 @@ WITH done AS (
 )
 SELECT c.id, c.queue, c.priority, c.attempts, c.max_attempts, c.enqueued_at, c.available_at, c.lease_until,
        c.dedup_key,
-       NULL::bigint, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
-       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at,
+       NULL::bigint, m.id, m.content, m.instruct_content::text, m.role, m.cause_by, m.sent_from, m.send_to,
+       m.metadata::text, m.tool_calls::text, m.name, m.tool_call_id, m.message_class, m.created_at,
        outcome.acked
 FROM outcome
 LEFT JOIN (claimed AS c JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = c.message_id) ON true
@@ -202,8 +203,8 @@ WHERE namespace = %(ns)s AND queue = %(queue)s;
 -- name: dead_letters
 SELECT q.id, q.queue, q.priority, q.attempts, q.max_attempts, q.enqueued_at, q.available_at, q.lease_until,
        q.dedup_key,
-       NULL::bigint, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
-       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
+       NULL::bigint, m.id, m.content, m.instruct_content::text, m.role, m.cause_by, m.sent_from, m.send_to,
+       m.metadata::text, m.tool_calls::text, m.name, m.tool_call_id, m.message_class, m.created_at
 FROM pgmem.queue_items AS q
 JOIN pgmem.messages AS m ON m.namespace = q.namespace AND m.id = q.message_id
 WHERE q.namespace = %(ns)s AND q.queue = %(queue)s AND q.status = 'dead'
@@ -251,8 +252,8 @@ SELECT count(*) FROM gone;
 -- The live items of a queue in claim order, without claiming them (MessageQueue.dump).
 SELECT q.id, q.queue, q.priority, q.attempts, q.max_attempts, q.enqueued_at, q.available_at, q.lease_until,
        q.dedup_key,
-       NULL::bigint, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
-       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
+       NULL::bigint, m.id, m.content, m.instruct_content::text, m.role, m.cause_by, m.sent_from, m.send_to,
+       m.metadata::text, m.tool_calls::text, m.name, m.tool_call_id, m.message_class, m.created_at
 FROM pgmem.queue_items AS q
 JOIN pgmem.messages AS m ON m.namespace = q.namespace AND m.id = q.message_id
 WHERE q.namespace = %(ns)s AND q.queue = %(queue)s AND q.status = 'ready'
@@ -325,8 +326,8 @@ WITH candidate AS (
 )
 SELECT d.id, d.queue, d.priority, d.attempts + 1, d.max_attempts, d.enqueued_at, d.available_at, NULL::timestamptz,
        d.dedup_key,
-       NULL::bigint, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
-       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
+       NULL::bigint, m.id, m.content, m.instruct_content::text, m.role, m.cause_by, m.sent_from, m.send_to,
+       m.metadata::text, m.tool_calls::text, m.name, m.tool_call_id, m.message_class, m.created_at
 FROM done AS d
 JOIN pgmem.messages AS m ON m.namespace = d.namespace AND m.id = d.message_id
 ORDER BY d.priority, d.id;

@@ -3,8 +3,10 @@ NOTIFY wake-up, transactional enqueue, routing — and bad input."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import multiprocessing as mp
+import pickle
 import time
 
 import psycopg
@@ -142,6 +144,32 @@ def test_claims_use_one_plan_per_prepared_statement(client: pgmem.Client, dsn: s
             "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE '%SKIP LOCKED%'"
         ).fetchall()
     assert len(plans) == 2 and all(generic > 0 for generic, _ in plans)
+
+
+def test_claimed_items_build_their_message_on_first_read(client: pgmem.Client) -> None:
+    q = client.queues
+    sent = m("rich", metadata={"k": [1, {"x": None}]}, tool_calls=[{"id": "t1"}], send_to={"b", "a"})
+    q.push("jobs", sent)
+    (peeked,) = q.peek("jobs")
+    (item,) = q.claim("jobs")
+    assert isinstance(item, QueueItem) and repr(item).startswith("QueueItem(id=")
+    got = item.message
+    assert got is item.message  # built once
+    assert (got.content, got.metadata, got.tool_calls, got.send_to) == (
+        "rich",
+        sent.metadata,
+        sent.tool_calls,
+        {"a", "b"},
+    )
+    assert peeked.message == got and peeked != item  # attempts and lease differ
+    plain = QueueItem(**{f.name: getattr(item, f.name) for f in dataclasses.fields(QueueItem)})
+    assert plain == item and item == plain
+    assert dataclasses.replace(item, priority=7).priority == 7
+    copied = pickle.loads(pickle.dumps(item))
+    assert type(copied) is QueueItem and copied == item
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        item.message = sent  # type: ignore[misc]
+    q.ack(item)
 
 
 def test_extend_keeps_the_lease(client: pgmem.Client) -> None:
