@@ -43,7 +43,8 @@ def write(dsn: str, index: int, rounds: int) -> None:
             mine += [m.id for m in batch]
             if mine and rng.random() < 0.35:
                 client.messages.delete(MEMORY, mine.pop(rng.randrange(len(mine))))
-            time.sleep(rng.uniform(0, 0.01))
+            # bursts of writes with pauses: the searcher needs quiet windows to compare in
+            time.sleep(rng.uniform(0.05, 0.1) if i % 5 == 4 else rng.uniform(0, 0.01))
         client.vectors.flush()
 
 

@@ -67,7 +67,7 @@ def test_two_writer_processes_and_a_cached_searcher(dsn: str, tmp_path: Path, mo
     assert searcher.returncode == 0, err
     report = json.loads(out.strip().splitlines()[-1])
     assert report["mismatch_count"] == 0, report["mismatches"]
-    assert report["checked"] >= 20, report  # comparisons made while the writers were writing
+    assert report["checked"] >= 10, report  # comparisons made while the writers were writing
     assert report["final_checked"] == 20, report  # and after they stopped, every one of them
     assert report["notifications"] > 0
     if mode == "default":
