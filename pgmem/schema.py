@@ -278,15 +278,12 @@ embedding_outbox = Table(
     Column("attempts", Integer, nullable=False, server_default=text("0")),
     Column("last_error", Text, nullable=True),
     PrimaryKeyConstraint("namespace", "model_id", "message_id", name="embedding_outbox_pkey"),
-    ForeignKeyConstraint(
-        ["namespace", "message_id"],
-        ["pgmem.messages.namespace", "pgmem.messages.id"],
-        ondelete="CASCADE",
-        name="embedding_outbox_message_fkey",
-    ),
+    # No foreign key to messages on purpose: a message delete must never wait on an outbox row an
+    # embedder has locked (that wait closed a deadlock cycle). Embedders skip and purge rows whose message
+    # is gone.
     ForeignKeyConstraint(["model_id"], ["pgmem.embedding_models.id"], name="embedding_outbox_model_fkey"),
     Index("embedding_outbox_ready_idx", "model_id", "available_at"),
-    comment="Messages waiting for an embedding, written in the transaction that stored them.",
+    comment="Messages waiting for an embedding, queued in the transaction that stored them (no FK to messages).",
 )
 
 vector_log = Table(

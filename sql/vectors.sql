@@ -54,8 +54,9 @@ ORDER BY mm.status = 'active' DESC, mm.created_at;
 
 -- name: claim_outbox
 -- A batch of queued messages for one model, locked for this transaction (other embedders skip them).
--- The messages are key-share locked up front: a concurrent delete of one waits for this batch instead
--- of locking the message first and then waiting on the outbox row (which would deadlock).
+-- The messages are key-share locked up front, skipping any a concurrent delete holds: this batch then
+-- never waits on a deleting transaction (which may be waiting on an outbox row this batch locked), and a
+-- delete that comes later waits for the batch. Either way no deadlock.
 SELECT o.message_id, m.content
 FROM pgmem.embedding_outbox o
 JOIN pgmem.messages m ON m.namespace = o.namespace AND m.id = o.message_id
@@ -63,7 +64,7 @@ WHERE o.namespace = %(ns)s AND o.model_id = %(model)s AND o.available_at <= now(
 ORDER BY o.enqueued_at, o.message_id
 LIMIT %(n)s
 FOR UPDATE OF o SKIP LOCKED
-FOR KEY SHARE OF m;
+FOR KEY SHARE OF m SKIP LOCKED;
 
 -- name: store_vectors
 -- Store a batch of vectors (binary vector[]) and take the messages off the outbox.
@@ -102,11 +103,12 @@ UPDATE pgmem.embedding_outbox SET available_at = now()
 WHERE namespace = %(ns)s AND model_id = %(model)s AND available_at > now();
 
 -- name: pending
--- Queued messages per model name (of one memory, or of the namespace).
+-- Queued messages per model name (of one memory, or of the namespace); rows of deleted messages aside.
 SELECT m.name, count(*)
 FROM pgmem.embedding_outbox o
 JOIN pgmem.embedding_models m ON m.id = o.model_id
 WHERE o.namespace = %(ns)s
+  AND EXISTS (SELECT 1 FROM pgmem.messages g WHERE g.namespace = o.namespace AND g.id = o.message_id)
   AND (%(memory)s::text IS NULL OR EXISTS (
         SELECT 1 FROM pgmem.memory_entries me
         WHERE me.namespace = o.namespace AND me.memory = %(memory)s AND me.message_id = o.message_id))
@@ -114,10 +116,18 @@ GROUP BY m.name
 ORDER BY m.name;
 
 -- name: pending_models
--- Models with queued messages in the namespace.
-SELECT DISTINCT m.id, m.name, m.dimension, m.kind
-FROM pgmem.embedding_outbox o JOIN pgmem.embedding_models m ON m.id = o.model_id
-WHERE o.namespace = %(ns)s;
+-- Models with queued messages in the namespace, and whether a model switch is under way in it (then the
+-- embedder checks for switches to finish).
+SELECT m.id, m.name, m.dimension, m.kind,
+       EXISTS (SELECT 1 FROM pgmem.memory_models mm WHERE mm.namespace = %(ns)s AND mm.status = 'building')
+FROM pgmem.embedding_models m
+WHERE EXISTS (SELECT 1 FROM pgmem.embedding_outbox o WHERE o.namespace = %(ns)s AND o.model_id = m.id);
+
+-- name: purge_orphans
+-- Outbox rows whose message was deleted before it was embedded (the outbox has no foreign key).
+DELETE FROM pgmem.embedding_outbox o
+WHERE o.namespace = %(ns)s
+  AND NOT EXISTS (SELECT 1 FROM pgmem.messages m WHERE m.namespace = o.namespace AND m.id = o.message_id);
 
 -- name: outbox_namespaces
 SELECT DISTINCT namespace FROM pgmem.embedding_outbox ORDER BY namespace;

@@ -232,16 +232,10 @@ def upgrade() -> None:
         sa.Column("available_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
         sa.Column("attempts", sa.Integer(), server_default=sa.text("0"), nullable=False),
         sa.Column("last_error", sa.Text(), nullable=True),
-        sa.ForeignKeyConstraint(
-            ["namespace", "message_id"],
-            ["pgmem.messages.namespace", "pgmem.messages.id"],
-            name="embedding_outbox_message_fkey",
-            ondelete="CASCADE",
-        ),
         sa.ForeignKeyConstraint(["model_id"], ["pgmem.embedding_models.id"], name="embedding_outbox_model_fkey"),
         sa.PrimaryKeyConstraint("namespace", "model_id", "message_id", name="embedding_outbox_pkey"),
         schema="pgmem",
-        comment="Messages waiting for an embedding, written in the transaction that stored them.",
+        comment="Messages waiting for an embedding, queued in the transaction that stored them (no FK to messages).",
     )
     op.create_index("embedding_outbox_ready_idx", "embedding_outbox", ["model_id", "available_at"], schema="pgmem")
     op.create_table(

@@ -220,6 +220,7 @@ class AsyncVectorRepository(AsyncRepository):
         limit: int | None = None,
         retry_now: bool = False,
         progress: Callable[[int], None] | None = None,
+        count_remaining: bool = True,
     ) -> EmbedReport:
         """Embed queued messages of this namespace with the models this client has embedders for.
 
@@ -227,6 +228,7 @@ class AsyncVectorRepository(AsyncRepository):
         stored and taken off the queue in one transaction. A provider error puts the batch back with an
         exponential backoff and is reported, not raised. ``retry_now`` ignores earlier backoffs (the
         backfill of ``pgmem embed``). Finished model switches are promoted at the end.
+        ``count_remaining=False`` skips counting what is left (the background embedder does).
         """
         if not isinstance(batch_size, int) or not 1 <= batch_size <= 10_000:
             raise InvalidInput(f"batch_size must be in [1, 10000], got {batch_size!r}")
@@ -236,8 +238,9 @@ class AsyncVectorRepository(AsyncRepository):
             self._embedder(None)
         report = EmbedReport()
         rows = await self._rows("pending_models", {}, None)
+        switching = any(row[4] for row in rows)
         for row in rows:
-            model = EmbeddingModel(*row)
+            model = EmbeddingModel(*row[:4])
             chosen = self._embedders.get(model.name)
             if chosen is None:
                 continue
@@ -250,16 +253,19 @@ class AsyncVectorRepository(AsyncRepository):
                     report.failed += done
                     report.errors.append(error)
                     break
-                if done == 0:
-                    break
                 report.embedded += done
-                if progress is not None:
+                if progress is not None and done:
                     progress(done)
-        report.promoted = [r[0] for r in await self._rows("promote", {}, None)]
-        if report.promoted:
+                if done < n:
+                    break  # the queue is drained (for this model, as far as this transaction could see)
+        if rows and report.embedded + report.failed == 0:
+            await self._rows("purge_orphans", {}, None)  # queued rows none of which could be claimed
+        if switching or not rows:
+            report.promoted = [r[0] for r in await self._rows("promote", {}, None)]
             for memory in report.promoted:
                 self._active.pop(memory, None)
-        report.remaining = sum((await self.pending()).values())
+        if count_remaining:
+            report.remaining = sum((await self.pending()).values())
         return report
 
     async def _embed_batch(self, model: EmbeddingModel, embedder: Embedder, n: int) -> tuple[int, str | None]:
@@ -322,7 +328,7 @@ class AsyncVectorRepository(AsyncRepository):
             with self._lock:
                 seen = self._kicks
             try:
-                await self.embed_pending()
+                await self.embed_pending(count_remaining=False)
             except Exception as exc:  # noqa: BLE001 - a background job logs; the outbox keeps the work
                 log.warning("background embedding failed: %s: %s", type(exc).__name__, exc)
             with self._lock:

@@ -221,6 +221,7 @@ class VectorRepository(Repository):
         limit: int | None = None,
         retry_now: bool = False,
         progress: Callable[[int], None] | None = None,
+        count_remaining: bool = True,
     ) -> EmbedReport:
         """Embed queued messages of this namespace with the models this client has embedders for.
 
@@ -228,6 +229,7 @@ class VectorRepository(Repository):
         stored and taken off the queue in one transaction. A provider error puts the batch back with an
         exponential backoff and is reported, not raised. ``retry_now`` ignores earlier backoffs (the
         backfill of ``pgmem embed``). Finished model switches are promoted at the end.
+        ``count_remaining=False`` skips counting what is left (the background embedder does).
         """
         if not isinstance(batch_size, int) or not 1 <= batch_size <= 10_000:
             raise InvalidInput(f"batch_size must be in [1, 10000], got {batch_size!r}")
@@ -237,8 +239,9 @@ class VectorRepository(Repository):
             self._embedder(None)
         report = EmbedReport()
         rows = self._rows("pending_models", {}, None)
+        switching = any(row[4] for row in rows)
         for row in rows:
-            model = EmbeddingModel(*row)
+            model = EmbeddingModel(*row[:4])
             chosen = self._embedders.get(model.name)
             if chosen is None:
                 continue
@@ -251,16 +254,19 @@ class VectorRepository(Repository):
                     report.failed += done
                     report.errors.append(error)
                     break
-                if done == 0:
-                    break
                 report.embedded += done
-                if progress is not None:
+                if progress is not None and done:
                     progress(done)
-        report.promoted = [r[0] for r in self._rows("promote", {}, None)]
-        if report.promoted:
+                if done < n:
+                    break  # the queue is drained (for this model, as far as this transaction could see)
+        if rows and report.embedded + report.failed == 0:
+            self._rows("purge_orphans", {}, None)  # queued rows none of which could be claimed
+        if switching or not rows:
+            report.promoted = [r[0] for r in self._rows("promote", {}, None)]
             for memory in report.promoted:
                 self._active.pop(memory, None)
-        report.remaining = sum((self.pending()).values())
+        if count_remaining:
+            report.remaining = sum((self.pending()).values())
         return report
 
     def _embed_batch(self, model: EmbeddingModel, embedder: Embedder, n: int) -> tuple[int, str | None]:
@@ -323,7 +329,7 @@ class VectorRepository(Repository):
             with self._lock:
                 seen = self._kicks
             try:
-                self.embed_pending()
+                self.embed_pending(count_remaining=False)
             except Exception as exc:  # noqa: BLE001 - a background job logs; the outbox keeps the work
                 log.warning("background embedding failed: %s: %s", type(exc).__name__, exc)
             with self._lock:

@@ -51,13 +51,18 @@ def test_two_writer_processes_and_a_cached_searcher(dsn: str, tmp_path: Path, mo
     )
     writers = [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.integration.cache_workers", "write", str(i), "150"], env=env, cwd=ROOT
+            [sys.executable, "-m", "tests.integration.cache_workers", "write", str(i), "150"],
+            env=env,
+            cwd=ROOT,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for i in range(2)
     ]
     try:
         for writer in writers:
-            assert writer.wait(timeout=180) == 0
+            _, writer_err = writer.communicate(timeout=180)
+            assert writer.returncode == 0, writer_err
         flag.touch()
         out, err = searcher.communicate(timeout=120)
     finally:

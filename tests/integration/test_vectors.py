@@ -287,3 +287,21 @@ def test_wrong_dimension_from_provider(client: pgmem.Client) -> None:
     assert report.embedded == 0 and report.failed == 1
     assert "383" in report.errors[0] and "384" in report.errors[0]
     assert client.vectors.pending("m") == {"wrong-dimension": 1}
+
+
+def test_deleted_before_embedding(dsn: str) -> None:
+    flaky = FlakyEmbedder()
+    with pgmem.connect(dsn, namespace="test", embedder=flaky) as client:
+        client.vectors.enable("m")
+        flaky.down = True
+        client.messages.add_many("m", [Message(id=f"x{i}", content=f"queued {i}") for i in range(3)])
+        client.vectors.wait()
+        client.messages.delete("m", "x1")  # never waits on the embedder; its queued row is left behind
+        assert client.vectors.pending("m") == {flaky.model: 2}
+        flaky.down = False
+        report = client.vectors.embed_pending(retry_now=True)
+        assert report.embedded == 2 and report.remaining == 0
+        client.vectors.embed_pending()  # nothing claimable is left: orphans are purged
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM pgmem.embedding_outbox").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM pgmem.embeddings").fetchone() == (2,)
