@@ -4,12 +4,15 @@
     python -m benchmarks.queues --quick    # smoke run (20 s vacuum block, fewer jobs)
 
 1. Throughput of claim + acknowledge (jobs/s) for batch sizes 1, 10, 50 and 1, 4, 8 consumer processes,
-   the queue pre-filled with --jobs items. Every system does the same work per job: claim a batch with
-   FOR UPDATE SKIP LOCKED (two statements per batch: claim, then acknowledge), same durability
-   (synchronous_commit on, logged tables). Cost per job is O(log n) in the queue length for all three.
-   - pgmem: client.queues.claim(n=batch, lease=30) then client.queues.ack(items) (archived on ack)
+   the queue pre-filled with --jobs items (default 10,000). Every system claims batches with FOR UPDATE
+   SKIP LOCKED and acknowledges every job, same durability (synchronous_commit on, logged tables).
+   Cost per job is O(log n) in the queue length for all of them.
+   - pgmem: claim(n=batch, lease=30, ack=previous batch): acknowledging batch k (archived) and claiming
+     batch k+1 is one statement, so one round trip and one commit per batch
+   - pgmem-2rt: claim(n=batch, lease=30) then ack(items): two statements per batch, like the others
    - pgqueuer: Queries.dequeue(batch_size=batch) then Queries.log_jobs (moved to its log table)
    - raw: UPDATE … WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED LIMIT n) RETURNING, then DELETE
+   No consumer reads the job's payload (pgmem items build their message on first read).
 2. Push-to-wake-up latency: a consumer blocked in client.queues.wait(poll_interval=30) in another
    process; time from push returning to wait returning. Raw LISTEN/NOTIFY in psycopg beside it.
 3. Vacuum blocking: throughput in 10 s windows before, during and after a transaction held open (its
@@ -305,7 +308,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dsn", default=None)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--jobs", type=int, default=5_000)
+    parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--vacuum-block-seconds", type=int, default=180)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/queues.json"))
