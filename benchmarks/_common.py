@@ -24,7 +24,7 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "minilm-cpython
 
 
 @contextlib.contextmanager
-def bench_database(dsn: str | None) -> Iterator[str]:
+def bench_database(dsn: str | None, suffix: str = "") -> Iterator[str]:
     """A fresh, migrated database on ``dsn``'s server (default: a throwaway embedded server)."""
     home = None
     if dsn is None:
@@ -32,7 +32,7 @@ def bench_database(dsn: str | None) -> Iterator[str]:
     if dsn is None:
         home = Path(tempfile.mkdtemp(prefix="pgmem-bench-"))
         dsn = server.ensure_server(home)
-    name = f"pgmem_bench_{os.getpid()}"
+    name = f"pgmem_bench_{os.getpid()}{suffix}"
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
