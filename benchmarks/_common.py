@@ -20,7 +20,18 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgmem import migrate, server
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "minilm-cpython-comments"
+
+def _data_dir() -> Path:
+    """$PGMEM_SHARED_DATA, else ../shared/data beside the checkout, else /work/shared/data."""
+    candidates = [Path(os.environ["PGMEM_SHARED_DATA"])] if os.environ.get("PGMEM_SHARED_DATA") else []
+    candidates += [Path(__file__).resolve().parents[2] / "shared" / "data", Path("/work/shared/data")]
+    for base in candidates:
+        if (base / "minilm-cpython-comments").exists():
+            return base / "minilm-cpython-comments"
+    return candidates[0] / "minilm-cpython-comments"
+
+
+DATA = _data_dir()
 
 
 @contextlib.contextmanager

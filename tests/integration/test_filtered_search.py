@@ -9,6 +9,7 @@ results with recall@10 ≥ 0.95 against exact search, through either of its stra
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,7 +21,19 @@ import pgmem
 from pgmem import Message
 from pgmem.embeddings import Vectors
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "minilm-cpython-comments"
+
+def _data_dir() -> Path:
+    """The shared data set: $PGMEM_SHARED_DATA, else ../shared/data beside the checkout, else /work/shared/data
+    (where a clean clone made elsewhere on the same machine finds it)."""
+    candidates = [Path(os.environ["PGMEM_SHARED_DATA"])] if os.environ.get("PGMEM_SHARED_DATA") else []
+    candidates += [Path(__file__).resolve().parents[3] / "shared" / "data", Path("/work/shared/data")]
+    for base in candidates:
+        if (base / "minilm-cpython-comments").exists():
+            return base / "minilm-cpython-comments"
+    return candidates[0] / "minilm-cpython-comments"
+
+
+DATA = _data_dir()
 TOTAL = 50_000
 MEMORIES = 100
 ACTIONS = 8  # cause_by A0..A7: each keeps 12.5% of the rows
