@@ -279,13 +279,15 @@ class VectorCache:
         kept = [(r[1], r[2]) for r in rows if r[1] is not None]
         return rev, [r[0] for r in kept], unpack_vectors([r[1] for r in kept], model.dimension)
 
-    def _head(self, memory: str) -> tuple[int, int | None]:
-        """The memory's revision and active model id (one indexed read)."""
+    def _head(self, memory: str) -> int:
+        """The memory's high-water mark (one primary-key read)."""
         rows = self._read("cache_head", {"memory": memory})
-        return (int(rows[0][0]), rows[0][1]) if rows else (0, None)
+        return int(rows[0][0]) if rows else 0
 
     def _changes(self, memory: str, model: EmbeddingModel, rev: int) -> tuple[int, Any, list[tuple[Any, ...]]]:
         rows = self._read("vector_changes", {"memory": memory, "model": model.id, "rev": rev})
+        if rows and rows[0][6] is not None and rows[0][6] != model.id:
+            raise _ModelChanged
         head = int(rows[0][4] or 0) if rows else 0
         floor = rows[0][5] if rows else None
         changes = [r for r in rows if r[0] is not None]
@@ -345,12 +347,9 @@ class VectorCache:
         dirty = entry.dirty
         if self.mode == "strict" and entry.dirty == 0 and entry.notified <= entry.rev and entry.epoch == epoch:
             # Nothing announced: confirm with the memory's high-water mark (and its model) in one cheap read.
-            head_rev, model_id = self._head(memory)
-            if head_rev == entry.rev and model_id == entry.model.id:
+            if self._head(memory) == entry.rev:
                 self.stats.checks += 1
                 return
-            if model_id != entry.model.id:
-                raise _ModelChanged
         head, floor, changes = self._changes(memory, entry.model, entry.rev)
         self.stats.catch_ups += 1
         if head < entry.rev or (changes and changes[0][0] != entry.rev + 1 and (floor or 0) > entry.rev + 1):

@@ -150,6 +150,10 @@ WITH done AS (
     UPDATE pgmem.memory_models x SET status = 'active'
     FROM done WHERE x.namespace = %(ns)s AND x.memory = done.memory AND x.model_id = done.model_id
     RETURNING x.memory
+), moved AS (
+    -- strict caches see the switch through the high-water mark
+    UPDATE pgmem.memories m SET vec_rev = m.vec_rev + 1
+    FROM promoted WHERE m.namespace = %(ns)s AND m.key = promoted.memory
 )
 -- Caches of other processes drop their entries of a switched memory (revision -1 means "model changed").
 SELECT memory, pg_notify('pgmem_vectors', json_build_array(%(ns)s::text, memory, -1)::text)
@@ -168,10 +172,13 @@ ORDER BY me.seq;
 
 -- name: vector_changes
 -- What changed in a memory's vectors after revision `rev` (the cache's catch-up), oldest first, with the
--- vector of each addition. `floor` is the oldest revision still logged (older ones were purged: reload).
+-- vector of each addition. `floor` is the oldest revision still logged (older ones were purged: reload);
+-- `active` is the memory's active model now.
 SELECT l.rev, l.op, l.message_id, vector_send(coalesce(e.embedding, e.embedding_half::vector)),
        (SELECT vec_rev FROM pgmem.memories WHERE namespace = %(ns)s AND key = %(memory)s) AS head,
-       (SELECT min(rev) FROM pgmem.vector_log WHERE namespace = %(ns)s AND memory = %(memory)s) AS floor
+       (SELECT min(rev) FROM pgmem.vector_log WHERE namespace = %(ns)s AND memory = %(memory)s) AS floor,
+       (SELECT model_id FROM pgmem.memory_models
+        WHERE namespace = %(ns)s AND memory = %(memory)s AND status = 'active') AS active
 FROM (SELECT 1) AS one
 LEFT JOIN pgmem.vector_log l
        ON l.namespace = %(ns)s AND l.memory = %(memory)s AND l.rev > %(rev)s AND l.model_id = %(model)s
@@ -180,12 +187,9 @@ LEFT JOIN pgmem.embeddings e
 ORDER BY l.rev;
 
 -- name: cache_head
--- The memory's high-water mark and its active model (the strict cache's check before answering).
-SELECT m.vec_rev,
-       (SELECT mm.model_id FROM pgmem.memory_models mm
-        WHERE mm.namespace = m.namespace AND mm.memory = m.key AND mm.status = 'active')
-FROM pgmem.memories m
-WHERE m.namespace = %(ns)s AND m.key = %(memory)s;
+-- The memory's high-water mark (the strict cache's check before answering: one primary-key read). A
+-- finished model switch moves it too (see promote).
+SELECT vec_rev FROM pgmem.memories WHERE namespace = %(ns)s AND key = %(memory)s;
 
 -- name: head_rev
 SELECT vec_rev FROM pgmem.memories WHERE namespace = %(ns)s AND key = %(memory)s;
