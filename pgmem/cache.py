@@ -395,7 +395,8 @@ class VectorCache:
         if threshold is not None:
             threshold = check_threshold(threshold)
         for _ in range(3):
-            model = self._client.vectors.active_model(memory)
+            # the repository remembers the active model (forgotten on a switch); look it up only when unknown
+            model = self._client.vectors._active.get(memory) or self._client.vectors.active_model(memory)
             if model is None:
                 raise InvalidInput(f"memory {memory!r} has no embedding model; call client.vectors.enable() first")
             queries = self._queries(vectors, model.dimension)
@@ -411,8 +412,13 @@ class VectorCache:
                     for q in queries
                 ]
                 return [[(h.message.id, h.score) for h in hits] for hits in found]
+            if len(queries) == 1:
+                norm = float(np.sqrt(queries[0] @ queries[0]))
+                unit = queries / norm if norm > 0 else queries
+            else:
+                unit = _unit(queries)
             with entry.lock:
-                return self._top_k(entry, _unit(queries), k, threshold)
+                return self._top_k(entry, unit, k, threshold)
         raise PgmemError(f"memory {memory!r} keeps switching embedding models; try again")
 
     @staticmethod
@@ -440,11 +446,8 @@ class VectorCache:
             results = []
             for q in queries:
                 scores = base @ q  # a matrix-vector product (gemv), not a transposed matrix product
-                if take < n:
-                    top = np.argpartition(-scores, take - 1)[:take]
-                else:
-                    top = np.arange(n)
-                results.append([(int(r), float(scores[r])) for r in top])
+                top = np.argpartition(scores, n - take)[n - take :] if take < n else np.arange(n)
+                results.append(list(zip(top.tolist(), scores[top].tolist(), strict=True)))
         out = []
         for found in results:
             ranked = sorted(((entry.ids[r], s) for r, s in found if r >= 0), key=lambda t: (-t[1], t[0]))
