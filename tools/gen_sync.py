@@ -26,6 +26,7 @@ REPLACEMENTS = {
     "register_vector_async": "register_vector",
     "AsyncConnection": "Connection",
     "AsyncConnectionPool": "ConnectionPool",
+    "_LifoAsyncConnectionPool": "_LifoConnectionPool",
     "AsyncCursor": "Cursor",
     "aconnect": "connect",
     "aembed": "embed",

@@ -141,6 +141,23 @@ class Client:
                 yield conn
 
 
+class _LifoConnectionPool(ConnectionPool[Any]):
+    """A pool that hands out the connection returned last.
+
+    psycopg_pool gives out the connection idle the longest (first in, first out), so serial work rotates
+    over every backend the pool ever opened, each with colder CPU caches: a pgvector search through a pool
+    grown to 4 connections measured 1.60x a dedicated connection's query, 1.31x with one. Taking the most
+    recent one keeps serial work on a warm backend; idle ones still age out from the other end. (This
+    touches the pool's internals defensively: without them it behaves like the base pool.)
+    """
+
+    def _get_ready_connection(self, timeout: float | None) -> Any:
+        idle = getattr(self, "_pool", None)
+        if idle:
+            idle.rotate(1)  # called under the pool's lock: the newest idle connection goes first
+        return super()._get_ready_connection(timeout)
+
+
 def _resolve_dsn(dsn: str | None) -> str:
     if dsn:
         return dsn
@@ -206,7 +223,7 @@ def connect(
     conninfo = _resolve_dsn(dsn)
     _check_reachable(conninfo)
     _ensure_schema(conninfo, migrate)
-    pool: ConnectionPool[Any] = ConnectionPool(
+    pool: ConnectionPool[Any] = _LifoConnectionPool(
         conninfo,
         min_size=min_size,
         max_size=max_size,
