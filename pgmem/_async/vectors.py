@@ -653,38 +653,11 @@ class AsyncVectorRepository(AsyncRepository):
             ]
         raise EmbeddingError(f"memory {filters.memory!r} keeps switching embedding models; try again")
 
-    # -- what the FAISS cache reads -------------------------------------------------------------------
-
-    async def memory_vectors(self, memory: str, model: EmbeddingModel) -> tuple[int, list[str], Vectors]:
-        """``(revision, ids, vectors)``: every vector of ``memory`` for ``model``, in memory order."""
-        rows = await self._rows_ready("memory_vectors", {"memory": memory, "model": model.id})
-        rev = int(rows[0][0]) if rows else 0
-        kept = [(r[1], r[2]) for r in rows if r[1] is not None]
-        ids = [r[0] for r in kept]
-        matrix = unpack_vectors([r[1] for r in kept], model.dimension)
-        return rev, ids, matrix
-
-    async def vector_changes(
-        self, memory: str, model: EmbeddingModel, rev: int
-    ) -> tuple[int, int | None, list[tuple[int, int, str, Any]]]:
-        """``(head, floor, [(rev, op, id, vector)])``: the memory's changes after ``rev``."""
-        rows = await self._rows_ready("vector_changes", {"memory": memory, "model": model.id, "rev": rev})
-        head = int(rows[0][4] or 0) if rows else 0
-        floor = rows[0][5] if rows else None
-        changes = [r for r in rows if r[0] is not None]
-        added = [r[3] for r in changes if r[3] is not None]
-        vectors = iter(unpack_vectors(added, model.dimension))
-        return head, floor, [(r[0], r[1], r[2], None if r[3] is None else next(vectors)) for r in changes]
+    # -- consistency --------------------------------------------------------------------------------
 
     async def head_rev(self, memory: str) -> int:
+        """The memory's vector high-water mark (``memories.vec_rev``; pgmem.cache reads it directly)."""
         return int(await self._scalar("head_rev", {"memory": memory}, None) or 0)
-
-    async def _rows_ready(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        with translate():
-            async with self._client.connection() as conn:
-                await self._ready(conn)
-                cur = await conn.execute(Q[name], {"ns": self.namespace, **params}, binary=True)
-                return await cur.fetchall()
 
 
 def unpack_vectors(blobs: Sequence[bytes], dimension: int) -> Vectors:
