@@ -14,6 +14,9 @@ when the log was purged past it).
   notification delivery (sub-millisecond on one host). A dropped listener marks every entry stale
   until it has caught up again. The process's own writes (through the client the cache was built on)
   mark their memory stale before the write call returns, so a process always reads its own writes.
+  Announcements are kept per memory, so one that arrives while an entry is being loaded still counts.
+  To read a peer's write in this mode, wait for its revision: ``cache.wait_announced(memory, rev)``
+  with ``rev`` from the peer's ``client.vectors.head_rev(memory)``.
 * ``mode="strict"``: catch up before every answer (one round trip that returns nothing when the entry
   is current): the answer reflects every transaction committed before the search began.
 
@@ -76,7 +79,6 @@ class _Entry:
     ids: list[str]
     matrix: Vectors  # rows [0, len(ids)) are live, normalised
     row_of: dict[str, int]
-    notified: int = 0  # the highest revision announced by NOTIFY
     dirty: int = 0  # own writes since the last catch-up
     epoch: int = -1  # the listener connection it was last current under
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -163,7 +165,13 @@ class VectorCache:
         self.faiss_above = faiss_above
         self.stats = CacheStats()
         self._entries: OrderedDict[tuple[str, int], _Entry] = OrderedDict()
+        # The highest revision NOTIFY announced per memory, and how many announcements it has had. Kept per
+        # memory rather than per entry: an announcement that arrives while an entry is being loaded (before
+        # it is in the map) must still count against it.
+        self._announced: dict[str, int] = {}
+        self._announcements: dict[str, int] = {}
         self._lock = threading.Lock()
+        self._announced_cond = threading.Condition(self._lock)
         self._closed = False
         self._listening = threading.Event()
         self._connected = False
@@ -233,14 +241,40 @@ class VectorCache:
             return
         self.stats.notifications += 1
         with self._lock:
+            self._announcements[memory] = self._announcements.get(memory, 0) + 1
             if rev < 0:  # the memory switched models (pgmem.vectors promote)
                 for stale in [k for k in self._entries if k[0] == memory]:
                     del self._entries[stale]
                 self._client.vectors.forget_model(memory)
-                return
-            for (name, _), entry in self._entries.items():
-                if name == memory and rev > entry.notified:
-                    entry.notified = rev
+            elif rev > self._announced.get(memory, 0):
+                self._announced[memory] = rev
+            self._announced_cond.notify_all()
+
+    def _saw(self, memory: str, rev: int) -> None:
+        """A load or catch-up read revision ``rev``: it is known to be committed (call with the lock held)."""
+        if rev > self._announced.get(memory, 0):
+            self._announced[memory] = rev
+            self._announced_cond.notify_all()
+
+    def announced(self, memory: str) -> int:
+        """The highest revision of ``memory`` this cache knows to be committed (announced by NOTIFY or read)."""
+        with self._lock:
+            return self._announced.get(memory, 0)
+
+    def wait_announced(self, memory: str, rev: int, timeout: float = 5.0) -> bool:
+        """Wait until this cache knows revision ``rev`` of ``memory`` (e.g. one another process reported
+        writing, from ``client.vectors.head_rev``); after that a default-mode answer includes it.
+
+        Returns True at once when nothing of ``memory`` is cached (its next search loads from Postgres), False
+        when ``timeout`` seconds passed first.
+        """
+
+        def known() -> bool:
+            cached = any(name == memory for name, _ in self._entries)
+            return not cached or self._announced.get(memory, 0) >= rev
+
+        with self._announced_cond:
+            return self._announced_cond.wait_for(known, timeout)
 
     def _own_write(self, memory: str | None) -> None:
         with self._lock:
@@ -304,6 +338,7 @@ class VectorCache:
             if entry is not None:
                 self._entries.move_to_end(key)
             connected, epoch = self._connected, self._epoch
+            announced = self._announced.get(memory, 0)
         if entry is None:
             return self._load(memory, model)
         with entry.lock:
@@ -311,13 +346,13 @@ class VectorCache:
                 self.mode == "default"
                 and connected
                 and entry.epoch == epoch
-                and entry.notified <= entry.rev
+                and announced <= entry.rev
                 and entry.dirty == 0
             )
             if fresh:
                 self.stats.hits += 1
                 return entry
-            self._catch_up(memory, entry, epoch)
+            self._catch_up(memory, entry, epoch, announced)
         return entry
 
     def _load(self, memory: str, model: EmbeddingModel) -> _Entry | None:
@@ -335,6 +370,7 @@ class VectorCache:
             self.stats.bypassed += 1
             return None
         with self._lock:
+            self._saw(memory, rev)
             self._entries[(memory, model.id)] = entry
             total = sum(e.nbytes for e in self._entries.values())
             while total > self.budget_bytes and len(self._entries) > 1:
@@ -343,9 +379,9 @@ class VectorCache:
                 self.stats.evictions += 1
         return entry
 
-    def _catch_up(self, memory: str, entry: _Entry, epoch: int) -> None:
+    def _catch_up(self, memory: str, entry: _Entry, epoch: int, announced: int) -> None:
         dirty = entry.dirty
-        if self.mode == "strict" and entry.dirty == 0 and entry.notified <= entry.rev and entry.epoch == epoch:
+        if self.mode == "strict" and entry.dirty == 0 and announced <= entry.rev and entry.epoch == epoch:
             # Nothing announced: confirm with the memory's high-water mark (and its model) in one cheap read.
             if self._head(memory) == entry.rev:
                 self.stats.checks += 1
@@ -354,7 +390,14 @@ class VectorCache:
         self.stats.catch_ups += 1
         if head < entry.rev or (changes and changes[0][0] != entry.rev + 1 and (floor or 0) > entry.rev + 1):
             # The memory was recreated, or the log was purged past this entry: start over.
+            with self._lock:
+                seen = self._announcements.get(memory, 0)
             rev, ids, matrix = self._memory_vectors(memory, entry.model)
+            with self._lock:
+                # A recreated memory counts its revisions from 0 again: forget the old incarnation's
+                # announcements, unless one arrived during the reload (then stay stale and catch up again).
+                if self._announcements.get(memory, 0) == seen and self._announced.get(memory, 0) > rev:
+                    self._announced[memory] = rev
             entry.ids, entry.row_of, entry.rev = [], {}, rev
             entry.matrix = np.zeros((max(16, len(ids)), entry.model.dimension), np.float32)
             for message_id, vector in zip(ids, matrix, strict=True):
@@ -366,7 +409,8 @@ class VectorCache:
                 elif op < 0:
                     entry.remove(message_id)
             entry.rev = max(entry.rev, head)
-        entry.notified = max(entry.notified, entry.rev)
+        with self._lock:
+            self._saw(memory, entry.rev)
         entry.dirty -= dirty
         entry.epoch = epoch
 

@@ -73,8 +73,10 @@ def search(dsn: str, mode: str, done_flag: str) -> dict[str, object]:
         def compare(final: bool) -> bool | None:
             query = client.embedder.embed([_text(rng)])[0]
             before = client.vectors.head_rev(MEMORY)
-            if mode == "default":
-                time.sleep(0.02)  # default mode's bound: what was committed 20 ms ago has been announced
+            if mode == "default" and not cache.wait_announced(MEMORY, before, timeout=30):
+                # default mode's bound is notification delivery: compare once it has been delivered
+                mismatches.append({"final": final, "rev": before, "undelivered": cache.announced(MEMORY)})
+                return False
             got = cache.search_vectors(MEMORY, query, 10)[0]
             hits = client.search(vector=query, memory=MEMORY, k=10, mode="exact")
             want = [(h.message.id, h.score) for h in hits]

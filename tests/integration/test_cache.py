@@ -122,6 +122,24 @@ def test_other_clients_writes_arrive_by_notify(dsn: str, client: pgmem.Client) -
         assert cache.search_vectors("m", query, 1)[0][0][0] == "from-other"
 
 
+def test_wait_announced_reads_a_peers_write(dsn: str, client: pgmem.Client) -> None:
+    client.vectors.enable("m")
+    _fill(client, "m", 20)
+    with VectorCache(client) as cache, pgmem.connect(dsn, namespace="test") as other:
+        assert cache.wait_announced("m", 10**9, timeout=0)  # nothing cached: the next search loads anyway
+        query = client.embedder.embed(["a message from a peer"])[0]
+        cache.search_vectors("m", query, 3)
+        loaded = cache.announced("m")
+        assert loaded == client.vectors.head_rev("m")  # a load counts as knowing its revision
+        assert not cache.wait_announced("m", loaded + 1, timeout=0.05)  # nothing newer was committed
+        other.messages.add("m", Message(id="peer", content="a message from a peer"))
+        other.vectors.flush()
+        peer_rev = other.vectors.head_rev("m")  # what the peer would hand over, e.g. in a queue item
+        assert cache.wait_announced("m", peer_rev, timeout=10)
+        assert cache.announced("m") >= peer_rev
+        assert cache.search_vectors("m", query, 1)[0][0][0] == "peer"
+
+
 def test_dropped_listener_marks_everything_stale(dsn: str, client: pgmem.Client) -> None:
     client.vectors.enable("m")
     _fill(client, "m", 30)
