@@ -97,6 +97,15 @@ def raw_faiss(matrix: np.ndarray, q: np.ndarray, k: int = K) -> list[int]:
     return rows[0].tolist()
 
 
+def _same_up_to_ties(got: list[tuple[str, float]], matrix: np.ndarray, q: np.ndarray) -> bool:
+    scores = matrix @ q
+    want = raw_numpy(matrix, q)
+    if not np.allclose([s for _, s in got], scores[want] / np.linalg.norm(q), atol=1e-5):
+        return False
+    tolerance = 1e-5 * np.linalg.norm(q)
+    return all(abs(scores[int(i[1:])] - scores[j]) <= tolerance for (i, _), j in zip(got, want, strict=True))
+
+
 def recall(got: Sequence[str], want: Sequence[str]) -> float:
     return len(set(got) & set(want)) / max(1, len(want))
 
@@ -142,11 +151,9 @@ def part_a(
             }
             t = timed_together(fns, iterations=samples)
             raw = min(t["raw numpy"]["p50_us"], t["raw faiss"]["p50_us"])
-            # the cache answers exactly: check a few against numpy
-            ok = all(
-                [i for i, _ in default.search_vectors(memory, q, K)[0]] == [f"r{j}" for j in raw_numpy(matrix, q)]
-                for q in queries[:20]
-            )
+            # the cache answers exactly: check a few against numpy (up to ties: the data set repeats some
+            # texts, whose vectors are equal; the cache orders ties by id, numpy as it finds them)
+            ok = all(_same_up_to_ties(default.search_vectors(memory, q, K)[0], matrix, q) for q in queries[:20])
             rows.append(
                 {
                     "n": n,
@@ -237,8 +244,14 @@ def part_c(
         ("1%", "hundredth7", np.arange(7, len(vectors), 100)),
     ):
         truth = {j: [f"r{rows[i]}" for i in raw_numpy(vectors[rows], queries[j])] for j in range(100)}
-        with psycopg.connect(dsn, autocommit=True) as iterative, psycopg.connect(dsn, autocommit=True) as plain:
-            for conn in (iterative, plain):
+        # One connection per system: a backend that serves two of the timed functions has warmer caches
+        # than one that serves one (measured: ~10% on these searches), which would favour it.
+        with (
+            psycopg.connect(dsn, autocommit=True) as exact,
+            psycopg.connect(dsn, autocommit=True) as iterative,
+            psycopg.connect(dsn, autocommit=True) as plain,
+        ):
+            for conn in (exact, iterative, plain):
                 register_vector(conn)
             iterative.execute("SET hnsw.iterative_scan = relaxed_order")
             plain.execute("SET hnsw.iterative_scan = off")
@@ -251,7 +264,7 @@ def part_c(
             t = timed_together(
                 {
                     "pgmem": lambda: client.search(vector=queries[next(order)], memory=memory, k=K),
-                    "raw exact": lambda: run(iterative, exact_sql, next(order)),
+                    "raw exact": lambda: run(exact, exact_sql, next(order)),
                     "raw iterative HNSW": lambda: run(iterative, ann_sql, next(order)),
                     "raw post-filtered HNSW": lambda: run(plain, ann_sql, next(order)),
                 },
@@ -261,7 +274,7 @@ def part_c(
                 "pgmem": [
                     [h.message.id for h in client.search(vector=queries[j], memory=memory, k=K)] for j in range(100)
                 ],
-                "raw exact": [run(iterative, exact_sql, j) for j in range(100)],
+                "raw exact": [run(exact, exact_sql, j) for j in range(100)],
                 "raw iterative HNSW": [run(iterative, ann_sql, j) for j in range(100)],
                 "raw post-filtered HNSW": [run(plain, ann_sql, j) for j in range(100)],
             }

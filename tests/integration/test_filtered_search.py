@@ -144,3 +144,31 @@ def test_filtered_search_is_complete_at_50k(dsn: str) -> None:
         assert means["none"] >= 0.9, means
         # the plain post-filtered query comes back short most of the time: the reason for all this
         assert np.mean(plain_lengths) < 10, plain_lengths
+
+
+def test_index_scan_checks_the_filter_per_row(client: pgmem.Client) -> None:
+    """The HNSW strategy probes each row the index yields; it neither hashes the memory's entries (a whole
+    memory read per search) nor lets the planner drive the search from them."""
+    from pgmem.search import SearchFilters, statement
+
+    client.vectors.enable("big")
+    client.messages.add_many(
+        "big", [Message(id=f"b{i}", content=f"entry {i} about topic {i % 13}") for i in range(300)]
+    )
+    client.vectors.flush()
+    model = client.vectors.active_model("big")
+    assert model is not None
+    query = client.embedder.embed(["entry 7 about topic 7"])[0]
+    for filters in (SearchFilters("big"), SearchFilters("big", role="user"), SearchFilters(None, role="user")):
+        text = statement("vector", model, filters, "ann", 10, False)
+        params = {"ns": "test", "q": query, **filters.params()}
+        with client.transaction() as conn:
+            conn.execute("ANALYZE pgmem.memory_entries, pgmem.embeddings, pgmem.messages")
+            conn.execute("SET LOCAL enable_seqscan = off")  # 300 rows: make the planner consider the index
+            plan = "\n".join(r[0] for r in conn.execute("EXPLAIN (COSTS OFF) " + text, params).fetchall())
+        assert "hashed" not in plan, plan
+        assert "Index Scan using embeddings_hnsw" in plan, plan
+        probe = "message_id = e.message_id)" if filters.memory is not None else "id = e.message_id)"
+        assert probe in plan.split("SubPlan")[-1].split("Index Cond:")[1].split("\n")[0], plan  # a keyed probe
+    hits = client.search("entry 7 about topic 7", memory="big", k=5, mode="ann")
+    assert hits[0].message.id == "b7"
