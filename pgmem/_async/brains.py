@@ -19,7 +19,7 @@ from psycopg import AsyncConnection
 from pgmem import queries
 from pgmem._async.base import AsyncRepository
 from pgmem._rows import _check_text, decode, encode, key_for, storage_id
-from pgmem.errors import InvalidInput, translate
+from pgmem.errors import Conflict, InvalidInput, translate
 from pgmem.models import Message
 from pgmem.summarizer import Summary, get_tokenizer
 
@@ -161,10 +161,16 @@ class AsyncBrainRepository(AsyncRepository):
 
     async def _lock(self, conn: AsyncConnection[Any], params: dict[str, Any]) -> int:
         """Create the brain if needed, lock its row, empty it if it expired; return its summarised seq."""
-        await conn.execute(Q["create"], params)
-        cur = await conn.execute(Q["lock"], params)
-        row = await cur.fetchone()
-        assert row is not None
+        row = None
+        for _attempt in range(3):
+            await conn.execute(Q["create"], params)
+            cur = await conn.execute(Q["lock"], params)
+            row = await cur.fetchone()
+            if row is not None:
+                break
+            # The retention job deleted the (expired) brain between our insert and our lock: create it again.
+        if row is None:
+            raise Conflict(f"brain {params['redis_key']!r} keeps being deleted concurrently; retry")
         summarized_seq, _version, expired = row
         if expired:
             for memory in (params["key"], params["knowledge_key"]):

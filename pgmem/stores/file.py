@@ -62,7 +62,9 @@ class FileMemoryConfig(StoreConfig):
 
     Attributes:
         file_sources: at least one :class:`FileSource` (relative paths are relative to the working
-            directory of the process that loads the store).
+            directory of the process that loads the store). Files are recorded by their resolved
+            absolute path: processes sharing a file store should see the files at the same path, or
+            each one's refresh drops the others' files as removed.
         chunk_size / chunk_overlap: characters per chunk and shared by consecutive chunks (500 / 50).
         embedding: the embedding provider (default: the client's).
         max_file_bytes: larger files are skipped (and reported).

@@ -20,6 +20,7 @@ from tests.conftest import table_counts
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = BrainMemory.to_redis_key("chat", "user-1", "chat-1")
+WAITING = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
 EXPIRE = "UPDATE pgmem.brain_memories SET expires_at = now() - interval '1 second' WHERE redis_key = %s"
 
 
@@ -343,3 +344,40 @@ async def test_bad_input_is_refused_and_writes_nothing(client: pgmem.Client, dsn
     with pytest.raises(pgmem.InvalidInput):
         client.brains.purge_expired(batch_size=0)
     assert table_counts(dsn) == before
+
+
+def test_dumps_racing_the_retention_job_recreates_the_brain(client: pgmem.Client, dsn: str) -> None:
+    import asyncio
+    import threading
+    import time
+
+    brain = BrainMemory(client=client)
+    brain.add_talk(MGMessage(content="expired talk"))
+    asyncio.run(brain.dumps(KEY))
+    history_key, knowledge_key = client.brains.keys(KEY)
+    late = asyncio.run(BrainMemory(client=client).loads(KEY))
+    late.add_talk(MGMessage(content="talk after the purge"))
+    errors: list[BaseException] = []
+
+    def dump() -> None:
+        try:
+            asyncio.run(late.dumps(KEY))
+        except BaseException as exc:  # noqa: BLE001 - reported to the test thread
+            errors.append(exc)
+
+    with psycopg.connect(dsn) as purger:  # what purge_expired does: claim the row, then delete the brain
+        purger.execute("SELECT 1 FROM pgmem.brain_memories WHERE redis_key = %s FOR UPDATE", (KEY,))
+        worker = threading.Thread(target=dump)
+        worker.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # until the dumps waits for the row lock
+            with psycopg.connect(dsn) as probe:
+                row = probe.execute(WAITING).fetchone()
+            if row and row[0]:
+                break
+            time.sleep(0.01)
+        purger.execute("DELETE FROM pgmem.memories WHERE key = ANY(%s)", ([history_key, knowledge_key],))
+        purger.commit()
+        worker.join(timeout=60)
+    assert not errors, errors
+    assert [m.content for m in asyncio.run(BrainMemory(client=client).loads(KEY)).history] == ["talk after the purge"]

@@ -174,10 +174,11 @@ def test_file_store_picks_up_an_edited_and_a_deleted_file(client: pgmem.Client, 
 def test_file_store_options(client: pgmem.Client, tmp_path: Path) -> None:
     docs = _docs(tmp_path)
     (docs / "latin1.md").write_bytes("caf\xe9".encode("latin-1"))
+    (docs / "empty.md").write_text("")
     config = {"file_sources": [{"path": str(docs), "recursive": False, "file_types": ["md"]}], "progress_threshold": 1}
     store = build_stores([{"name": "flat", "type": "file", "config": config}], client=client)["flat"]
     assert isinstance(store, FileMemoryStore) and store.last_report is not None
-    assert sorted(Path(p).name for p in store.files()) == ["snake.md"]  # not recursive, .md only
+    assert store.files() == {str(docs / "empty.md"): 0, str(docs / "snake.md"): 2}  # not recursive, .md only
     assert [Path(p).name for p, _ in store.last_report.skipped] == ["latin1.md"]  # not utf-8: reported, skipped
     latin = [{"path": str(docs / "latin1.md"), "encoding": "latin-1"}]
     other = build_stores([{"name": "latin", "type": "file", "config": {"file_sources": latin}}], client=client)["latin"]
