@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from pgmem.errors import InvalidInput, PgmemError
+from pgmem.errors import Conflict, InvalidInput, PgmemError
 from pgmem.models import Message
 
 __all__ = [
@@ -268,23 +268,28 @@ async def compress(
     """
     policy = policy or CompressionPolicy()
     created: list[Summary] = []
+    conflicted: set[tuple[int, int]] = set()
     while True:
         pending = await maybe_await(repo.unsummarized(memory, limit=policy.chunk, after_seq=after_seq))
         if not pending or (len(pending) < policy.chunk and not force):
             break
         text = "\n".join(message_line(m) for m in pending)
         summary = await _summarise(llm, text, policy)
-        stored = await maybe_await(
-            repo.add(
-                memory,
-                level=1,
-                first_seq=pending[0].seq,
-                last_seq=pending[-1].seq,
-                content=summary,
-                source_chars=len(text),
-                source_tokens=count_tokens(text),
+        try:
+            stored = await maybe_await(
+                repo.add(
+                    memory,
+                    level=1,
+                    first_seq=pending[0].seq,
+                    last_seq=pending[-1].seq,
+                    content=summary,
+                    source_chars=len(text),
+                    source_tokens=count_tokens(text),
+                )
             )
-        )
+        except Conflict:
+            _once(conflicted, 1, pending[0].seq)  # another summariser stored this range: read what is left
+            continue
         created.append(stored)
         if on_summary is not None:
             await maybe_await(on_summary(stored))
@@ -296,21 +301,33 @@ async def compress(
             group, children = children[: policy.fanout], children[policy.fanout :]
             text = "\n".join(c.content for c in group)
             summary = await _summarise(llm, text, policy)
-            stored = await maybe_await(
-                repo.add(
-                    memory,
-                    level=level + 1,
-                    first_seq=group[0].first_seq,
-                    last_seq=group[-1].last_seq,
-                    content=summary,
-                    source_chars=len(text),
-                    source_tokens=count_tokens(text),
+            try:
+                stored = await maybe_await(
+                    repo.add(
+                        memory,
+                        level=level + 1,
+                        first_seq=group[0].first_seq,
+                        last_seq=group[-1].last_seq,
+                        content=summary,
+                        source_chars=len(text),
+                        source_tokens=count_tokens(text),
+                    )
                 )
-            )
+            except Conflict:
+                _once(conflicted, level + 1, group[0].first_seq)
+                children = await maybe_await(repo.unrolled(memory, level))
+                continue
             created.append(stored)
             if on_summary is not None:
                 await maybe_await(on_summary(stored))
     return created
+
+
+def _once(seen: set[tuple[int, int]], level: int, first_seq: int) -> None:
+    """A range may lose a race once (then the summaries are read again); twice means it cannot be stored."""
+    if (level, first_seq) in seen:
+        raise Conflict(f"the level-{level} summary starting at seq {first_seq} cannot be stored")
+    seen.add((level, first_seq))
 
 
 async def _summarise(llm: Any, text: str, policy: CompressionPolicy) -> str:

@@ -72,3 +72,8 @@ WITH gone AS (
     DELETE FROM pgmem.summaries WHERE namespace = %(ns)s AND memory = %(memory)s RETURNING 1
 )
 SELECT count(*) FROM gone;
+
+-- name: level_end
+-- The end of the last summary of a level (0 when there is none).
+SELECT coalesce(max(last_seq), 0) FROM pgmem.summaries
+WHERE namespace = %(ns)s AND memory = %(memory)s AND level = %(level)s;

@@ -234,6 +234,15 @@ class BrainRepository(Repository):
                         if storage_id(message) not in ids:
                             break
                         prefix.append(message)
+                    # Messages compression already covered (its run failed before the brain moved on) keep
+                    # their summary; the new row covers the rest of the prefix.
+                    cur = conn.execute(SQ["level_end"], {"ns": self.namespace, "memory": key, "level": 1})
+                    row = cur.fetchone()
+                    covered_end = int(row[0]) if row else 0
+                    if prefix and covered_end >= (prefix[-1].seq or 0):
+                        upto = int(prefix[-1].seq or 0)
+                        prefix = []
+                    prefix = [m for m in prefix if (m.seq or 0) > covered_end]
                     if prefix:
                         text = "\n".join(f"{m.role}: {m.content}" for m in prefix)
                         counter = get_tokenizer()

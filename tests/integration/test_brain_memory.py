@@ -264,6 +264,11 @@ async def test_llm_failure_keeps_the_history(client: pgmem.Client, dsn: str) -> 
     assert [m.content for m in loaded.history] == [
         f"talk {i}: please build feature number {i} of the snake game" for i in (6, 7)
     ]
+    # a MetaGPT-style summary after all that: it covers what the level-1 rows do not, and empties the history
+    summary = await loaded.summarize(OfflineSummarizer())
+    assert loaded.history == [] and (await loaded.loads(KEY)).historical_summary == summary
+    ranges = [(s.first_seq, s.last_seq) for s in client.summaries.list(history_key, level=1)]
+    assert ranges == [(seqs[0], seqs[2]), (seqs[3], seqs[5]), (seqs[6], seqs[7])]
 
 
 async def test_llm_answering_garbage_writes_nothing(client: pgmem.Client, dsn: str) -> None:

@@ -121,3 +121,30 @@ def test_token_counting_falls_back_offline() -> None:
     assert approx.name == "approx:utf8/4"
     assert approx.count("abcd" * 10) == 10 and approx.count("é") == 1 and approx.count("") == 0
     assert Tokenizer("no-such-encoding").name == "approx:utf8/4"  # unknown (or not installed): the fallback
+
+
+def test_a_racing_summariser_is_not_an_error(client: pgmem.Client) -> None:
+    seqs = _fill(client, 6)
+
+    class RacingLLM:
+        """While it 'thinks', another summariser stores the same range first."""
+
+        raced = False
+
+        async def aask(self, prompt: str) -> str:
+            if not self.raced:
+                self.raced = True
+                client.summaries.add(
+                    MEMORY,
+                    level=1,
+                    first_seq=seqs[0],
+                    last_seq=seqs[2],
+                    content="theirs",
+                    source_chars=1,
+                    source_tokens=1,
+                )
+            return "mine"
+
+    created = client.summaries.compress(MEMORY, RacingLLM(), CompressionPolicy(chunk=3, fanout=5))
+    assert [(s.first_seq, s.last_seq, s.content) for s in created] == [(seqs[3], seqs[5], "mine")]
+    assert [s.content for s in client.summaries.list(MEMORY)] == ["theirs", "mine"]
