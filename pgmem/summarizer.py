@@ -29,8 +29,7 @@ import functools
 import inspect
 import math
 import os
-import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, TypeVar, runtime_checkable
@@ -357,10 +356,3 @@ async def summarize_text(
         parts = await asyncio.gather(*(ask(llm, summary_prompt(w, part_words, keep_language)) for w in windows))
         text = "\n".join(parts)
     raise SummaryError("the text does not get shorter when summarised")
-
-
-_SPACE_RE = re.compile(r"\s+")
-
-
-def words(text: str) -> Sequence[str]:
-    return _SPACE_RE.split(text.strip()) if text.strip() else []

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from pgmem._async.brains import check_brain_key, check_ttl
-from pgmem._rows import encode, storage_id
+from pgmem._rows import _check_text, encode, storage_id
 from pgmem.codec import MessageCodec
 from pgmem.defaults import get_default_client
 from pgmem.errors import InvalidInput
@@ -44,6 +44,11 @@ class BrainMemory(BaseModel):
       leaves the history as it was.
     * :meth:`compress_history` compresses hierarchically (see :mod:`pgmem.summarizer`) when the history
       exceeds a token budget.
+
+    ``knowledge`` is appended to like the history. After ``dumps`` the object keeps its own view; talks
+    other processes dumped meanwhile appear on the next ``loads`` (or summary). With a sync
+    :class:`pgmem.Client` the database calls run on the event loop's thread (a few milliseconds each);
+    in an async server pass a :class:`pgmem.AsyncClient`.
 
     Args (keywords, as MetaGPT's): ``history``, ``knowledge``, ``historical_summary``,
     ``last_history_id``, ``is_dirty``, ``last_talk``, ``cacheable``, ``llm``; plus ``client`` (a
@@ -252,6 +257,7 @@ class BrainMemory(BaseModel):
         """
         if not isinstance(history_summary, str):
             raise InvalidInput(f"the summary must be a string, not {type(history_summary).__name__}")
+        _check_text(history_summary, "history_summary", "", max_chars=None)
         key = redis_key or self._key
         if self.historical_summary == history_summary:
             if self.is_dirty and key:

@@ -340,6 +340,9 @@ async def test_bad_input_is_refused_and_writes_nothing(client: pgmem.Client, dsn
     assert table_counts(dsn) == before
     assert [m.content for m in brain.history] == ["fine"]
     brain.last_talk = None
+    for summary in ("nul \x00", 42):
+        with pytest.raises(pgmem.InvalidInput):
+            await brain.set_history_summary(summary)  # type: ignore[arg-type]
     with pytest.raises(pgmem.InvalidInput):
         await brain.summarize(OfflineSummarizer(), max_words=0)
     with pytest.raises(pgmem.InvalidInput):
