@@ -177,14 +177,28 @@ class OpenAISummarizer:
         import openai
 
         self.model = model
-        self._client = openai.OpenAI(api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout)
-        self._aclient = openai.AsyncOpenAI(api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout)
+        self._options: dict[str, Any] = {
+            "api_key": api_key,
+            "base_url": base_url,
+            "max_retries": max_retries,
+            "timeout": timeout,
+        }
+        self._client = openai.OpenAI(**self._options)
+        self._aclient: Any = None
+        self._loop: Any = None
 
     def ask(self, prompt: str) -> str:
         answer = self._client.chat.completions.create(model=self.model, messages=[{"role": "user", "content": prompt}])
         return answer.choices[0].message.content or ""
 
     async def aask(self, prompt: str) -> str:
+        import openai
+
+        loop = asyncio.get_running_loop()
+        if self._aclient is None or self._loop is not loop:
+            # An async HTTP client's pooled connections belong to one event loop; the sync flavour of pgmem
+            # drives each compression on a new one.
+            self._aclient, self._loop = openai.AsyncOpenAI(**self._options), loop
         answer = await self._aclient.chat.completions.create(
             model=self.model, messages=[{"role": "user", "content": prompt}]
         )

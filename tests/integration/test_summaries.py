@@ -148,3 +148,52 @@ def test_a_racing_summariser_is_not_an_error(client: pgmem.Client) -> None:
     created = client.summaries.compress(MEMORY, RacingLLM(), CompressionPolicy(chunk=3, fanout=5))
     assert [(s.first_seq, s.last_seq, s.content) for s in created] == [(seqs[3], seqs[5], "mine")]
     assert [s.content for s in client.summaries.list(MEMORY)] == ["theirs", "mine"]
+
+
+def test_openai_summarizer_against_a_local_compatible_server(client: pgmem.Client) -> None:
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from pgmem.summarizer import OpenAISummarizer
+
+    prompts: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            prompts.append(body["messages"][0]["content"])
+            answer = {
+                "id": "c1",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [
+                    {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "A summary."}}
+                ],
+            }
+            data = json.dumps(answer).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        llm = OpenAISummarizer("test-model", api_key="sk-test", base_url=f"http://127.0.0.1:{server.server_port}/v1")
+        _fill(client, 3)
+        (summary,) = client.summaries.compress(MEMORY, llm, CompressionPolicy(chunk=3))
+        assert summary.content == "A summary." and llm.ask("hello") == "A summary."
+        _fill(client, 3, start=3)  # a second run: each sync compress drives the LLM on a new event loop
+        (again,) = client.summaries.compress(MEMORY, llm, CompressionPolicy(chunk=3))
+        assert again.content == "A summary."
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "message 2 about the snake game" in prompts[0] and prompts[1] == "hello"
