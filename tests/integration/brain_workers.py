@@ -1,9 +1,10 @@
 """A process that adds talks to one BrainMemory key and dumps after each (run as ``python -m``).
 
-``python -m tests.integration.brain_workers <dsn> <key> <worker> <talks> <start-flag>``: waits for the
-start flag file (so both workers overlap), then for each talk: ``loads`` the key, adds one talk and one
-answer, and ``dumps`` it. With Redis' blind ``SET`` of a stale copy, talks of the other worker would be
-overwritten; pgmem must keep every one.
+``python -m tests.integration.brain_workers <dsn> <key> <worker> <talks> <start-flag>``: connects,
+reports ready (``<start-flag>.ready<worker>``), waits for the start flag file (so the workers overlap),
+then for each talk: adds one talk and one answer to its copy and ``dumps`` it, reloading only every
+third time (so most dumps start from a stale copy). With Redis' blind ``SET`` of a stale copy, the other
+worker's talks would be overwritten; pgmem must keep every one.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pgmem.metagpt import BrainMemory
 async def run(dsn: str, key: str, worker: int, talks: int, flag: Path) -> None:
     with pgmem.connect(dsn, namespace="test", max_size=2) as client:
         await BrainMemory(client=client).loads(key)  # connect before the start line
+        flag.with_name(f"{flag.name}.ready{worker}").touch()
         deadline = time.monotonic() + 60
         while not flag.exists() and time.monotonic() < deadline:
             time.sleep(0.005)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -175,7 +176,12 @@ def test_two_processes_dumping_the_same_key_lose_no_talk(dsn: str, tmp_path: Pat
         for w in range(2)
     ]
     try:
-        flag.touch()
+        deadline = time.monotonic() + 120
+        while not all(flag.with_name(f"go.ready{w}").exists() for w in range(2)) and time.monotonic() < deadline:
+            if any(proc.poll() is not None for proc in procs):
+                break  # a worker died: its error is reported below
+            time.sleep(0.01)
+        flag.touch()  # both are connected: start them together
         for proc in procs:
             _, err = proc.communicate(timeout=180)
             assert proc.returncode == 0, err
@@ -357,7 +363,6 @@ async def test_bad_input_is_refused_and_writes_nothing(client: pgmem.Client, dsn
 def test_dumps_racing_the_retention_job_recreates_the_brain(client: pgmem.Client, dsn: str) -> None:
     import asyncio
     import threading
-    import time
 
     brain = BrainMemory(client=client)
     brain.add_talk(MGMessage(content="expired talk"))
