@@ -41,31 +41,15 @@ SET sha256 = excluded.sha256, size = excluded.size, chunk_ids = excluded.chunk_i
 DELETE FROM pgmem.store_files WHERE namespace = %(ns)s AND store = %(store)s AND path = %(path)s;
 
 -- name: remove_entries
--- Take messages out of a memory by id; their rows go too when nothing else refers to them. Returns the
--- entries removed.
-WITH entry AS (
-    DELETE FROM pgmem.memory_entries
-    WHERE namespace = %(ns)s AND memory = %(memory)s AND message_id = ANY(%(ids)s::text[])
-    RETURNING message_id
-), orphan AS (
-    DELETE FROM pgmem.messages AS m USING entry
-    WHERE m.namespace = %(ns)s AND m.id = entry.message_id
-      AND NOT EXISTS (SELECT 1 FROM pgmem.memory_entries AS o
-                      WHERE o.namespace = %(ns)s AND o.message_id = entry.message_id
-                        AND o.memory <> %(memory)s)
-      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_items AS q
-                      WHERE q.namespace = %(ns)s AND q.message_id = entry.message_id)
-      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive AS a
-                      WHERE a.namespace = %(ns)s AND a.message_id = entry.message_id)
-)
-SELECT count(*) FROM entry;
-
--- name: trim_older_than
--- Remove the entries of a memory added more than %(seconds)s seconds ago (and their orphaned rows).
+-- Take entries out of a memory: those with the given message ids (%(ids)s), or those added more than
+-- %(seconds)s seconds ago (the other parameter NULL). Message rows go too when nothing else refers to
+-- them. Returns the entries removed.
 WITH entry AS (
     DELETE FROM pgmem.memory_entries
     WHERE namespace = %(ns)s AND memory = %(memory)s
-      AND added_at < now() - make_interval(secs => %(seconds)s)
+      AND (%(ids)s::text[] IS NOT NULL OR %(seconds)s::float8 IS NOT NULL)  -- never everything by mistake
+      AND (%(ids)s::text[] IS NULL OR message_id = ANY(%(ids)s::text[]))
+      AND (%(seconds)s::float8 IS NULL OR added_at < now() - make_interval(secs => %(seconds)s::float8))
     RETURNING message_id
 ), orphan AS (
     DELETE FROM pgmem.messages AS m USING entry

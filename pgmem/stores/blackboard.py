@@ -77,7 +77,11 @@ class BlackboardMemoryStore(MemoryStore):
             client.messages.add(self.memory_key, message, connection=conn)
             client.messages.trim(self.memory_key, self.config.max_items, connection=conn)
             if self.config.max_age_seconds is not None:
-                self._rows("trim_older_than", {"memory": self.memory_key, "seconds": self.config.max_age_seconds}, conn)
+                self._rows(
+                    "remove_entries",
+                    {"memory": self.memory_key, "ids": None, "seconds": self.config.max_age_seconds},
+                    conn,
+                )
         return True
 
     def trim(self) -> int:
@@ -87,7 +91,9 @@ class BlackboardMemoryStore(MemoryStore):
             removed = client.messages.trim(self.memory_key, self.config.max_items, connection=conn)
             if self.config.max_age_seconds is not None:
                 rows = self._rows(
-                    "trim_older_than", {"memory": self.memory_key, "seconds": self.config.max_age_seconds}, conn
+                    "remove_entries",
+                    {"memory": self.memory_key, "ids": None, "seconds": self.config.max_age_seconds},
+                    conn,
                 )
                 removed += int(rows[0][0])
         return removed

@@ -242,7 +242,7 @@ class FileMemoryStore(MemoryStore):
             if locked:
                 stale = [i for i in locked[0][1] if i not in set(ids)]
                 if stale:
-                    self._rows("remove_entries", {"memory": self.memory_key, "ids": stale}, conn)
+                    self._rows("remove_entries", {"memory": self.memory_key, "ids": stale, "seconds": None}, conn)
             if messages:
                 client.messages.add_many(self.memory_key, messages, connection=conn)
             self._rows(
@@ -256,7 +256,9 @@ class FileMemoryStore(MemoryStore):
         with self.client.transaction() as conn:
             locked = self._rows("lock_file", {"store": self.name, "path": path}, conn)
             if locked:
-                self._rows("remove_entries", {"memory": self.memory_key, "ids": list(locked[0][1])}, conn)
+                self._rows(
+                    "remove_entries", {"memory": self.memory_key, "ids": list(locked[0][1]), "seconds": None}, conn
+                )
                 self._rows("delete_file", {"store": self.name, "path": path}, conn)
 
     def files(self) -> dict[str, int]:
