@@ -29,3 +29,8 @@ async def join(handle: asyncio.Task[None] | None) -> None:
     """Wait for a background job started by :func:`spawn` (its errors are its own business)."""
     if handle is not None:
         await asyncio.gather(handle, return_exceptions=True)
+
+
+async def drive(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine of async-only work (an LLM call): awaited here, on a private loop in the sync flavour."""
+    return await coroutine

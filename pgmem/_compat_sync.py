@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, ParamSpec, TypeVar
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -30,3 +32,14 @@ def join(handle: threading.Thread | None) -> None:
     """Wait for a background job started by :func:`spawn`."""
     if handle is not None and handle is not threading.current_thread():
         handle.join()
+
+
+def drive(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine of async-only work (an LLM call) to completion: on a private event loop, in a worker
+    thread when this thread already runs a loop (the async flavour awaits it)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(1, thread_name_prefix="pgmem-llm") as pool:
+        return pool.submit(asyncio.run, coroutine).result()

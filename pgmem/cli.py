@@ -74,6 +74,16 @@ def migrate(dsn: DsnOption = None) -> None:
     console.print(f"schema at revision {revision} ({redact(resolved)})", highlight=False)
 
 
+@app.command("purge-brains")
+def purge_brains(dsn: DsnOption = None) -> None:
+    """Retention job: delete expired BrainMemory rows (every namespace) with their history and summaries."""
+    import pgmem
+
+    with pgmem.connect(_dsn(dsn), min_size=0, max_size=1) as client:
+        purged = client.brains.purge_expired()
+    console.print(f"purged {purged} expired brain{'' if purged == 1 else 's'}", highlight=False)
+
+
 @app.command()
 def stats(
     dsn: DsnOption = None,

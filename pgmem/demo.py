@@ -257,6 +257,7 @@ def run(
     with connect(dsn, namespace=namespace, min_size=1, max_size=2) as client:
         for key in client.messages.memories():
             client.messages.clear(key)  # a fresh run each time: the same report for the same idea
+            client.summaries.delete_all(key)
         team = Memory(TEAM, client=client)
         ctx = mp.get_context("spawn")
         stop = ctx.Event()
@@ -311,10 +312,28 @@ def run(
                 if p.is_alive():
                     p.kill()
                     p.join()
+        if failure is None:
+            _summarise(client, console)
     _report(dsn, namespace, console, time.monotonic() - started)
     if failure:
         console.print(f"[red]{failure}[/red]", highlight=False)
         raise DemoIncomplete(failure)
+
+
+def _summarise(client: Any, console: Console) -> None:
+    """Compress the team's history into summary rows (``pgmem.summaries``; the messages stay): OpenAI's
+    chat API when ``OPENAI_API_KEY`` is set, else the offline summariser."""
+    from pgmem.summarizer import CompressionPolicy, OfflineSummarizer, OpenAISummarizer
+
+    llm: Any = (
+        OpenAISummarizer(os.environ.get("PGMEM_DEMO_MODEL", "gpt-4o-mini"))
+        if os.environ.get("OPENAI_API_KEY")
+        else OfflineSummarizer(words_per_line=8)
+    )
+    client.summaries.compress(TEAM, llm, CompressionPolicy(chunk=4, fanout=2), force=True)
+    for s in client.summaries.frontier(TEAM):
+        line = Text(f"  summary (level {s.level}, seq {s.first_seq}-{s.last_seq}): {' '.join(s.content.split())}")
+        console.print(line, no_wrap=True, overflow="ellipsis")
 
 
 def _report(dsn: str, namespace: str, console: Console, elapsed: float) -> None:

@@ -301,6 +301,111 @@ vector_log = Table(
     comment="Changes to the set of vectors of each memory, written by triggers; FAISS caches replay it.",
 )
 
+# -- Issue 5: summaries, BrainMemory, ChatDev-style stores (migration 0005) ------------------------------
+
+summaries = Table(
+    "summaries",
+    metadata,
+    Column("namespace", Text, nullable=False),
+    Column("memory", Text, nullable=False),
+    Column("id", BigInteger, Identity(always=False), nullable=False),
+    Column("level", SmallInteger, nullable=False, comment="1: summarises messages; n > 1: summarises level n-1"),
+    Column(
+        "first_seq",
+        BigInteger,
+        nullable=False,
+        comment="first memory_entries.seq covered (level >= 2: the first of its child summaries)",
+    ),
+    Column(
+        "last_seq",
+        BigInteger,
+        nullable=False,
+        comment="last memory_entries.seq covered (level >= 2: the last of its child summaries)",
+    ),
+    Column("content", Text, nullable=False),
+    Column("source_chars", BigInteger, nullable=False, comment="characters of the text that was summarised"),
+    Column("source_tokens", Integer, nullable=False, comment="tokens of the text that was summarised"),
+    Column("summary_tokens", Integer, nullable=False),
+    Column("tokenizer", Text, nullable=False, server_default=text("''"), comment="what counted the tokens"),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("namespace", "memory", "id", name="summaries_pkey"),
+    ForeignKeyConstraint(
+        ["namespace", "memory"],
+        ["pgmem.memories.namespace", "pgmem.memories.key"],
+        ondelete="CASCADE",
+        name="summaries_memory_fkey",
+    ),
+    CheckConstraint("level >= 1", name="summaries_level_check"),
+    CheckConstraint("first_seq <= last_seq", name="summaries_range_check"),
+    # One summary per (level, start): two summarisers racing over the same range cannot both store one.
+    Index("summaries_range_key", "namespace", "memory", "level", "first_seq", unique=True),
+    Index("summaries_last_seq_idx", "namespace", "memory", "level", "last_seq"),
+    comment="Summaries of a memory's messages (level 1) and of summaries (level 2+); the raw messages stay.",
+)
+
+brain_memories = Table(
+    "brain_memories",
+    metadata,
+    Column("namespace", Text, nullable=False),
+    Column("key", Text, nullable=False, comment="the memory (pgmem.memories.key) holding the history"),
+    Column("redis_key", Text, nullable=False, comment="the caller's key (MetaGPT's redis key)"),
+    Column("historical_summary", Text, nullable=False, server_default=text("''")),
+    Column(
+        "summarized_seq",
+        BigInteger,
+        nullable=False,
+        server_default=text("0"),
+        comment="history is the memory's entries after this seq (the earlier ones are summarised)",
+    ),
+    Column("last_history_id", Text, nullable=False, server_default=text("''")),
+    Column("last_talk", Text, nullable=True),
+    Column("version", BigInteger, nullable=False, server_default=text("0"), comment="bumped by every dumps"),
+    Column("expires_at", DateTime(timezone=True), nullable=True, comment="TTL; NULL: never"),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("namespace", "key", name="brain_memories_pkey"),
+    ForeignKeyConstraint(
+        ["namespace", "key"],
+        ["pgmem.memories.namespace", "pgmem.memories.key"],
+        ondelete="CASCADE",
+        name="brain_memories_memory_fkey",
+    ),
+    Index("brain_memories_expires_idx", "expires_at", postgresql_where=text("expires_at IS NOT NULL")),
+    comment="MetaGPT BrainMemory state (in Redis there); history and knowledge are memories of messages.",
+)
+
+memory_stores = Table(
+    "memory_stores",
+    metadata,
+    Column("namespace", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("type", Text, nullable=False, comment="simple | file | blackboard | a registered type"),
+    Column("config", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("namespace", "name", name="memory_stores_pkey"),
+    comment="ChatDev-style memory stores (pgmem.stores); items are messages of the memory store:<name>.",
+)
+
+store_files = Table(
+    "store_files",
+    metadata,
+    Column("namespace", Text, nullable=False),
+    Column("store", Text, nullable=False),
+    Column("path", Text, nullable=False),
+    Column("sha256", LargeBinary, nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Column("chunk_ids", ARRAY(Text), nullable=False, comment="message ids of the file's chunks, in order"),
+    Column("indexed_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("namespace", "store", "path", name="store_files_pkey"),
+    ForeignKeyConstraint(
+        ["namespace", "store"],
+        ["pgmem.memory_stores.namespace", "pgmem.memory_stores.name"],
+        ondelete="CASCADE",
+        name="store_files_store_fkey",
+    ),
+    comment="Files indexed by a file store, with the hash they were indexed at (re-indexed when it changes).",
+)
+
 __all__ = [
     "FTS_MAX_CHARS",
     "SCHEMA",
@@ -309,6 +414,10 @@ __all__ = [
     "embeddings",
     "memory_models",
     "vector_log",
+    "brain_memories",
+    "memory_stores",
+    "store_files",
+    "summaries",
     "TEXT_SEARCH_CONFIG",
     "memories",
     "memory_entries",

@@ -23,6 +23,8 @@ REPLACEMENTS = {
     "AsyncQueueRepository": "QueueRepository",
     "AsyncRepository": "Repository",
     "AsyncVectorRepository": "VectorRepository",
+    "AsyncSummaryRepository": "SummaryRepository",
+    "AsyncBrainRepository": "BrainRepository",
     "register_vector_async": "register_vector",
     "AsyncConnection": "Connection",
     "AsyncConnectionPool": "ConnectionPool",

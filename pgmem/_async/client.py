@@ -12,8 +12,10 @@ from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
 from pgmem import migrate as _migrate
+from pgmem._async.brains import AsyncBrainRepository
 from pgmem._async.messages import AsyncMessageRepository
 from pgmem._async.queues import AsyncQueueRepository
+from pgmem._async.summaries import AsyncSummaryRepository
 from pgmem._async.vectors import AsyncVectorRepository, configure_connection
 from pgmem._compat_async import run_blocking
 from pgmem._rows import check_namespace
@@ -35,6 +37,8 @@ class AsyncClient:
         messages: the :class:`AsyncMessageRepository`.
         queues: the :class:`AsyncQueueRepository` (queues, routing to subscribers' inboxes).
         vectors: the :class:`AsyncVectorRepository` (embeddings, vector and hybrid search).
+        summaries: the :class:`AsyncSummaryRepository` (hierarchical summaries of memories).
+        brains: the :class:`AsyncBrainRepository` (MetaGPT BrainMemory state, with a TTL).
         embedder: the embedding provider of this client (default: the configured one, see
             :func:`pgmem.embeddings.default_embedder`).
     """
@@ -61,6 +65,8 @@ class AsyncClient:
         self.queues = AsyncQueueRepository(self)
         self._embedder = embedder
         self.vectors = AsyncVectorRepository(self)
+        self.summaries = AsyncSummaryRepository(self)
+        self.brains = AsyncBrainRepository(self)
 
     @property
     def embedder(self) -> Embedder:

@@ -13,8 +13,10 @@ from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool
 
 from pgmem import migrate as _migrate
+from pgmem._sync.brains import BrainRepository
 from pgmem._sync.messages import MessageRepository
 from pgmem._sync.queues import QueueRepository
+from pgmem._sync.summaries import SummaryRepository
 from pgmem._sync.vectors import VectorRepository, configure_connection
 from pgmem._compat_sync import run_blocking
 from pgmem._rows import check_namespace
@@ -36,6 +38,8 @@ class Client:
         messages: the :class:`AsyncMessageRepository`.
         queues: the :class:`AsyncQueueRepository` (queues, routing to subscribers' inboxes).
         vectors: the :class:`AsyncVectorRepository` (embeddings, vector and hybrid search).
+        summaries: the :class:`AsyncSummaryRepository` (hierarchical summaries of memories).
+        brains: the :class:`AsyncBrainRepository` (MetaGPT BrainMemory state, with a TTL).
         embedder: the embedding provider of this client (default: the configured one, see
             :func:`pgmem.embeddings.default_embedder`).
     """
@@ -62,6 +66,8 @@ class Client:
         self.queues = QueueRepository(self)
         self._embedder = embedder
         self.vectors = VectorRepository(self)
+        self.summaries = SummaryRepository(self)
+        self.brains = BrainRepository(self)
 
     @property
     def embedder(self) -> Embedder:

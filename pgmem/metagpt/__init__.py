@@ -4,8 +4,17 @@
 names, arguments and semantics, taking and returning the caller's own message class.
 """
 
+from pgmem.metagpt.brain import BrainMemory
 from pgmem.metagpt.longterm import LongTermMemory, MemoryStorage, RoleZeroLongTermMemory
 from pgmem.metagpt.memory import Memory, MemoryIndex
 from pgmem.metagpt.message_queue import MessageQueue
 
-__all__ = ["LongTermMemory", "Memory", "MemoryIndex", "MemoryStorage", "MessageQueue", "RoleZeroLongTermMemory"]
+__all__ = [
+    "BrainMemory",
+    "LongTermMemory",
+    "Memory",
+    "MemoryIndex",
+    "MemoryStorage",
+    "MessageQueue",
+    "RoleZeroLongTermMemory",
+]

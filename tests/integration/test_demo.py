@@ -42,6 +42,7 @@ def test_demo_team_runs_and_the_flow_is_in_sql(dsn: str) -> None:
             " WHERE namespace = 'demo'"
         ).fetchone()
         memories = {r[0] for r in conn.execute("SELECT key FROM pgmem.memories WHERE namespace = 'demo'")}
+        levels = [r[0] for r in conn.execute("SELECT level FROM pgmem.summaries WHERE namespace = 'demo' ORDER BY 1")]
     # Every role produced its action. The script: one PRD, one design, two files, one fix, three reviews.
     assert by_action == {
         ("UserRequirement", "Human"): 1,
@@ -61,6 +62,8 @@ def test_demo_team_runs_and_the_flow_is_in_sql(dsn: str) -> None:
     # Each role kept its own memory of what it saw and said.
     assert memories == {"team", "role:ProductManager", "role:Architect", "role:Engineer", "role:Reviewer"}
     assert redact(dsn) in text and "psql" in text and "action flow" in text
+    # The team's history was compressed (offline summariser): 9 messages in chunks of 4, two rolled up.
+    assert levels == [1, 1, 1, 2] and "summary (level 2" in text
 
 
 def test_demo_twice_gives_the_same_report_and_follows_the_idea(dsn: str) -> None:

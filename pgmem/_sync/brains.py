@@ -1,0 +1,310 @@
+# Generated from pgmem/_async by tools/gen_sync.py: edit the async source, then regenerate.
+"""The BrainMemory repository: MetaGPT's ``BrainMemory`` state in Postgres instead of Redis.
+
+A brain is a row of ``pgmem.brain_memories`` plus two memories of messages: its history and its
+knowledge. ``dump`` appends the talks a process added (it never rewrites the stored list), so two
+processes dumping the same key at once both keep their talks; scalar fields are written only when the
+writer changed them. Every dump and summary takes the brain row lock, so history entries are appended
+in lock order and a summary read under the lock covers a gapless prefix of the history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from psycopg import Connection
+
+from pgmem import queries
+from pgmem._sync.base import Repository
+from pgmem._rows import _check_text, decode, encode, key_for, storage_id
+from pgmem.errors import Conflict, InvalidInput, translate
+from pgmem.models import Message
+from pgmem.summarizer import Summary, get_tokenizer
+
+__all__ = ["BrainRepository", "BrainState", "check_ttl"]
+
+Q = queries.load("brains")
+MQ = queries.load("messages")
+SQ = queries.load("summaries")
+
+#: Longest TTL accepted (ten years, in seconds).
+MAX_TTL = 10 * 365 * 24 * 3600
+_UNSET: Any = object()
+
+
+def check_ttl(ttl: Any) -> float | None:
+    """A TTL in seconds: a positive number up to :data:`MAX_TTL`, or None (never expires)."""
+    if ttl is None:
+        return None
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl <= MAX_TTL or ttl != ttl:
+        raise InvalidInput(f"timeout must be a number of seconds in (0, {MAX_TTL}], got {ttl!r}")
+    return float(ttl)
+
+
+def check_brain_key(redis_key: Any) -> str:
+    if not isinstance(redis_key, str) or not redis_key:
+        raise InvalidInput(f"a brain key must be a non-empty string, got {redis_key!r}")
+    _check_text(redis_key, "key", "brain ")
+    return redis_key
+
+
+@dataclass(slots=True)
+class BrainState:
+    """What :meth:`AsyncBrainRepository.load` read."""
+
+    redis_key: str
+    historical_summary: str = ""
+    summarized_seq: int = 0
+    last_history_id: str = ""
+    last_talk: str | None = None
+    version: int = 0
+    expires_at: datetime | None = None
+    history: list[Message] = field(default_factory=list)
+    knowledge: list[Message] = field(default_factory=list)
+
+
+class BrainRepository(Repository):
+    """BrainMemory rows of one namespace (see :class:`pgmem.metagpt.BrainMemory` for the facade).
+
+    Example:
+        >>> await client.brains.dump("chat:u1:c1", history=[Message(content="hi")], ttl=1800)
+        >>> state = await client.brains.load("chat:u1:c1")
+        >>> [m.content for m in state.history]
+        ['hi']
+    """
+
+    queries = Q
+
+    @staticmethod
+    def keys(redis_key: str) -> tuple[str, str]:
+        """The memory keys of a brain's history and knowledge."""
+        check_brain_key(redis_key)
+        return key_for("brain:", redis_key), key_for("brain-knowledge:", redis_key)
+
+    def load(self, redis_key: str, *, connection: Connection[Any] | None = None) -> BrainState | None:
+        """The brain stored under ``redis_key``; None when there is none or it has expired."""
+        key, knowledge_key = self.keys(redis_key)
+        with translate():
+            with self._client.transaction(connection) as conn:
+                cur = conn.execute(Q["load"], {"ns": self.namespace, "key": key})
+                row = cur.fetchone()
+                if row is None:
+                    return None
+                state = BrainState(*row)
+                cur = conn.execute(
+                    Q["history"], {"ns": self.namespace, "memory": key, "after": state.summarized_seq}, binary=True
+                )
+                state.history = [decode(r) for r in cur.fetchall()]
+                cur = conn.execute(
+                    Q["history"], {"ns": self.namespace, "memory": knowledge_key, "after": 0}, binary=True
+                )
+                state.knowledge = [decode(r) for r in cur.fetchall()]
+        return state
+
+    def dump(
+        self,
+        redis_key: str,
+        *,
+        history: Sequence[Message] = (),
+        knowledge: Sequence[Message] = (),
+        historical_summary: str | None = None,
+        last_history_id: str | None = None,
+        last_talk: Any = _UNSET,
+        ttl: float | None = 1800,
+        connection: Connection[Any] | None = None,
+    ) -> int:
+        """Append ``history`` and ``knowledge`` (messages already there are skipped), write the given
+        fields, and set the TTL (seconds; None: never expires). All or nothing; returns the new version.
+
+        An expired brain is emptied first (its history, knowledge and summaries), as Redis would have
+        dropped it.
+        """
+        key, knowledge_key = self.keys(redis_key)
+        seconds = check_ttl(ttl)
+        for index, message in enumerate([*history, *knowledge]):
+            encode(message, index)  # validate everything before the first statement
+        for name, value in (("historical_summary", historical_summary), ("last_history_id", last_history_id)):
+            if value is not None:
+                if not isinstance(value, str):
+                    raise InvalidInput(f"{name} must be a string, not {type(value).__name__}")
+                _check_text(value, name, "brain ", max_chars=None)
+        if last_talk is not _UNSET and last_talk is not None:
+            if not isinstance(last_talk, str):
+                raise InvalidInput(f"last_talk must be a string or None, not {type(last_talk).__name__}")
+            _check_text(last_talk, "last_talk", "brain ", max_chars=None)
+        params = {"ns": self.namespace, "key": key, "knowledge_key": knowledge_key, "redis_key": redis_key}
+        with translate():
+            with self._client.transaction(connection) as conn:
+                self._lock(conn, params)
+                if history:
+                    self._client.messages.add_many(key, history, connection=conn)
+                if knowledge:
+                    self._client.messages.add_many(knowledge_key, knowledge, connection=conn)
+                cur = conn.execute(
+                    Q["save"],
+                    {
+                        **params,
+                        "historical_summary": historical_summary,
+                        "summarized_seq": None,
+                        "last_history_id": last_history_id,
+                        "set_last_talk": last_talk is not _UNSET,
+                        "last_talk": None if last_talk is _UNSET else last_talk,
+                        "ttl": seconds,
+                        "keep_ttl": False,
+                    },
+                )
+                row = cur.fetchone()
+                assert row is not None
+                return int(row[0])
+
+    def _lock(self, conn: Connection[Any], params: dict[str, Any]) -> int:
+        """Create the brain if needed, lock its row, empty it if it expired; return its summarised seq."""
+        row = None
+        for _attempt in range(3):
+            conn.execute(Q["create"], params)
+            cur = conn.execute(Q["lock"], params)
+            row = cur.fetchone()
+            if row is not None:
+                break
+            # The retention job deleted the (expired) brain between our insert and our lock: create it again.
+        if row is None:
+            raise Conflict(f"brain {params['redis_key']!r} keeps being deleted concurrently; retry")
+        summarized_seq, _version, expired = row
+        if expired:
+            for memory in (params["key"], params["knowledge_key"]):
+                conn.execute(MQ["clear"], {"ns": self.namespace, "memory": memory})
+            conn.execute(SQ["delete_all"], {"ns": self.namespace, "memory": params["key"]})
+            conn.execute(Q["reset"], params)
+            return 0
+        return int(summarized_seq)
+
+    def history_for_summary(
+        self, redis_key: str, *, connection: Connection[Any] | None = None
+    ) -> list[Message]:
+        """The unsummarised history, read under the brain row lock (so it is a gapless prefix); creates
+        an empty brain when there is none."""
+        key, knowledge_key = self.keys(redis_key)
+        params = {"ns": self.namespace, "key": key, "knowledge_key": knowledge_key, "redis_key": redis_key}
+        with translate():
+            with self._client.transaction(connection) as conn:
+                after = self._lock(conn, params)
+                cur = conn.execute(
+                    Q["history"], {"ns": self.namespace, "memory": key, "after": after}, binary=True
+                )
+                return [decode(r) for r in cur.fetchall()]
+
+    def set_summary(
+        self,
+        redis_key: str,
+        historical_summary: str,
+        *,
+        covered: Sequence[Message] | None = None,
+        summarized_seq: int | None = None,
+        connection: Connection[Any] | None = None,
+    ) -> tuple[Summary | None, list[Message]]:
+        """Make ``historical_summary`` the brain's summary; return the level-1 summary row stored (None when
+        it covers no message) and the history left after it.
+
+        With ``covered`` (the messages the summary was made from), the summary covers the longest prefix
+        of the stored history made only of those messages: a talk another process appended meanwhile
+        stays in the history. With ``summarized_seq`` (compression already stored the summary rows), the
+        history before it is marked summarised. The TTL is kept.
+        """
+        key, knowledge_key = self.keys(redis_key)
+        if not isinstance(historical_summary, str):
+            raise InvalidInput(f"the summary must be a string, not {type(historical_summary).__name__}")
+        _check_text(historical_summary, "historical_summary", "brain ", max_chars=None)
+        ids = None if covered is None else {storage_id(m) for m in covered}
+        params = {"ns": self.namespace, "key": key, "knowledge_key": knowledge_key, "redis_key": redis_key}
+        stored: Summary | None = None
+        with translate():
+            with self._client.transaction(connection) as conn:
+                after = self._lock(conn, params)
+                cur = conn.execute(
+                    Q["history"], {"ns": self.namespace, "memory": key, "after": after}, binary=True
+                )
+                history = [decode(r) for r in cur.fetchall()]
+                upto = after
+                if ids is not None:
+                    prefix: list[Message] = []
+                    for message in history:
+                        if storage_id(message) not in ids:
+                            break
+                        prefix.append(message)
+                    # Messages compression already covered (its run failed before the brain moved on) keep
+                    # their summary; the new row covers the rest of the prefix.
+                    cur = conn.execute(SQ["level_end"], {"ns": self.namespace, "memory": key, "level": 1})
+                    row = cur.fetchone()
+                    covered_end = int(row[0]) if row else 0
+                    if prefix and covered_end >= (prefix[-1].seq or 0):
+                        upto = int(prefix[-1].seq or 0)
+                        prefix = []
+                    prefix = [m for m in prefix if (m.seq or 0) > covered_end]
+                    if prefix:
+                        text = "\n".join(f"{m.role}: {m.content}" for m in prefix)
+                        counter = get_tokenizer()
+                        stored = self._client.summaries.add(
+                            key,
+                            level=1,
+                            first_seq=int(prefix[0].seq or 0),
+                            last_seq=int(prefix[-1].seq or 0),
+                            content=historical_summary,
+                            source_chars=len(text),
+                            source_tokens=counter.count(text),
+                            connection=conn,
+                        )
+                        upto = stored.last_seq
+                elif summarized_seq is not None:
+                    upto = max(after, summarized_seq)
+                conn.execute(
+                    Q["save"],
+                    {
+                        **params,
+                        "historical_summary": historical_summary,
+                        "summarized_seq": upto,
+                        "last_history_id": None,
+                        "set_last_talk": False,
+                        "last_talk": None,
+                        "ttl": None,
+                        "keep_ttl": True,
+                    },
+                )
+        return stored, [m for m in history if (m.seq or 0) > upto]
+
+    def delete(self, redis_key: str, *, connection: Connection[Any] | None = None) -> bool:
+        """Forget a brain: its row, history, knowledge and summaries. False when there was none."""
+        key, knowledge_key = self.keys(redis_key)
+        with translate():
+            with self._client.transaction(connection) as conn:
+                return bool(self._drop(conn, self.namespace, [key, knowledge_key]))
+
+    def _drop(self, conn: Connection[Any], namespace: str, keys: list[str]) -> int:
+        for memory in keys:
+            conn.execute(MQ["clear"], {"ns": namespace, "memory": memory})
+        cur = conn.execute(Q["delete_memories"], {"ns": namespace, "keys": keys})
+        row = cur.fetchone()
+        return int(row[0]) if row else 0
+
+    def purge_expired(self, *, batch_size: int = 500, connection: Connection[Any] | None = None) -> int:
+        """The retention job: delete expired brains of every namespace (their history and knowledge
+        messages no other memory refers to, and their summaries). Returns how many brains were purged.
+
+        Batches are claimed with ``SKIP LOCKED``: several purgers can run at once, and a brain being
+        dumped right now is left for the next run.
+        """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= 100_000:
+            raise InvalidInput(f"batch_size must be an integer in [1, 100000], got {batch_size!r}")
+        purged = 0
+        while True:
+            with translate():
+                with self._client.transaction(connection) as conn:
+                    cur = conn.execute(Q["expired"], {"limit": batch_size})
+                    rows = cur.fetchall()
+                    for namespace, key, redis_key in rows:
+                        self._drop(conn, namespace, [key, key_for("brain-knowledge:", redis_key)])
+            purged += len(rows)
+            if len(rows) < batch_size:
+                return purged

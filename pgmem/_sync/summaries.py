@@ -1,0 +1,167 @@
+# Generated from pgmem/_async by tools/gen_sync.py: edit the async source, then regenerate.
+"""The summary repository: hierarchical summaries of a memory's messages (``pgmem.summaries``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg import Connection
+
+from pgmem import queries
+from pgmem._sync.base import Repository
+from pgmem._compat_sync import drive
+from pgmem._rows import _check_text, check_key, decode
+from pgmem.errors import Conflict, InvalidInput, NotFound
+from pgmem.models import Message
+from pgmem.summarizer import CompressionPolicy, Summary, compress, get_tokenizer
+
+__all__ = ["SummaryRepository"]
+
+Q = queries.load("summaries")
+
+#: ``list[Summary]`` (the repository's ``list`` method shadows the builtin in its class body).
+Summaries = list[Summary]
+
+_MAX_SEQ = (1 << 63) - 1
+_MAX_INT = (1 << 31) - 1
+
+
+def _int(value: Any, name: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidInput(f"{name} must be an integer in [{low}, {high}], got {value!r}")
+    return value
+
+
+def _summary(row: tuple[Any, ...]) -> Summary:
+    return Summary(*row)
+
+
+class SummaryRepository(Repository):
+    """Summaries of a namespace's memories. The messages they summarise are never deleted.
+
+    A level-1 summary names the range of ``memory_entries.seq`` it covers; a level-n summary the range
+    of its level n-1 children. :meth:`compress` builds them incrementally with any LLM (see
+    :mod:`pgmem.summarizer`).
+
+    Example:
+        >>> from pgmem.summarizer import OfflineSummarizer, CompressionPolicy
+        >>> new = await client.summaries.compress("role:Alice", OfflineSummarizer(), CompressionPolicy(chunk=10))
+        >>> [(s.level, s.first_seq, s.last_seq) for s in await client.summaries.list("role:Alice")]
+    """
+
+    queries = Q
+
+    def unsummarized(
+        self,
+        memory: str,
+        *,
+        limit: int | None = None,
+        after_seq: int = 0,
+        connection: Connection[Any] | None = None,
+    ) -> list[Message]:
+        """The messages of ``memory`` after its last level-1 summary (and after ``after_seq``), oldest first;
+        each one's ``seq`` is its ``memory_entries.seq``."""
+        check_key(memory)
+        if limit is not None:
+            _int(limit, "limit", 1, 1_000_000)
+        _int(after_seq, "after_seq", 0, _MAX_SEQ)
+        rows = self._rows("unsummarized", {"memory": memory, "limit": limit, "after": after_seq}, connection)
+        return [decode(row) for row in rows]
+
+    def add(
+        self,
+        memory: str,
+        *,
+        level: int,
+        first_seq: int,
+        last_seq: int,
+        content: str,
+        source_chars: int,
+        source_tokens: int,
+        summary_tokens: int | None = None,
+        tokenizer: str | None = None,
+        connection: Connection[Any] | None = None,
+    ) -> Summary:
+        """Store a summary of ``memory`` covering ``first_seq..last_seq`` at ``level``.
+
+        Raises:
+            Conflict: a summary of that level already covers the start of the range (a concurrent
+                summariser stored it first).
+            NotFound: the memory does not exist.
+        """
+        check_key(memory)
+        _int(level, "level", 1, 32)
+        _int(first_seq, "first_seq", 1, _MAX_SEQ)
+        _int(last_seq, "last_seq", first_seq, _MAX_SEQ)
+        if not isinstance(content, str):
+            raise InvalidInput(f"content must be a string, not {type(content).__name__}")
+        _check_text(content, "content", "summary ", max_chars=None)
+        _int(source_chars, "source_chars", 0, _MAX_SEQ)
+        _int(source_tokens, "source_tokens", 0, _MAX_INT)
+        counter = get_tokenizer()
+        if summary_tokens is None:
+            summary_tokens = counter.count(content)
+        _int(summary_tokens, "summary_tokens", 0, _MAX_INT)
+        params = {
+            "memory": memory,
+            "level": level,
+            "first_seq": first_seq,
+            "last_seq": last_seq,
+            "content": content,
+            "source_chars": source_chars,
+            "source_tokens": source_tokens,
+            "summary_tokens": summary_tokens,
+            "tokenizer": counter.name if tokenizer is None else tokenizer,
+        }
+        rows = self._rows("insert", params, connection)
+        if rows:
+            return _summary(rows[0])
+        if not self._scalar("memory_exists", {"memory": memory}, connection):
+            raise NotFound(f"no memory {memory!r} in namespace {self.namespace!r}")
+        raise Conflict(f"memory {memory!r} already has a level-{level} summary covering seq {first_seq}")
+
+    def list(
+        self, memory: str, *, level: int | None = None, connection: Connection[Any] | None = None
+    ) -> Summaries:
+        """Every summary of ``memory`` (of one ``level`` if given), by level, then range."""
+        check_key(memory)
+        if level is not None:
+            _int(level, "level", 1, 32)
+        return [_summary(r) for r in self._rows("list", {"memory": memory, "level": level}, connection)]
+
+    def unrolled(self, memory: str, level: int, *, connection: Connection[Any] | None = None) -> Summaries:
+        """Summaries of ``level`` that no summary of ``level + 1`` covers yet, oldest first."""
+        check_key(memory)
+        _int(level, "level", 1, 31)
+        return [_summary(r) for r in self._rows("unrolled", {"memory": memory, "level": level}, connection)]
+
+    def frontier(self, memory: str, *, connection: Connection[Any] | None = None) -> Summaries:
+        """The summaries no higher-level summary covers, in order: together, everything summarised so far."""
+        check_key(memory)
+        return [_summary(r) for r in self._rows("frontier", {"memory": memory}, connection)]
+
+    def delete_all(self, memory: str, *, connection: Connection[Any] | None = None) -> int:
+        """Forget the summaries of ``memory`` (its messages stay); return how many there were."""
+        check_key(memory)
+        return int(self._scalar("delete_all", {"memory": memory}, connection) or 0)
+
+    def compress(
+        self,
+        memory: str,
+        llm: Any,
+        policy: CompressionPolicy | None = None,
+        *,
+        force: bool = False,
+    ) -> Summaries:
+        """Summarise what is not summarised yet (:func:`pgmem.summarizer.compress`); return the new summaries.
+
+        When the LLM raises, the exception propagates; summaries stored before it stay, and every
+        message is still in the memory.
+
+        Concurrent writers: a summary covers the entries visible when it was read. Append to a memory you
+        compress from one writer at a time (BrainMemory serialises its appends), or an entry committed
+        late with a lower ``seq`` than one already summarised is skipped by later summaries (it stays in
+        the memory).
+        """
+        check_key(memory)
+        return drive(compress(self, memory, llm, policy, force=force))

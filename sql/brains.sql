@@ -1,0 +1,80 @@
+-- Named queries of the BrainMemory repository (pgmem.brain_memories), loaded once by pgmem.queries.
+--
+-- A brain's history is the memory `key` (messages appended by `dumps`, never rewritten), its knowledge
+-- the memory `knowledge_key`. Every `dumps` and every summary takes the brain row lock (FOR UPDATE), so
+-- history entries are appended in lock order: a summary read under the lock covers a gapless prefix.
+
+-- name: load
+-- The live brain row (an expired row reads as missing: its TTL is honoured on read).
+SELECT redis_key, historical_summary, summarized_seq, last_history_id, last_talk, version, expires_at
+FROM pgmem.brain_memories
+WHERE namespace = %(ns)s AND key = %(key)s AND (expires_at IS NULL OR expires_at > now());
+
+-- name: history
+-- The history after the summarised prefix, oldest first.
+SELECT e.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
+       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
+FROM pgmem.memory_entries AS e
+JOIN pgmem.messages AS m ON m.namespace = e.namespace AND m.id = e.message_id
+WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND e.seq > %(after)s
+ORDER BY e.seq;
+
+-- name: create
+-- Make sure the brain's two memories and its row exist (nothing happens when they do).
+WITH history AS (
+    INSERT INTO pgmem.memories (namespace, key, kind) VALUES (%(ns)s, %(key)s, 'brain')
+    ON CONFLICT DO NOTHING
+), knowledge AS (
+    INSERT INTO pgmem.memories (namespace, key, kind) VALUES (%(ns)s, %(knowledge_key)s, 'brain-knowledge')
+    ON CONFLICT DO NOTHING
+)
+INSERT INTO pgmem.brain_memories (namespace, key, redis_key) VALUES (%(ns)s, %(key)s, %(redis_key)s)
+ON CONFLICT DO NOTHING;
+
+-- name: lock
+-- The brain row, locked until commit, with whether it has expired.
+SELECT summarized_seq, version, expires_at IS NOT NULL AND expires_at <= now() AS expired
+FROM pgmem.brain_memories
+WHERE namespace = %(ns)s AND key = %(key)s
+FOR UPDATE;
+
+-- name: reset
+-- An expired brain starts over: its scalar fields go back to their defaults (the caller clears the
+-- history, the knowledge and the summaries in the same transaction).
+UPDATE pgmem.brain_memories
+SET historical_summary = '', summarized_seq = 0, last_history_id = '', last_talk = NULL, expires_at = NULL
+WHERE namespace = %(ns)s AND key = %(key)s;
+
+-- name: save
+-- Write the fields this writer changed (a NULL parameter keeps the stored value), bump the version and
+-- set the TTL (%(ttl)s seconds; NULL: no expiry) unless %(keep_ttl)s.
+UPDATE pgmem.brain_memories
+SET historical_summary = coalesce(%(historical_summary)s, historical_summary),
+    summarized_seq = greatest(summarized_seq, coalesce(%(summarized_seq)s, 0)),
+    last_history_id = coalesce(%(last_history_id)s, last_history_id),
+    last_talk = CASE WHEN %(set_last_talk)s THEN %(last_talk)s ELSE last_talk END,
+    version = version + 1,
+    expires_at = CASE WHEN %(keep_ttl)s THEN expires_at ELSE now() + make_interval(secs => %(ttl)s) END,
+    updated_at = now()
+WHERE namespace = %(ns)s AND key = %(key)s
+RETURNING version;
+
+-- name: last_seq
+-- The newest history entry (0 when empty).
+SELECT coalesce(max(seq), 0) FROM pgmem.memory_entries WHERE namespace = %(ns)s AND memory = %(memory)s;
+
+-- name: expired
+-- Up to %(limit)s expired brains of every namespace (the retention job's batch), oldest first.
+SELECT namespace, key, redis_key
+FROM pgmem.brain_memories
+WHERE expires_at IS NOT NULL AND expires_at <= now()
+ORDER BY expires_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: delete_memories
+-- Drop memories (their entries, summaries and brain rows cascade). Returns how many were dropped.
+WITH gone AS (
+    DELETE FROM pgmem.memories WHERE namespace = %(ns)s AND key = ANY(%(keys)s::text[]) RETURNING 1
+)
+SELECT count(*) FROM gone;

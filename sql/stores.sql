@@ -1,0 +1,76 @@
+-- Named queries of the ChatDev-style memory stores (pgmem.stores), loaded once by pgmem.queries.
+--
+-- A store's items are messages of the memory `store:<name>` (so vector search, full-text search and
+-- the FAISS cache work on them unchanged); `memory_stores` records each store's type and config, and
+-- `store_files` what a file store indexed.
+
+-- name: register
+-- Record a store (its type is fixed once recorded; its config is the latest one loaded). Returns the
+-- recorded type: another type means the name is taken by a store of that type.
+WITH new AS (
+    INSERT INTO pgmem.memory_stores (namespace, name, type, config)
+    VALUES (%(ns)s, %(name)s, %(type)s, %(config)s::jsonb)
+    ON CONFLICT (namespace, name) DO UPDATE SET config = excluded.config
+    WHERE memory_stores.type = excluded.type
+    RETURNING type
+)
+SELECT type FROM new
+UNION ALL
+SELECT type FROM pgmem.memory_stores WHERE namespace = %(ns)s AND name = %(name)s
+LIMIT 1;
+
+-- name: stores
+SELECT name, type, config, created_at FROM pgmem.memory_stores WHERE namespace = %(ns)s ORDER BY name;
+
+-- name: files
+-- What a file store has indexed: path, content hash and chunk ids.
+SELECT path, sha256, chunk_ids FROM pgmem.store_files WHERE namespace = %(ns)s AND store = %(store)s;
+
+-- name: lock_file
+SELECT sha256, chunk_ids FROM pgmem.store_files
+WHERE namespace = %(ns)s AND store = %(store)s AND path = %(path)s
+FOR UPDATE;
+
+-- name: upsert_file
+INSERT INTO pgmem.store_files (namespace, store, path, sha256, size, chunk_ids)
+VALUES (%(ns)s, %(store)s, %(path)s, %(sha256)s, %(size)s, %(chunk_ids)s)
+ON CONFLICT (namespace, store, path) DO UPDATE
+SET sha256 = excluded.sha256, size = excluded.size, chunk_ids = excluded.chunk_ids, indexed_at = now();
+
+-- name: delete_file
+DELETE FROM pgmem.store_files WHERE namespace = %(ns)s AND store = %(store)s AND path = %(path)s;
+
+-- name: remove_entries
+-- Take entries out of a memory: those with the given message ids (%(ids)s), or those added more than
+-- %(seconds)s seconds ago (the other parameter NULL). Message rows go too when nothing else refers to
+-- them. Returns the entries removed.
+WITH entry AS (
+    DELETE FROM pgmem.memory_entries
+    WHERE namespace = %(ns)s AND memory = %(memory)s
+      AND (%(ids)s::text[] IS NOT NULL OR %(seconds)s::float8 IS NOT NULL)  -- never everything by mistake
+      AND (%(ids)s::text[] IS NULL OR message_id = ANY(%(ids)s::text[]))
+      AND (%(seconds)s::float8 IS NULL OR added_at < now() - make_interval(secs => %(seconds)s::float8))
+    RETURNING message_id
+), orphan AS (
+    DELETE FROM pgmem.messages AS m USING entry
+    WHERE m.namespace = %(ns)s AND m.id = entry.message_id
+      AND NOT EXISTS (SELECT 1 FROM pgmem.memory_entries AS o
+                      WHERE o.namespace = %(ns)s AND o.message_id = entry.message_id
+                        AND o.memory <> %(memory)s)
+      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_items AS q
+                      WHERE q.namespace = %(ns)s AND q.message_id = entry.message_id)
+      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive AS a
+                      WHERE a.namespace = %(ns)s AND a.message_id = entry.message_id)
+)
+SELECT count(*) FROM entry;
+
+-- name: newest
+-- The newest %(k)s entries of a memory added within %(seconds)s seconds (NULL: any age), newest first.
+SELECT e.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
+       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
+FROM (SELECT seq, message_id FROM pgmem.memory_entries
+      WHERE namespace = %(ns)s AND memory = %(memory)s
+        AND (%(seconds)s::float8 IS NULL OR added_at >= now() - make_interval(secs => %(seconds)s))
+      ORDER BY seq DESC LIMIT %(k)s) AS e
+JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = e.message_id
+ORDER BY e.seq DESC;

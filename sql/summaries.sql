@@ -1,0 +1,79 @@
+-- Named queries of the summary repository (pgmem.summaries), loaded once by pgmem.queries.
+--
+-- A level-1 summary covers a range of memory_entries.seq; a level-n summary (n >= 2) covers the range of
+-- its level n-1 children. "Not yet summarised" means after the last range of the level below: a new
+-- summary never covers a message (or a summary) twice.
+
+-- name: unsummarized
+-- The memory's messages after its last level-1 summary (and after %(after)s), oldest first.
+SELECT e.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
+       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
+FROM pgmem.memory_entries AS e
+JOIN pgmem.messages AS m ON m.namespace = e.namespace AND m.id = e.message_id
+WHERE e.namespace = %(ns)s AND e.memory = %(memory)s
+  AND e.seq > greatest(%(after)s::bigint,
+                       coalesce((SELECT max(s.last_seq) FROM pgmem.summaries AS s
+                                 WHERE s.namespace = %(ns)s AND s.memory = %(memory)s AND s.level = 1), 0))
+ORDER BY e.seq
+LIMIT %(limit)s;
+
+-- name: unrolled
+-- Summaries of one level that no summary of the next level covers yet, oldest first.
+SELECT s.id, s.level, s.first_seq, s.last_seq, s.content, s.source_chars, s.source_tokens,
+       s.summary_tokens, s.tokenizer, s.created_at
+FROM pgmem.summaries AS s
+WHERE s.namespace = %(ns)s AND s.memory = %(memory)s AND s.level = %(level)s
+  AND s.first_seq > coalesce((SELECT max(p.last_seq) FROM pgmem.summaries AS p
+                              WHERE p.namespace = %(ns)s AND p.memory = %(memory)s
+                                AND p.level = %(level)s + 1), 0)
+ORDER BY s.first_seq;
+
+-- name: insert
+-- Store a summary unless its range starts at or before the end of a summary of the same level (a
+-- concurrent summariser got there first: no row is returned). The memory must exist.
+INSERT INTO pgmem.summaries (namespace, memory, level, first_seq, last_seq, content, source_chars,
+                             source_tokens, summary_tokens, tokenizer)
+SELECT %(ns)s, %(memory)s, %(level)s, %(first_seq)s, %(last_seq)s, %(content)s, %(source_chars)s,
+       %(source_tokens)s, %(summary_tokens)s, %(tokenizer)s
+WHERE EXISTS (SELECT 1 FROM pgmem.memories WHERE namespace = %(ns)s AND key = %(memory)s)
+  AND %(first_seq)s::bigint > coalesce((SELECT max(s.last_seq) FROM pgmem.summaries AS s
+                                        WHERE s.namespace = %(ns)s AND s.memory = %(memory)s
+                                          AND s.level = %(level)s), 0)
+ON CONFLICT (namespace, memory, level, first_seq) DO NOTHING
+RETURNING id, level, first_seq, last_seq, content, source_chars, source_tokens, summary_tokens, tokenizer,
+          created_at;
+
+-- name: memory_exists
+SELECT EXISTS (SELECT 1 FROM pgmem.memories WHERE namespace = %(ns)s AND key = %(memory)s);
+
+-- name: list
+-- Every summary of a memory (of one level when %(level)s is not NULL), by level then range.
+SELECT id, level, first_seq, last_seq, content, source_chars, source_tokens, summary_tokens, tokenizer,
+       created_at
+FROM pgmem.summaries
+WHERE namespace = %(ns)s AND memory = %(memory)s AND (%(level)s::smallint IS NULL OR level = %(level)s)
+ORDER BY level, first_seq;
+
+-- name: frontier
+-- The summaries no higher-level summary covers, in range order: together they summarise everything
+-- summarised so far, each message once.
+SELECT s.id, s.level, s.first_seq, s.last_seq, s.content, s.source_chars, s.source_tokens,
+       s.summary_tokens, s.tokenizer, s.created_at
+FROM pgmem.summaries AS s
+WHERE s.namespace = %(ns)s AND s.memory = %(memory)s
+  AND NOT EXISTS (SELECT 1 FROM pgmem.summaries AS p
+                  WHERE p.namespace = s.namespace AND p.memory = s.memory AND p.level = s.level + 1
+                    AND s.first_seq BETWEEN p.first_seq AND p.last_seq)
+ORDER BY s.first_seq, s.level DESC;
+
+-- name: delete_all
+-- Forget a memory's summaries (the messages stay). Returns how many were deleted.
+WITH gone AS (
+    DELETE FROM pgmem.summaries WHERE namespace = %(ns)s AND memory = %(memory)s RETURNING 1
+)
+SELECT count(*) FROM gone;
+
+-- name: level_end
+-- The end of the last summary of a level (0 when there is none).
+SELECT coalesce(max(last_seq), 0) FROM pgmem.summaries
+WHERE namespace = %(ns)s AND memory = %(memory)s AND level = %(level)s;
