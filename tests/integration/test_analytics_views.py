@@ -25,16 +25,44 @@ def _conversation() -> list[Message]:
 
     The first four follow each other; the second file names the design it answers (metadata reply_to).
     """
-    ur = Message(id="m1", content="Build a 2048 game", role="Human", cause_by=UR, sent_from="Human",
-                 created_at=T0)
-    prd = Message(id="m2", content="PRD: 2048 with undo", role="ProductManager", cause_by=PRD,
-                  sent_from="ProductManager", send_to={"Architect"}, created_at=T0 + timedelta(seconds=10))
-    design = Message(id="m3", content="Design: core.py, main.py", role="Architect", cause_by=DESIGN,
-                     sent_from="Architect", send_to={"Engineer"}, created_at=T0 + timedelta(seconds=40))
-    code1 = Message(id="m4", content="def move(board): ...", role="Engineer", cause_by=CODE, sent_from="Engineer",
-                    send_to={"QaEngineer"}, created_at=T0 + timedelta(seconds=100))
-    code2 = Message(id="m5", content="def main(): ...", role="Engineer", cause_by=CODE, sent_from="Engineer",
-                    send_to={"QaEngineer"}, metadata={"reply_to": "m3"}, created_at=T0 + timedelta(seconds=130))
+    ur = Message(id="m1", content="Build a 2048 game", role="Human", cause_by=UR, sent_from="Human", created_at=T0)
+    prd = Message(
+        id="m2",
+        content="PRD: 2048 with undo",
+        role="ProductManager",
+        cause_by=PRD,
+        sent_from="ProductManager",
+        send_to={"Architect"},
+        created_at=T0 + timedelta(seconds=10),
+    )
+    design = Message(
+        id="m3",
+        content="Design: core.py, main.py",
+        role="Architect",
+        cause_by=DESIGN,
+        sent_from="Architect",
+        send_to={"Engineer"},
+        created_at=T0 + timedelta(seconds=40),
+    )
+    code1 = Message(
+        id="m4",
+        content="def move(board): ...",
+        role="Engineer",
+        cause_by=CODE,
+        sent_from="Engineer",
+        send_to={"QaEngineer"},
+        created_at=T0 + timedelta(seconds=100),
+    )
+    code2 = Message(
+        id="m5",
+        content="def main(): ...",
+        role="Engineer",
+        cause_by=CODE,
+        sent_from="Engineer",
+        send_to={"QaEngineer"},
+        metadata={"reply_to": "m3"},
+        created_at=T0 + timedelta(seconds=130),
+    )
     return [ur, prd, design, code1, code2]
 
 
