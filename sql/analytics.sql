@@ -74,8 +74,12 @@ SELECT f.from_action_name,
        round(percentile_cont(0.5) WITHIN GROUP (ORDER BY f.median_delay_s)::numeric, 3) AS median_delay_s,
        min(f.first_seq) AS first_seq,
        string_agg(DISTINCT f.memory, ', ') AS memories
-FROM pgmem.action_flow AS f
-JOIN chosen AS c ON c.namespace = f.namespace AND c.memory = f.memory
+FROM chosen AS c
+-- The constant filters reach the view's tables' indexes; the join with `chosen` is applied after.
+JOIN (SELECT * FROM pgmem.action_flow AS v
+      WHERE (%(ns)s::text IS NULL OR v.namespace = %(ns)s::text)
+        AND (%(memory)s::text IS NULL OR v.memory = %(memory)s::text)) AS f
+  ON f.namespace = c.namespace AND f.memory = c.memory
 WHERE %(since)s::timestamptz IS NULL OR f.last_at >= %(since)s::timestamptz
 GROUP BY 1, 2
 ORDER BY min(f.first_seq), 1, 2;

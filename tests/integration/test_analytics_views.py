@@ -224,3 +224,32 @@ def test_queue_health_matches_a_scripted_history(dsn: str) -> None:
         "SELECT queue, sum(acked), sum(claims) FROM pgmem.queue_throughput WHERE namespace = 'ops' GROUP BY 1",
     )
     assert throughput == [("jobs", 3, 4)]
+
+
+def _scans(plan: dict[str, Any]) -> list[tuple[str, str]]:
+    """(node type, relation) of every scan in an EXPLAIN (FORMAT JSON) plan."""
+    out = [(plan["Node Type"], plan["Relation Name"])] if "Relation Name" in plan else []
+    for child in plan.get("Plans", []):
+        out += _scans(child)
+    return out
+
+
+@pytest.mark.slow
+def test_views_filtered_by_namespace_use_indexes_at_100k_messages(dsn: str) -> None:
+    """The main views, filtered as users filter them, never scan whole tables (100k messages in 100
+    namespaces; benchmarks/views.py times them at 100k and 1M)."""
+    from benchmarks.views import VIEWS, load
+    from pgmem import analytics
+
+    with psycopg.connect(dsn) as conn:
+        load(conn, 100_000, 100)
+        filtered = {name: (query, None) for name, query in VIEWS.items() if "all namespaces" not in name}
+        scope = analytics.Scope("ns1", T0).params()
+        for name in ("agents", "talk", "messages_by_memory", "flow"):
+            filtered[f"stats: {name}"] = (analytics.query_text(name), scope)
+        for name, (query, params) in filtered.items():
+            (plan,) = conn.execute("EXPLAIN (FORMAT JSON) " + query, params).fetchone()  # type: ignore[misc]
+            scans = _scans(plan[0]["Plan"])
+            assert scans, name
+            assert not [s for s in scans if s[0] == "Seq Scan"], (name, scans)
+            assert any("Index" in node or "Bitmap" in node for node, _ in scans), (name, scans)
