@@ -104,8 +104,7 @@ FROM generate_series(0, %(n)s / 100 - 1) AS i
 #: The views as a user queries them: one namespace (and memory), and the aggregates over everything.
 VIEWS: dict[str, str] = {
     "conversation_facts (last 100 of a memory)": (
-        "SELECT * FROM pgmem.conversation_facts WHERE namespace = 'ns1' AND memory = 'team' "
-        "ORDER BY seq DESC LIMIT 100"
+        "SELECT * FROM pgmem.conversation_facts WHERE namespace = 'ns1' AND memory = 'team' ORDER BY seq DESC LIMIT 100"
     ),
     "role_activity (one namespace)": "SELECT * FROM pgmem.role_activity WHERE namespace = 'ns1'",
     "action_activity (one namespace)": "SELECT * FROM pgmem.action_activity WHERE namespace = 'ns1'",

@@ -21,6 +21,9 @@ _UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 6048
 
 #: Bucket widths the activity chart picks from: the smallest that gives at most 60 buckets.
 BUCKETS: tuple[tuple[str, float], ...] = (
+    ("100 milliseconds", 0.1),
+    ("250 milliseconds", 0.25),
+    ("500 milliseconds", 0.5),
     ("1 second", 1),
     ("5 seconds", 5),
     ("15 seconds", 15),

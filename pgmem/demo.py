@@ -323,7 +323,7 @@ def run(
         from pgmem.report import write_report
 
         written = write_report(dsn, report, namespace=namespace)
-        console.print("charts of this run (activity, action flow, queues, tokens) and the SQL behind them:")
+        console.print("charts of this run, with the SQL behind them:", highlight=False)
         console.print(f"  {written.path.resolve().as_uri()}", highlight=False, soft_wrap=True, markup=False)
     if failure:
         console.print(f"[red]{failure}[/red]", highlight=False)

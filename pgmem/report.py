@@ -48,8 +48,10 @@ def _bucket_labels(first: datetime, last: datetime, seconds: float) -> list[date
     return out
 
 
-def _label(t: datetime, span: float) -> str:
+def _label(t: datetime, span: float, step: float = 1.0) -> str:
     t = t.astimezone(UTC)
+    if step < 1:
+        return t.strftime("%H:%M:%S.%f")[:-3]
     if span < 86400:
         return t.strftime("%H:%M:%S")
     return t.strftime("%m-%d %H:%M")
@@ -83,7 +85,7 @@ def collect(conn: psycopg.Connection[Any], scope: Scope) -> dict[str, Any]:
         if i is not None and r["agent"] in per_agent:
             per_agent[r["agent"]][i] += r["messages"]
             tokens[r["agent"]][i] += r["tokens_estimated"] or 0
-    labels = [_label(b, span) for b in buckets]
+    labels = [_label(b, span, seconds) for b in buckets]
     sections["activity"] = {
         "title": f"Messages per agent over time (per {bucket}, UTC)",
         "kind": "stacked",
