@@ -4,6 +4,9 @@
 -- there is one) and the planner pushes the filter down to the tables' (namespace, …) indexes.
 -- Actions (`cause_by`) are kept as stored (e.g. `metagpt.actions.write_prd.WritePRD`); `action_name` is
 -- the part after the last dot.
+-- Changing a view: add a migration that re-creates it (CREATE OR REPLACE VIEW; new columns only at the
+-- end, the columns are public). A view that needs a table from a later migration goes in its own file
+-- (as sql/views_summaries.sql), created by that migration: 0006 runs this file as it is today.
 -- Tokens: `tokens` is the count a writer stored (NULL when nobody counted); `tokens_estimated` falls back
 -- to ceil(characters / 4), OpenAI's rule of thumb for English text.
 
