@@ -103,3 +103,20 @@ async def test_async_client_logs_too(dsn: str) -> None:
         hits = await client.vectors.search("snake", memory="m", k=1, label="async")
     rows = _log(dsn)
     assert [(r[1], r[3], r[6]) for r in rows] == [("vector", "async", [hits[0].message.id])]
+
+
+def test_a_batch_of_vectors_and_a_large_k_are_logged(dsn: str) -> None:
+    with pgmem.connect(dsn, namespace="t", retrieval_log=True) as client:
+        _fill(client)
+        vectors = client.embedder.embed(["snake", "flight"])
+        many = client.vectors.search_many(vectors=list(vectors), memory="role:Eng", k=2, label="vecs")
+        # k above the session's ef_search: the search runs in its own transaction block.
+        wide = client.vectors.search("snake", memory="role:Eng", k=50, label="wide", mode="ann")
+    rows = _log(dsn)
+    assert [(r[1], r[3], r[4], r[5]) for r in rows] == [
+        ("batch", "vecs", None, 2),
+        ("batch", "vecs", None, 2),
+        ("vector", "wide", "snake", 50),
+    ]
+    assert [r[6] for r in rows] == [[h.message.id for h in hs] for hs in [*many, wide]]
+    assert len(rows[2][6]) == len(TEXTS)
