@@ -500,9 +500,14 @@ class VectorCache:
             out.append(ranked[:k])
         return out
 
-    def search(self, memory: str, query: str | Any, k: int = 10, *, threshold: float | None = None) -> list[SearchHit]:
+    def search(
+        self, memory: str, query: str | Any, k: int = 10, *, threshold: float | None = None, label: str | None = None
+    ) -> list[SearchHit]:
         """The ``k`` messages of ``memory`` closest to ``query`` (a text, embedded with the memory's model,
-        or a vector), as :class:`pgmem.search.SearchHit` (their messages fetched in one round trip)."""
+        or a vector), as :class:`pgmem.search.SearchHit` (their messages fetched in one round trip).
+
+        With the client's retrieval log on, the hits are recorded (kind ``cache``, with ``label``) by one
+        more statement; :meth:`search_vectors` never logs."""
         model = self._client.vectors.active_model(memory)
         if model is None:
             raise InvalidInput(f"memory {memory!r} has no embedding model; call client.vectors.enable() first")
@@ -512,6 +517,10 @@ class VectorCache:
             vector = as_query_vector(query, model.dimension)
         (found,) = self.search_vectors(memory, vector, k, threshold=threshold)
         messages = {m.id: m for m in self._client.messages.get_messages([i for i, _ in found])}
+        if self._client.retrieval_log:
+            hits = [(i, s) for i, s in found if i in messages]
+            text = query if isinstance(query, str) else None
+            self._client.vectors.log_retrieval("cache", memory, text, k, hits, label=label)
         return [SearchHit(messages[i], s, 1.0 - s) for i, s in found if i in messages]
 
     def close(self) -> None:

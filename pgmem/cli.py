@@ -84,23 +84,145 @@ def purge_brains(dsn: DsnOption = None) -> None:
     console.print(f"purged {purged} expired brain{'' if purged == 1 else 's'}", highlight=False)
 
 
+SinceOption = Annotated[
+    str | None,
+    typer.Option(
+        "--since", help="Only messages since then: a span back from now (90s, 15m, 2h, 7d, 1w) or an ISO time."
+    ),
+]
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.3f}".rstrip("0").rstrip(".")
+    if isinstance(value, int):
+        return f"{value:,}"
+    if hasattr(value, "isoformat"):
+        return str(value.isoformat(sep=" ", timespec="seconds"))
+    return str(value)
+
+
+def _print_table(title: str, rows: list[dict[str, object]], columns: dict[str, str]) -> None:
+    """A rich table of ``rows`` (``columns``: key -> header); numbers right-aligned."""
+    table = Table(title=title, title_justify="left")
+    numeric = {k for k in columns if any(isinstance(r.get(k), int | float) for r in rows)}
+    for key, header in columns.items():
+        table.add_column(header, justify="right" if key in numeric else "left")
+    for row in rows:
+        table.add_row(*(_cell(row.get(k)) for k in columns))
+    console.print(table)
+
+
 @app.command()
 def stats(
     dsn: DsnOption = None,
     namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Only this namespace.")] = None,
+    since: SinceOption = None,
 ) -> None:
-    """Message counts by namespace, memory, role and action."""
+    """The main figures from pgmem's analytics views (docs/analytics.md), as tables.
+
+    Messages by namespace, memory, role and action; agents; the action flow; who talks to whom; queue
+    health; logged searches.
+    """
+    from pgmem import analytics
+    from pgmem.errors import translate
+
+    scope = analytics.Scope(namespace, analytics.parse_since(since))
+    resolved = _dsn(dsn)
     import pgmem
 
-    with pgmem.connect(_dsn(dsn), namespace=namespace or "default", min_size=0, max_size=1) as client:
-        rows = client.messages.stats(all_namespaces=namespace is None)
+    with pgmem.connect(resolved, namespace=namespace or "default", min_size=0, max_size=1) as client:
+        with translate(), client.connection() as conn:
+            by_memory = analytics.fetch(conn, "messages_by_memory", scope)
+            agents = analytics.fetch(conn, "agents", scope)
+            flow = analytics.fetch(conn, "flow", scope)
+            talk = analytics.fetch(conn, "talk", scope)
+            queues = analytics.fetch(conn, "queues", scope)
+            retrievals = analytics.fetch(conn, "retrievals", scope)
+            summaries = analytics.fetch(conn, "summaries", scope)
     table = Table(title="messages by namespace, memory, role and action")
     for column in ("namespace", "memory", "role", "action", "messages"):
         table.add_column(column, justify="right" if column == "messages" else "left")
-    for ns, memory, role, action, count in rows:
-        table.add_row(ns, memory, role, action or "-", str(count))
+    for r in by_memory:
+        table.add_row(r["namespace"], r["memory"], r["role"], r["action"] or "-", str(r["messages"]))
     console.print(table)
-    console.print(f"{sum(r[4] for r in rows)} message references in {len({(r[0], r[1]) for r in rows})} memories")
+    memories = len({(r["namespace"], r["memory"]) for r in by_memory})
+    console.print(f"{sum(r['messages'] for r in by_memory)} message references in {memories} memories")
+    _print_table(
+        "agents (each message once)",
+        agents,
+        {
+            "agent": "agent",
+            "messages": "messages",
+            "characters": "characters",
+            "tokens": "tokens (counted)",
+            "tokens_estimated": "tokens (est.)",
+            "first_seen": "first",
+            "last_seen": "last",
+        },
+    )
+    _print_table(
+        "action flow (largest memory of each namespace)",
+        flow,
+        {"from_action_name": "from", "to_action_name": "to", "edges": "edges", "median_delay_s": "median delay (s)"},
+    )
+    _print_table("who talks to whom", talk, {"sender": "sender", "recipient": "recipient", "messages": "messages"})
+    if queues:
+        _print_table(
+            "queue health (now)",
+            queues,
+            {
+                "namespace": "namespace",
+                "queue": "queue",
+                "depth": "depth",
+                "available": "available",
+                "leased": "leased",
+                "delayed": "delayed",
+                "dead": "dead",
+                "acked": "acked",
+                "oldest_pending_s": "oldest (s)",
+                "retries": "retries",
+                "acked_last_minute": "acked/1m",
+            },
+        )
+    if retrievals:
+        _print_table("logged searches", retrievals, {"label": "label", "searches": "searches", "hits": "hits"})
+    if summaries:
+        _print_table(
+            "summaries (compression per memory and level)",
+            summaries,
+            {
+                "namespace": "namespace",
+                "memory": "memory",
+                "level": "level",
+                "summaries": "summaries",
+                "source_chars": "chars summarised",
+                "char_ratio": "chars ratio",
+                "token_ratio": "tokens ratio",
+            },
+        )
+
+
+@app.command()
+def report(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the HTML page.")] = Path("pgmem-report.html"),
+    dsn: DsnOption = None,
+    namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Only this namespace.")] = None,
+    since: SinceOption = None,
+    memory: Annotated[
+        str | None, typer.Option("--memory", help="Draw this memory's action flow (default: each namespace's largest).")
+    ] = None,
+) -> None:
+    """Write a self-contained HTML report (charts and the SQL behind them); opens offline in any browser."""
+    from pgmem import analytics
+    from pgmem.report import write_report
+
+    written = write_report(_dsn(dsn), out, namespace=namespace, since=analytics.parse_since(since), memory=memory)
+    console.print(
+        f"report on {written.messages} messages written to {written.path.resolve()}", highlight=False, soft_wrap=True
+    )
 
 
 @app.command()
@@ -164,11 +286,14 @@ def demo(
     dsn: DsnOption = None,
     namespace: Annotated[str, typer.Option("--namespace", "-n", help="Namespace of the demo run.")] = "demo",
     idea: Annotated[str, typer.Option("--idea", help="What the team builds.")] = "a 2048 game in the terminal",
+    report: Annotated[
+        Path, typer.Option("--report", help="Where to write the run's HTML report (see `pgmem report`).")
+    ] = Path("pgmem-demo-report.html"),
 ) -> None:
     """Run a small software team as separate processes sharing one memory, then report from SQL."""
     from pgmem.demo import run
 
-    run(_dsn(dsn), namespace=namespace, console=console, idea=idea)
+    run(_dsn(dsn), namespace=namespace, console=console, idea=idea, report=report)
 
 
 def main() -> None:

@@ -16,6 +16,7 @@ import re
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -244,9 +245,15 @@ def _progress(console: Console, m: Message) -> None:
 
 
 def run(
-    dsn: str, *, namespace: str = "demo", console: Console | None = None, idea: str = "a 2048 game in the terminal"
+    dsn: str,
+    *,
+    namespace: str = "demo",
+    console: Console | None = None,
+    idea: str = "a 2048 game in the terminal",
+    report: Path | None = None,
 ) -> None:
-    """Run the team in ``namespace`` (its memories are cleared first), wait for it, and print the report.
+    """Run the team in ``namespace`` (its memories are cleared first), wait for it, and print the report;
+    with ``report``, also write the HTML report of the namespace there (``pgmem report``) and say where.
 
     Raises:
         DemoIncomplete: a role process died, or the team did not finish in time (after the report).
@@ -315,6 +322,12 @@ def run(
         if failure is None:
             _summarise(client, console)
     _report(dsn, namespace, console, time.monotonic() - started)
+    if report is not None:
+        from pgmem.report import write_report
+
+        written = write_report(dsn, report, namespace=namespace)
+        console.print("charts of this run, with the SQL behind them:", highlight=False)
+        console.print(f"  {written.path.resolve().as_uri()}", highlight=False, soft_wrap=True, markup=False)
     if failure:
         console.print(f"[red]{failure}[/red]", highlight=False)
         raise DemoIncomplete(failure)

@@ -26,7 +26,7 @@ from sqlalchemy import (
     Text,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
+from sqlalchemy.dialects.postgresql import ARRAY, DOUBLE_PRECISION, JSONB, TSVECTOR
 
 SCHEMA = "pgmem"
 
@@ -89,6 +89,8 @@ messages = Table(
     Index("messages_content_hash_idx", "namespace", "content_hash"),
     Index("messages_send_to_idx", "send_to", postgresql_using="gin"),
     Index("messages_tsv_idx", "tsv", postgresql_using="gin"),
+    # Analytics (migration 0006): time windows of one namespace (pgmem stats --since, the report).
+    Index("messages_created_idx", "namespace", "created_at"),
     comment="Every message, stored once per namespace; memories refer to it through memory_entries.",
 )
 
@@ -406,6 +408,31 @@ store_files = Table(
     comment="Files indexed by a file store, with the hash they were indexed at (re-indexed when it changes).",
 )
 
+# -- analytics (migration 0006) ------------------------------------------------------------------------
+# The views over these tables are defined in sql/views.sql (created by the migration, documented in
+# docs/analytics.md); alembic does not compare views.
+
+retrieval_log = Table(
+    "retrieval_log",
+    metadata,
+    Column("namespace", Text, nullable=False),
+    Column("id", BigInteger, Identity(always=False), nullable=False),
+    Column("logged_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("kind", Text, nullable=False, comment="vector | batch | hybrid | cache: which search answered"),
+    Column("memory", Text, nullable=True, comment="the memory searched (NULL: the whole namespace)"),
+    Column("label", Text, nullable=True, comment="the caller's label, e.g. the prompt or the stage"),
+    Column("query", Text, nullable=True, comment="the query text (NULL for a query vector)"),
+    Column("k", Integer, nullable=False, comment="how many hits were asked for"),
+    Column("message_ids", ARRAY(Text), nullable=False, comment="the hits, best first (rank = position)"),
+    Column("scores", ARRAY(DOUBLE_PRECISION), nullable=False, comment="their scores, in the same order"),
+    PrimaryKeyConstraint("namespace", "id", name="retrieval_log_pkey"),
+    Index("retrieval_log_logged_idx", "namespace", "logged_at"),
+    Index("retrieval_log_label_idx", "namespace", "label", "logged_at"),
+    comment="Searches and what they returned (opt-in: PGMEM_RETRIEVAL_LOG=1); pgmem.retrieval_hits unnests it.",
+)
+
+# -- end of analytics ------------------------------------------------------------------------------------
+
 __all__ = [
     "FTS_MAX_CHARS",
     "SCHEMA",
@@ -425,5 +452,6 @@ __all__ = [
     "metadata",
     "queue_archive",
     "queue_items",
+    "retrieval_log",
     "subscriptions",
 ]

@@ -393,9 +393,65 @@ def hybrid_search_sql(model: EmbeddingModel, f: SearchFilters, strategy: str) ->
     )
 
 
+#: The row order each kind of search returns (the logged variant re-sorts the hits it read back).
+_ORDER = {
+    "vector": "h.distance, h.id",
+    "batch": "h.ord, h.distance, h.id",
+    "hybrid": "h.score DESC, h.id",
+}
+
+
+def logged_sql(kind: str, search: sql.Composable, k: int = 0) -> sql.Composed:
+    """``search`` that also records what it returned in ``pgmem.retrieval_log``, in the same statement.
+
+    The hits go through a CTE; one log row per query (for ``batch``, per query text of
+    ``%(log_queries)s``, in order) lists their ids and scores best first. Parameters beyond the search's:
+    ``log_label`` and ``log_query`` (``log_queries`` for a batch). Nothing is logged when the memory
+    switched models under the search (its rows' ``ok`` is NULL; the caller searches again).
+    """
+    order = sql.SQL(_ORDER[kind])
+    score = sql.SQL("h.score") if kind == "hybrid" else sql.SQL("1 - h.distance")
+    if kind == "hybrid":
+        limit: sql.Composable = sql.SQL("%(limit)s")
+    else:
+        limit = sql.Literal(k) if k else sql.SQL("%(k)s")
+    columns = sql.SQL(
+        "coalesce(array_agg(h.id ORDER BY {order}) FILTER (WHERE h.id IS NOT NULL), '{{}}'), "
+        "coalesce(array_agg({score} ORDER BY {order}) FILTER (WHERE h.id IS NOT NULL), '{{}}')"
+    ).format(order=order, score=score)
+    if kind == "batch":
+        source = sql.SQL(
+            "SELECT %(ns)s, {kind}, %(memory)s::text, %(log_label)s::text, q.text, {limit}::int, {columns} "
+            "FROM unnest(%(log_queries)s::text[]) WITH ORDINALITY AS q(text, ord) "
+            "LEFT JOIN hits h ON h.ord = q.ord "
+            "GROUP BY q.ord, q.text HAVING NOT coalesce(bool_or(h.id IS NOT NULL AND h.ok IS NULL), false) "
+            "ORDER BY q.ord"
+        )
+    else:
+        source = sql.SQL(
+            "SELECT %(ns)s, {kind}, %(memory)s::text, %(log_label)s::text, %(log_query)s::text, {limit}::int, "
+            "{columns} FROM hits h HAVING NOT coalesce(bool_or(h.ok IS NULL), false)"
+        )
+    return sql.SQL(
+        "WITH hits AS MATERIALIZED ({search}), logged AS (INSERT INTO pgmem.retrieval_log "
+        "(namespace, kind, memory, label, query, k, message_ids, scores) {source}) "
+        "SELECT * FROM hits h ORDER BY {order}"
+    ).format(
+        search=search,
+        source=source.format(kind=sql.Literal(kind), limit=limit, columns=columns),
+        order=order,
+    )
+
+
 @functools.lru_cache(maxsize=1024)
 def _statement(
-    kind: str, model: EmbeddingModel, shape: tuple[bool, ...], strategy: str, k: int, bounded: bool
+    kind: str,
+    model: EmbeddingModel,
+    shape: tuple[bool, ...],
+    strategy: str,
+    k: int,
+    bounded: bool,
+    logged: bool = False,
 ) -> LiteralString:
     filters = SearchFilters(
         "m" if shape[0] else None,
@@ -414,17 +470,27 @@ def _statement(
         composed = batch_search_sql(model, filters, strategy, k)
     else:
         composed = hybrid_search_sql(model, filters, strategy)
+    if logged:
+        composed = logged_sql(kind, composed, k)
     # Only integers (model id, dimension) are embedded as literals: no quoting context is needed.
     text: LiteralString = composed.as_string(None)
     return text
 
 
 def statement(
-    kind: str, model: EmbeddingModel, filters: SearchFilters, strategy: str = "ann", k: int = 0, bounded: bool = True
+    kind: str,
+    model: EmbeddingModel,
+    filters: SearchFilters,
+    strategy: str = "ann",
+    k: int = 0,
+    bounded: bool = True,
+    *,
+    logged: bool = False,
 ) -> LiteralString:
     """The SQL text of a search (``kind``: vector, batch, hybrid, or count), composed once per model,
     set of filters in use, strategy, ``k`` (vector and batch searches) and threshold use (``bounded``,
-    vector searches), then reused: the same text lets psycopg prepare it on the server."""
+    vector searches), then reused: the same text lets psycopg prepare it on the server. ``logged``: the
+    variant that also writes ``pgmem.retrieval_log`` (:func:`logged_sql`)."""
     shape = tuple(
         v is not None
         for v in (
@@ -437,7 +503,7 @@ def statement(
             filters.max_seq,
         )
     )
-    return _statement(kind, model, shape, strategy, k, bounded)
+    return _statement(kind, model, shape, strategy, k, bounded, logged)
 
 
 def as_query_vector(vector: Any, dimension: int) -> np.ndarray[Any, np.dtype[np.float32]]:

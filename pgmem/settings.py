@@ -23,6 +23,8 @@ class Settings(BaseSettings):
     ``openai`` (model ``PGMEM_OPENAI_EMBEDDING_MODEL``, dimension ``PGMEM_OPENAI_EMBEDDING_DIMENSION``,
     key and ``base_url`` from ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``) or
     ``sentence-transformers:<model>`` (the ``pgmem[local]`` extra).
+    ``PGMEM_RETRIEVAL_LOG``: ``1`` records every search's hits in ``pgmem.retrieval_log`` (default off;
+    a client's ``retrieval_log=`` overrides it). See docs/analytics.md.
     """
 
     model_config = SettingsConfigDict(env_prefix="PGMEM_", extra="ignore")
@@ -35,6 +37,7 @@ class Settings(BaseSettings):
     embedder: str = "hashing"
     openai_embedding_model: str = "text-embedding-3-small"
     openai_embedding_dimension: int = 1536
+    retrieval_log: bool = False
 
 
 def get_settings() -> Settings:

@@ -201,3 +201,8 @@ DELETE FROM pgmem.vector_log WHERE logged_at < now() - %(older_than)s::interval;
 -- name: vector_rows
 -- How many vectors are stored (planner statistics: no scan), for the exact-or-index choice.
 SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = 'pgmem.embeddings'::regclass;
+
+-- name: log_retrieval
+-- One search answered by the FAISS cache (pgmem.cache), recorded in the retrieval log (opt-in).
+INSERT INTO pgmem.retrieval_log (namespace, kind, memory, label, query, k, message_ids, scores)
+VALUES (%(ns)s, %(kind)s, %(memory)s, %(label)s, %(query)s, %(k)s, %(ids)s::text[], %(scores)s::float8[]);

@@ -76,15 +76,11 @@ def upgrade() -> None:
     op.create_index(
         "summaries_range_key", "summaries", ["namespace", "memory", "level", "first_seq"], unique=True, schema="pgmem"
     )
-    op.create_index(
-        "summaries_last_seq_idx", "summaries", ["namespace", "memory", "level", "last_seq"], schema="pgmem"
-    )
+    op.create_index("summaries_last_seq_idx", "summaries", ["namespace", "memory", "level", "last_seq"], schema="pgmem")
     op.create_table(
         "brain_memories",
         sa.Column("namespace", sa.Text(), nullable=False),
-        sa.Column(
-            "key", sa.Text(), nullable=False, comment="the memory (pgmem.memories.key) holding the history"
-        ),
+        sa.Column("key", sa.Text(), nullable=False, comment="the memory (pgmem.memories.key) holding the history"),
         sa.Column("redis_key", sa.Text(), nullable=False, comment="the caller's key (MetaGPT's redis key)"),
         sa.Column("historical_summary", sa.Text(), server_default=sa.text("''"), nullable=False),
         sa.Column(

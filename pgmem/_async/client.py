@@ -41,6 +41,8 @@ class AsyncClient:
         brains: the :class:`AsyncBrainRepository` (MetaGPT BrainMemory state, with a TTL).
         embedder: the embedding provider of this client (default: the configured one, see
             :func:`pgmem.embeddings.default_embedder`).
+        retrieval_log: whether searches record what they returned in ``pgmem.retrieval_log`` (default:
+            ``PGMEM_RETRIEVAL_LOG``, off); may be switched at any time.
     """
 
     def __init__(
@@ -52,6 +54,7 @@ class AsyncClient:
         owns_pool: bool = False,
         conninfo: str | None = None,
         embedder: Embedder | None = None,
+        retrieval_log: bool | None = None,
     ) -> None:
         if (pool is None) == (connection is None):
             raise InvalidInput("a client needs exactly one of a pool or a connection")
@@ -67,6 +70,7 @@ class AsyncClient:
         self.vectors = AsyncVectorRepository(self)
         self.summaries = AsyncSummaryRepository(self)
         self.brains = AsyncBrainRepository(self)
+        self.retrieval_log = get_settings().retrieval_log if retrieval_log is None else bool(retrieval_log)
 
     @property
     def embedder(self) -> Embedder:
@@ -84,6 +88,7 @@ class AsyncClient:
             owns_pool=False,
             conninfo=self.conninfo,
             embedder=self._embedder,
+            retrieval_log=self.retrieval_log,
         )
 
     async def search(self, query: str | None = None, **kwargs: Any) -> list[Any]:
@@ -195,6 +200,7 @@ async def aconnect(
     min_size: int = 1,
     max_size: int = 10,
     embedder: Embedder | None = None,
+    retrieval_log: bool | None = None,
 ) -> AsyncClient:
     """Connect to pgmem.
 
@@ -207,6 +213,8 @@ async def aconnect(
             With ``False`` an out-of-date schema raises :class:`pgmem.SchemaOutOfDate`.
         embedder: the embedding provider for semantic memory (default: ``PGMEM_EMBEDDER``, else the
             offline hashing embedder).
+        retrieval_log: record every search's hits in ``pgmem.retrieval_log`` (default:
+            ``PGMEM_RETRIEVAL_LOG``, off).
 
     Example:
         >>> async with await pgmem.aconnect(namespace="demo") as client:
@@ -215,12 +223,20 @@ async def aconnect(
     check_namespace(namespace)
     if isinstance(dsn, AsyncConnection):
         await _ensure_schema(_conninfo_of(dsn), migrate)
-        return AsyncClient(namespace=namespace, connection=dsn, conninfo=_conninfo_of(dsn), embedder=embedder)
+        return AsyncClient(
+            namespace=namespace,
+            connection=dsn,
+            conninfo=_conninfo_of(dsn),
+            embedder=embedder,
+            retrieval_log=retrieval_log,
+        )
     if isinstance(dsn, AsyncConnectionPool):
         async with dsn.connection() as conn:
             conninfo = _conninfo_of(conn)
         await _ensure_schema(conninfo, migrate)
-        return AsyncClient(namespace=namespace, pool=dsn, conninfo=conninfo, embedder=embedder)
+        return AsyncClient(
+            namespace=namespace, pool=dsn, conninfo=conninfo, embedder=embedder, retrieval_log=retrieval_log
+        )
     if dsn is not None and not isinstance(dsn, str):
         raise InvalidInput(f"dsn must be a string, a psycopg connection or pool, not {type(dsn).__name__}")
     if min_size < 0 or max_size < 1 or min_size > max_size:
@@ -239,7 +255,14 @@ async def aconnect(
     )
     with translate():
         await pool.open(wait=True, timeout=30)
-    return AsyncClient(namespace=namespace, pool=pool, owns_pool=True, conninfo=conninfo, embedder=embedder)
+    return AsyncClient(
+        namespace=namespace,
+        pool=pool,
+        owns_pool=True,
+        conninfo=conninfo,
+        embedder=embedder,
+        retrieval_log=retrieval_log,
+    )
 
 
 def _conninfo_of(conn: AsyncConnection[Any]) -> str:

@@ -400,6 +400,7 @@ class AsyncVectorRepository(AsyncRepository):
         mode: str = "auto",
         exact_limit: int | None = None,
         embedder: Embedder | None = None,
+        label: str | None = None,
         connection: AsyncConnection[Any] | None = None,
     ) -> list[SearchHit]:
         """The ``k`` messages closest to ``query`` (text, embedded with the memory's model) or ``vector``.
@@ -408,7 +409,9 @@ class AsyncVectorRepository(AsyncRepository):
         range (``max_seq``: only the memory's entries up to that sequence number); the search stays
         complete under them (see :mod:`pgmem.search`). ``threshold`` keeps hits
         whose score (cosine similarity) is at least that. ``mode``: ``auto`` (exact for small filtered
-        sets, else the HNSW index), ``exact`` or ``ann``.
+        sets, else the HNSW index), ``exact`` or ``ann``. ``label``: the caller's name for this search (e.g.
+        the prompt or the stage), recorded with its hits when the client's retrieval log is on
+        (``PGMEM_RETRIEVAL_LOG=1``; ``pgmem.retrieval_hits``), in the same statement.
         """
         filters = SearchFilters(memory, cause_by, role, sender, since, until, max_seq)
         if (query is None) == (vector is None):
@@ -423,6 +426,7 @@ class AsyncVectorRepository(AsyncRepository):
             exact_limit,
             embedder,
             connection,
+            label,
         )
         return results[0]
 
@@ -438,9 +442,11 @@ class AsyncVectorRepository(AsyncRepository):
         threshold: float | None = None,
         exact_limit: int | None = None,
         embedder: Embedder | None = None,
+        label: str | None = None,
         connection: AsyncConnection[Any] | None = None,
     ) -> list[list[SearchHit]]:
-        """:meth:`search` for many texts (or vectors) at once: one embedding call and one statement."""
+        """:meth:`search` for many texts (or vectors) at once: one embedding call and one statement (the
+        retrieval log, when on, gets one row per query, all with ``label``)."""
         filters = SearchFilters(memory, cause_by, max_seq=max_seq)
         if (queries is None) == (vectors is None):
             raise InvalidInput("search_many needs exactly one of query texts or vectors")
@@ -464,10 +470,13 @@ class AsyncVectorRepository(AsyncRepository):
                 "max_distance": 2.0 if threshold is None else 1.0 - threshold,
                 **filters.params(),
             }
+            logged = self._client.retrieval_log
+            if logged:
+                params["log_label"] = log_text(label)
+                params["log_queries"] = [log_text(t) for t in texts] if texts is not None else [None] * count
             strategy = await self._strategy(model, filters, "auto", exact_limit, connection)
-            (rows,) = await self._run_searches(
-                statement("batch", model, filters, strategy, k), [params], k, connection, _iterative(filters, strategy)
-            )
+            query = statement("batch", model, filters, strategy, k, logged=logged)
+            (rows,) = await self._run_searches(query, [params], k, connection, _iterative(filters, strategy))
             if await self._switched(rows, filters, model):
                 continue
             out: list[list[SearchHit]] = [[] for _ in range(count)]
@@ -548,6 +557,7 @@ class AsyncVectorRepository(AsyncRepository):
         exact_limit: int | None,
         embedder: Embedder | None,
         connection: AsyncConnection[Any] | None,
+        label: str | None = None,
     ) -> list[list[SearchHit]]:
         check_exact_limit(exact_limit)
         for attempt in (1, 2):
@@ -560,13 +570,17 @@ class AsyncVectorRepository(AsyncRepository):
                 assert vectors is not None
                 qs = np.stack([as_query_vector(v, model.dimension) for v in vectors])
             strategy = await self._strategy(model, filters, mode, exact_limit, connection)
-            query = statement("vector", model, filters, strategy, k, threshold is not None)
+            logged = self._client.retrieval_log
+            query = statement("vector", model, filters, strategy, k, threshold is not None, logged=logged)
             base = {"ns": self.namespace, **filters.params()}
             if threshold is not None:
                 base["max_distance"] = 1.0 - threshold
-            rows = await self._run_searches(
-                query, [{**base, "q": q} for q in qs], k, connection, _iterative(filters, strategy)
-            )
+            params = [{**base, "q": q} for q in qs]
+            if logged:
+                for i, p in enumerate(params):
+                    p["log_label"] = log_text(label)
+                    p["log_query"] = log_text(texts[i]) if texts is not None else None
+            rows = await self._run_searches(query, params, k, connection, _iterative(filters, strategy))
             if any([await self._switched(found, filters, model) for found in rows]):
                 continue  # the memory switched models under us: look it up again
             return [_hits(found) for found in rows]
@@ -633,13 +647,15 @@ class AsyncVectorRepository(AsyncRepository):
         rrf_k: int = 60,
         half_life: timedelta | float | None = None,
         embedder: Embedder | None = None,
+        label: str | None = None,
         connection: AsyncConnection[Any] | None = None,
     ) -> list[SearchHit]:
         """Full-text and vector rankings fused by reciprocal rank fusion, in one statement.
 
         ``score = w_vector / (rrf_k + vector rank) + w_text / (rrf_k + text rank)``, times
         ``0.5 ** (age / half_life)`` with a recency half-life (a timedelta or seconds). Each ranking is cut
-        at ``max(4 k, 40)`` candidates; the result's ``distance`` is None for text-only hits.
+        at ``max(4 k, 40)`` candidates; the result's ``distance`` is None for text-only hits. ``label``: as
+        in :meth:`search` (the log records the fused scores).
         """
         filters = SearchFilters(memory, cause_by, role, sender, since, until)
         if not isinstance(text, str) or not text.strip():
@@ -668,9 +684,13 @@ class AsyncVectorRepository(AsyncRepository):
                 "half_life": seconds,
                 **filters.params(),
             }
+            logged = self._client.retrieval_log
+            if logged:
+                params["log_label"] = log_text(label)
+                params["log_query"] = log_text(text)
             strategy = await self._strategy(model, filters, "auto", None, connection)
             (rows,) = await self._run_searches(
-                statement("hybrid", model, filters, strategy),
+                statement("hybrid", model, filters, strategy, logged=logged),
                 [params],
                 depth,
                 connection,
@@ -682,6 +702,30 @@ class AsyncVectorRepository(AsyncRepository):
                 SearchHit(decode(row[:14]), float(row[15]), None if row[14] is None else float(row[14])) for row in rows
             ]
         raise EmbeddingError(f"memory {filters.memory!r} keeps switching embedding models; try again")
+
+    async def log_retrieval(
+        self,
+        kind: str,
+        memory: str | None,
+        query: str | None,
+        k: int,
+        hits: Sequence[tuple[str, float]],
+        *,
+        label: str | None = None,
+        connection: AsyncConnection[Any] | None = None,
+    ) -> None:
+        """Record a search answered outside Postgres (the FAISS cache) in ``pgmem.retrieval_log``: one
+        statement. ``hits``: ``(message id, score)``, best first."""
+        params = {
+            "kind": kind,
+            "memory": memory,
+            "label": log_text(label),
+            "query": log_text(query),
+            "k": k,
+            "ids": [h[0] for h in hits],
+            "scores": [float(h[1]) for h in hits],
+        }
+        await self._rows("log_retrieval", params, connection)
 
     # -- consistency --------------------------------------------------------------------------------
 
@@ -710,6 +754,16 @@ def _hits(rows: list[tuple[Any, ...]]) -> list[SearchHit]:
             rows = sorted(rows, key=lambda r: (r[14], r[1]))
             break
     return [_hit(row) for row in rows]
+
+
+def log_text(value: str | None) -> str | None:
+    """A label or query text as the retrieval log stores it: NUL bytes (which Postgres ``text`` rejects)
+    become U+FFFD and lone surrogates ``?``; nothing is cut."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidInput(f"a search label must be a string, not {type(value).__name__}")
+    return value.encode("utf-8", "replace").decode("utf-8").replace("\x00", "\ufffd")
 
 
 def _hit(row: tuple[Any, ...]) -> SearchHit:

@@ -42,6 +42,8 @@ class Client:
         brains: the :class:`AsyncBrainRepository` (MetaGPT BrainMemory state, with a TTL).
         embedder: the embedding provider of this client (default: the configured one, see
             :func:`pgmem.embeddings.default_embedder`).
+        retrieval_log: whether searches record what they returned in ``pgmem.retrieval_log`` (default:
+            ``PGMEM_RETRIEVAL_LOG``, off); may be switched at any time.
     """
 
     def __init__(
@@ -53,6 +55,7 @@ class Client:
         owns_pool: bool = False,
         conninfo: str | None = None,
         embedder: Embedder | None = None,
+        retrieval_log: bool | None = None,
     ) -> None:
         if (pool is None) == (connection is None):
             raise InvalidInput("a client needs exactly one of a pool or a connection")
@@ -68,6 +71,7 @@ class Client:
         self.vectors = VectorRepository(self)
         self.summaries = SummaryRepository(self)
         self.brains = BrainRepository(self)
+        self.retrieval_log = get_settings().retrieval_log if retrieval_log is None else bool(retrieval_log)
 
     @property
     def embedder(self) -> Embedder:
@@ -85,6 +89,7 @@ class Client:
             owns_pool=False,
             conninfo=self.conninfo,
             embedder=self._embedder,
+            retrieval_log=self.retrieval_log,
         )
 
     def search(self, query: str | None = None, **kwargs: Any) -> list[Any]:
@@ -196,6 +201,7 @@ def connect(
     min_size: int = 1,
     max_size: int = 10,
     embedder: Embedder | None = None,
+    retrieval_log: bool | None = None,
 ) -> Client:
     """Connect to pgmem.
 
@@ -208,6 +214,8 @@ def connect(
             With ``False`` an out-of-date schema raises :class:`pgmem.SchemaOutOfDate`.
         embedder: the embedding provider for semantic memory (default: ``PGMEM_EMBEDDER``, else the
             offline hashing embedder).
+        retrieval_log: record every search's hits in ``pgmem.retrieval_log`` (default:
+            ``PGMEM_RETRIEVAL_LOG``, off).
 
     Example:
         >>> async with await pgmem.aconnect(namespace="demo") as client:
@@ -216,12 +224,20 @@ def connect(
     check_namespace(namespace)
     if isinstance(dsn, Connection):
         _ensure_schema(_conninfo_of(dsn), migrate)
-        return Client(namespace=namespace, connection=dsn, conninfo=_conninfo_of(dsn), embedder=embedder)
+        return Client(
+            namespace=namespace,
+            connection=dsn,
+            conninfo=_conninfo_of(dsn),
+            embedder=embedder,
+            retrieval_log=retrieval_log,
+        )
     if isinstance(dsn, ConnectionPool):
         with dsn.connection() as conn:
             conninfo = _conninfo_of(conn)
         _ensure_schema(conninfo, migrate)
-        return Client(namespace=namespace, pool=dsn, conninfo=conninfo, embedder=embedder)
+        return Client(
+            namespace=namespace, pool=dsn, conninfo=conninfo, embedder=embedder, retrieval_log=retrieval_log
+        )
     if dsn is not None and not isinstance(dsn, str):
         raise InvalidInput(f"dsn must be a string, a psycopg connection or pool, not {type(dsn).__name__}")
     if min_size < 0 or max_size < 1 or min_size > max_size:
@@ -240,7 +256,14 @@ def connect(
     )
     with translate():
         pool.open(wait=True, timeout=30)
-    return Client(namespace=namespace, pool=pool, owns_pool=True, conninfo=conninfo, embedder=embedder)
+    return Client(
+        namespace=namespace,
+        pool=pool,
+        owns_pool=True,
+        conninfo=conninfo,
+        embedder=embedder,
+        retrieval_log=retrieval_log,
+    )
 
 
 def _conninfo_of(conn: Connection[Any]) -> str:

@@ -6,6 +6,7 @@ import io
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -83,7 +84,7 @@ def test_demo_twice_gives_the_same_report_and_follows_the_idea(dsn: str) -> None
     assert tables[0] == tables[1]
 
 
-def test_cli_demo(dsn: str) -> None:
+def test_cli_demo(dsn: str, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
     result = subprocess.run(
         [sys.executable, "-m", "pgmem.cli", "demo", "--dsn", dsn, "--namespace", "cli", "--idea", "a chess clock"],
@@ -91,7 +92,12 @@ def test_cli_demo(dsn: str) -> None:
         text=True,
         timeout=120,
         env=env,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
     assert "WriteCodeReview" in result.stdout and "finished in" in result.stdout
     assert "a chess clock" in result.stdout
+    # It ends by pointing to the report it wrote (default: pgmem-demo-report.html in the working directory).
+    report = tmp_path / "pgmem-demo-report.html"
+    assert report.exists() and "data-chart=" in report.read_text()
+    assert result.stdout.rstrip().splitlines()[-1].strip() == report.resolve().as_uri()
