@@ -41,6 +41,7 @@ from typing import Any, Literal
 
 import numpy as np
 import psycopg
+from psycopg import pq
 
 from pgmem import queries as _queries
 from pgmem._sync.client import Client
@@ -55,6 +56,7 @@ log = logging.getLogger("pgmem.cache")
 
 CHANNEL = "pgmem_vectors"
 Q = _queries.load("vectors")
+_HEAD_STATEMENT = b"pgmem_cache_head"
 _ID_BYTES = 120  # a Python str id and its dict slot, roughly
 
 
@@ -180,6 +182,8 @@ class VectorCache:
         # The cache's own connection for its reads (no pool checkout on the strict path).
         self._reader: psycopg.Connection[Any] | None = None
         self._reader_lock = threading.Lock()
+        self._head_prepared = False
+        self._namespace_bytes = client.namespace.encode()
         import faiss
 
         faiss.omp_set_num_threads(faiss_threads)
@@ -296,13 +300,10 @@ class VectorCache:
         with self._reader_lock:
             for attempt in (1, 2):
                 try:
-                    if self._reader is None or self._reader.closed:
-                        self._reader = psycopg.Connection.connect(self._client.conninfo or "", autocommit=True)
-                    return self._reader.execute(Q[name], params, binary=True, prepare=True).fetchall()
+                    reader = self._reader_connection()
+                    return reader.execute(Q[name], params, binary=True, prepare=True).fetchall()
                 except psycopg.OperationalError:
-                    if self._reader is not None:
-                        self._reader.close()
-                    self._reader = None
+                    self._drop_reader()
                     if attempt == 2:
                         raise
         raise AssertionError("unreachable")
@@ -314,9 +315,54 @@ class VectorCache:
         return rev, [r[0] for r in kept], unpack_vectors([r[1] for r in kept], model.dimension)
 
     def _head(self, memory: str) -> int:
-        """The memory's high-water mark (one primary-key read)."""
-        rows = self._read("cache_head", {"memory": memory})
+        """The memory's high-water mark (one primary-key read).
+
+        The strict mode's check before every answer, so it skips psycopg's cursor layer: a statement
+        prepared once on the reader connection, run through libpq with a binary result (at 1k vectors
+        per memory the check cost 54 µs through a cursor against 19 µs for a prepared ``SELECT 1``).
+        """
+        with self._reader_lock:
+            for attempt in (1, 2):
+                try:
+                    pgconn = self._reader_connection().pgconn
+                    if not self._head_prepared:
+                        return self._head_by_cursor(memory)
+                    res = pgconn.exec_prepared(
+                        _HEAD_STATEMENT, [self._namespace_bytes, memory.encode()], result_format=1
+                    )
+                    if res.status == pq.ExecStatus.TUPLES_OK:
+                        value = res.get_value(0, 0) if res.ntuples else None
+                        return 0 if value is None else int.from_bytes(value, "big", signed=True)
+                    message = (res.error_message or b"").decode("utf-8", "replace").strip()
+                    if pgconn.status == pq.ConnStatus.OK:
+                        raise PgmemError(f"reading the cache's high-water mark failed: {message}")
+                    raise psycopg.OperationalError(message)
+                except psycopg.OperationalError:
+                    self._drop_reader()
+                    if attempt == 2:
+                        raise
+        raise AssertionError("unreachable")
+
+    def _head_by_cursor(self, memory: str) -> int:
+        assert self._reader is not None
+        params = {"ns": self._client.namespace, "memory": memory}
+        rows = self._reader.execute(Q["cache_head"], params, binary=True, prepare=True).fetchall()
         return int(rows[0][0]) if rows else 0
+
+    def _reader_connection(self) -> psycopg.Connection[Any]:
+        """The cache's own connection (call with the reader lock held), connected and prepared on demand."""
+        if self._reader is None or self._reader.closed:
+            self._reader = psycopg.Connection.connect(self._client.conninfo or "", autocommit=True)
+            self._head_prepared = False
+            if self._reader.info.encoding == "utf-8":  # the key travels as UTF-8 bytes
+                res = self._reader.pgconn.prepare(_HEAD_STATEMENT, Q["cache_head_libpq"].encode())
+                self._head_prepared = res.status == pq.ExecStatus.COMMAND_OK
+        return self._reader
+
+    def _drop_reader(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+        self._reader = None
 
     def _changes(self, memory: str, model: EmbeddingModel, rev: int) -> tuple[int, Any, list[tuple[Any, ...]]]:
         rows = self._read("vector_changes", {"memory": memory, "model": model.id, "rev": rev})

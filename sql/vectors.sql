@@ -191,6 +191,11 @@ ORDER BY l.rev;
 -- finished model switch moves it too (see promote).
 SELECT vec_rev FROM pgmem.memories WHERE namespace = %(ns)s AND key = %(memory)s;
 
+-- name: cache_head_libpq
+-- cache_head with libpq placeholders ($1 namespace, $2 memory): the strict cache prepares it once on its
+-- reader connection and runs it through libpq directly (psycopg's cursor machinery doubled its cost).
+SELECT vec_rev FROM pgmem.memories WHERE namespace = $1::text AND key = $2::text;
+
 -- name: head_rev
 SELECT vec_rev FROM pgmem.memories WHERE namespace = %(ns)s AND key = %(memory)s;
 

@@ -181,6 +181,22 @@ def test_strict_mode_checks_every_time(client: pgmem.Client) -> None:
         assert cache.stats.catch_ups == 1
 
 
+def test_strict_check_survives_a_lost_reader_connection(dsn: str, client: pgmem.Client) -> None:
+    client.vectors.enable("m")
+    _fill(client, "m", 20)
+    with VectorCache(client, mode="strict") as cache, psycopg.connect(dsn, autocommit=True) as admin:
+        query = client.embedder.embed(["item 2 colour 2 shape 2"])[0]
+        want = _exact(client, "m", query, 5)
+        assert same(cache.search_vectors("m", query, 5)[0], want)
+        assert cache._reader is not None
+        admin.execute("SELECT pg_terminate_backend(%s)", (cache._reader.info.backend_pid,))
+        assert same(cache.search_vectors("m", query, 5)[0], want)  # reconnected, prepared again
+        client.messages.add("m", Message(id="after", content="item 2 colour 2 shape 2"))
+        client.vectors.wait()
+        assert "after" in [i for i, _ in cache.search_vectors("m", query, 5)[0]]
+        assert cache.stats.checks >= 1
+
+
 @pytest.mark.parametrize("mode", ["default", "strict"])
 def test_model_switch_reaches_the_cache(dsn: str, client: pgmem.Client, mode: str) -> None:
     from pgmem.embeddings import HashingEmbedder
