@@ -199,20 +199,28 @@ def check_half_life(half_life: timedelta | float | None) -> float | None:
     return float(seconds)
 
 
-def _entry_filters(f: SearchFilters, entries: str, message: str) -> list[sql.Composable]:
-    """WHERE terms on a memory_entries alias and a messages alias (both already joined)."""
+def _entry_filters(f: SearchFilters, entries: str, message: str, probe: bool = False) -> list[sql.Composable]:
+    """WHERE terms on a memory_entries alias and a messages alias (both already joined).
+
+    ``probe``: the terms check one row found by its key (the index scan's filter). Their equalities are
+    then written ``IS NOT DISTINCT FROM`` (the same for these non-NULL values), which no index serves: with
+    ``=``, stale statistics that call the memory rare made Postgres probe through the memory's own index
+    (namespace, memory, seq) and filter on the message id, walking the memory once per candidate (0.78 s
+    for 5,000 rows right after they were added, against 12 ms through the message id).
+    """
     terms: list[sql.Composable] = []
     e, m = sql.Identifier(entries), sql.Identifier(message)
+    eq = sql.SQL(" IS NOT DISTINCT FROM ") if probe else sql.SQL(" = ")
     if f.memory is not None:
-        terms.append(sql.SQL("{}.memory = %(memory)s").format(e))
+        terms.append(sql.SQL("{}.memory{}%(memory)s").format(e, eq))
     if f.max_seq is not None:
         terms.append(sql.SQL("{}.seq <= %(max_seq)s").format(e))
     if f.cause_by is not None:
-        terms.append(sql.SQL("{}.cause_by = %(cause_by)s").format(e if f.memory is not None else m))
+        terms.append(sql.SQL("{}.cause_by{}%(cause_by)s").format(e if f.memory is not None else m, eq))
     if f.role is not None:
-        terms.append(sql.SQL("{}.role = %(role)s").format(m))
+        terms.append(sql.SQL("{}.role{}%(role)s").format(m, eq))
     if f.sender is not None:
-        terms.append(sql.SQL("{}.sent_from = %(sender)s").format(m))
+        terms.append(sql.SQL("{}.sent_from{}%(sender)s").format(m, eq))
     if f.since is not None:
         terms.append(sql.SQL("{}.created_at >= %(since)s").format(m))
     if f.until is not None:
@@ -253,7 +261,7 @@ def _exists_filter(f: SearchFilters) -> sql.Composed:
     """
     if f.memory is not None:
         terms: list[sql.Composable] = [sql.SQL("fe.namespace = e.namespace"), sql.SQL("fe.message_id = e.message_id")]
-        terms += _entry_filters(f, "fe", "fm")
+        terms += _entry_filters(f, "fe", "fm", probe=True)
         join = (
             sql.SQL(" JOIN pgmem.messages fm ON fm.namespace = fe.namespace AND fm.id = fe.message_id")
             if f.on_message
@@ -264,7 +272,7 @@ def _exists_filter(f: SearchFilters) -> sql.Composed:
         )
     if f.filtered:
         terms = [sql.SQL("fm.namespace = e.namespace"), sql.SQL("fm.id = e.message_id")]
-        terms += _entry_filters(f, "fe", "fm")
+        terms += _entry_filters(f, "fe", "fm", probe=True)
         return sql.SQL(" AND (SELECT true FROM pgmem.messages fm WHERE {} LIMIT 1)").format(
             sql.SQL(" AND ").join(terms)
         )
