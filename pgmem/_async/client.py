@@ -96,6 +96,12 @@ class AsyncClient:
         return await self.vectors.search(query, **kwargs)
 
     @property
+    def owns_transactions(self) -> bool:
+        """Whether this client's transactions are its own (a pool's connections), not part of a caller's
+        transaction on a connection it was given."""
+        return self._pool is not None
+
+    @property
     def closed(self) -> bool:
         return self._closed or (self._conn is not None and self._conn.closed)
 

@@ -317,8 +317,13 @@ class AsyncVectorRepository(AsyncRepository):
             self.on_change(memory)
 
     def kick(self) -> None:
-        """Start (or extend) the background embedding of the outbox."""
-        if self._client.closed:
+        """Start (or extend) the background embedding of the outbox.
+
+        Only on a client with its own pool: a client built on the caller's connection never works on it
+        from another thread (nor inside the caller's transaction); its outbox waits for
+        :meth:`embed_pending` or :meth:`flush` (or ``pgmem embed``).
+        """
+        if self._client.closed or not self._client.owns_transactions:
             return
         with self._lock:
             self._kicks += 1

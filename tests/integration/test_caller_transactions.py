@@ -97,3 +97,20 @@ def test_migrate_false_on_an_empty_database(empty_dsn: str) -> None:
         assert client.messages.count("m") == 0
     with pgmem.connect(empty_dsn, migrate=False) as client:
         assert client.messages.count("m") == 0
+
+
+def test_a_client_on_the_callers_connection_embeds_only_when_asked(dsn: str) -> None:
+    """No background thread works on the caller's connection (it would run inside the caller's
+    transaction, concurrently with the caller): the outbox waits for embed_pending / flush."""
+    with psycopg.connect(dsn) as conn:  # not autocommit: the statements open the caller's transaction
+        client = pgmem.connect(conn, namespace="test")
+        client.vectors.enable("m")
+        client.messages.add("m", pgmem.Message(id="x", content="a write in the caller's transaction"))
+        client.vectors.wait()
+        assert client.vectors.pending("m") == {"pgmem-hash-384": 1}  # nothing ran in the background
+        report = client.vectors.embed_pending()
+        assert (report.embedded, report.failed) == (1, 0)
+        conn.commit()
+    with pgmem.connect(dsn, namespace="test") as own:
+        assert own.vectors.pending("m") == {}
+        assert [h.message.id for h in own.search("a write in the caller's transaction", memory="m", k=1)] == ["x"]
