@@ -282,8 +282,12 @@ async def compress(
     policy = policy or CompressionPolicy()
     created: list[Summary] = []
     conflicted: set[tuple[int, int]] = set()
+    # Entries numbered past this may still be in flight in other writers' transactions: leave them for later.
+    settled = await maybe_await(repo.settled(memory))
     while True:
-        pending = await maybe_await(repo.unsummarized(memory, limit=policy.chunk, after_seq=after_seq))
+        pending = await maybe_await(
+            repo.unsummarized(memory, limit=policy.chunk, after_seq=after_seq, upto_seq=settled)
+        )
         if not pending or (len(pending) < policy.chunk and not force):
             break
         text = "\n".join(message_line(m) for m in pending)

@@ -8,7 +8,12 @@
 -- One statement: register the memory, store the message once (a known id is kept as stored), and
 -- reference it from the memory. Returns the entry's sequence number, or nothing when the memory already
 -- held the message; and whether the memory has embedding models.
-WITH memory AS (
+-- `settle`: a shared advisory lock on the memory, taken before the entry's sequence number is drawn and
+-- held to commit; pgmem.summaries' `settle` takes it exclusively to learn which numbers are final (a
+-- summariser never skips an entry that commits after a later-numbered one).
+WITH settle AS MATERIALIZED (
+    SELECT pg_advisory_xact_lock_shared(28781, hashtext(%(ns)s || '/' || %(memory)s))
+), memory AS (
     INSERT INTO pgmem.memories (namespace, key) VALUES (%(ns)s, %(memory)s)
     ON CONFLICT DO NOTHING
 ), message AS (
@@ -21,7 +26,7 @@ WITH memory AS (
     ON CONFLICT (namespace, id) DO NOTHING
 )
 INSERT INTO pgmem.memory_entries (namespace, memory, message_id, cause_by)
-VALUES (%(ns)s, %(memory)s, %(id)s, %(cause_by)s)
+SELECT %(ns)s, %(memory)s, %(id)s, %(cause_by)s FROM settle
 ON CONFLICT DO NOTHING
 RETURNING seq,
           -- whether the memory has embedding models (the writer then embeds the outbox after commit)
@@ -35,7 +40,9 @@ RETURNING seq,
 -- Rows are inserted in id order, not batch order: two batches holding the same messages in different
 -- orders then take their row locks in one global order and cannot deadlock. The entries' sequence
 -- numbers are drawn in batch order first (`numbered`), so the memory still keeps the batch order.
-WITH batch AS (
+WITH settle AS MATERIALIZED (  -- see add_one
+    SELECT pg_advisory_xact_lock_shared(28781, hashtext(%(ns)s || '/' || %(memory)s))
+), batch AS (
     SELECT *
     FROM unnest(%(id)b::text[], %(content)b::text[], %(content_hash)b::bytea[],
                 %(instruct_content)b::text[], %(role)b::text[], %(cause_by)b::text[],
@@ -49,6 +56,7 @@ WITH batch AS (
     SELECT first.id, first.cause_by, first.ord,
            nextval(pg_get_serial_sequence('pgmem.memory_entries', 'seq')) AS seq
     FROM (SELECT DISTINCT ON (id) id, cause_by, ord FROM batch ORDER BY id, ord) AS first
+    CROSS JOIN settle
     ORDER BY first.ord
 ), memory AS (
     INSERT INTO pgmem.memories (namespace, key) VALUES (%(ns)s, %(memory)s)

@@ -273,7 +273,9 @@ DELETE FROM pgmem.subscriptions WHERE namespace = %(ns)s AND subscriber = %(subs
 -- ('inbox:' || subscriber) of every subscriber it is addressed to, all in one statement: either the
 -- message and all its deliveries exist, or none. Addressed means: one of the subscriber's addresses is in
 -- send_to, or the message is a broadcast ('<all>') of an action the subscriber watches (watch NULL: any).
-WITH memory AS (
+WITH settle AS MATERIALIZED (  -- see messages.sql add_one
+    SELECT pg_advisory_xact_lock_shared(28781, hashtext(%(ns)s || '/' || %(memory)s))
+), memory AS (
     INSERT INTO pgmem.memories (namespace, key) VALUES (%(ns)s, %(memory)s)
     ON CONFLICT DO NOTHING
 ), message AS (
@@ -286,7 +288,7 @@ WITH memory AS (
     ON CONFLICT (namespace, id) DO NOTHING
 ), entry AS (
     INSERT INTO pgmem.memory_entries (namespace, memory, message_id, cause_by)
-    VALUES (%(ns)s, %(memory)s, %(id)s, %(cause_by)s)
+    SELECT %(ns)s, %(memory)s, %(id)s, %(cause_by)s FROM settle
     ON CONFLICT DO NOTHING
     RETURNING seq
 ), target AS (

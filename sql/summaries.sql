@@ -4,8 +4,20 @@
 -- its level n-1 children. "Not yet summarised" means after the last range of the level below: a new
 -- summary never covers a message (or a summary) twice.
 
+-- name: settle
+-- The highest entry sequence number that is final for the memory: every entry numbered up to it has
+-- committed or rolled back. Writers hold a shared advisory lock on the memory from before they draw a
+-- number until they commit (messages.sql add_one); taking it exclusively waits for them, and while it is
+-- held nobody draws a number. Run in its own transaction: the lock is released at once.
+WITH settled AS MATERIALIZED (
+    SELECT pg_advisory_xact_lock(28781, hashtext(%(ns)s || '/' || %(memory)s))
+)
+SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence('pgmem.memory_entries', 'seq')::regclass), 0)
+FROM settled;
+
 -- name: unsummarized
--- The memory's messages after its last level-1 summary (and after %(after)s), oldest first.
+-- The memory's messages after its last level-1 summary (and after %(after)s), up to %(upto)s (a settled
+-- sequence number, NULL: no bound), oldest first.
 SELECT e.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
        m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
 FROM pgmem.memory_entries AS e
@@ -14,6 +26,7 @@ WHERE e.namespace = %(ns)s AND e.memory = %(memory)s
   AND e.seq > greatest(%(after)s::bigint,
                        coalesce((SELECT max(s.last_seq) FROM pgmem.summaries AS s
                                  WHERE s.namespace = %(ns)s AND s.memory = %(memory)s AND s.level = 1), 0))
+  AND (%(upto)s::bigint IS NULL OR e.seq <= %(upto)s::bigint)
 ORDER BY e.seq
 LIMIT %(limit)s;
 

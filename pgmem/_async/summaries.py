@@ -50,21 +50,37 @@ class AsyncSummaryRepository(AsyncRepository):
 
     queries = Q
 
+    async def settled(self, memory: str, *, connection: AsyncConnection[Any] | None = None) -> int:
+        """The highest entry sequence number of ``memory`` that is final: every entry numbered up to it has
+        committed (or rolled back), so none can still appear below it.
+
+        Writers number entries in the order they draw numbers, not the order they commit; a summariser
+        that read past a number still in flight would skip that entry forever. This waits (briefly) for
+        the memory's writers in flight; called inside your transaction it holds them off until you commit.
+        """
+        check_key(memory)
+        return int(await self._scalar("settle", {"memory": memory}, connection) or 0)
+
     async def unsummarized(
         self,
         memory: str,
         *,
         limit: int | None = None,
         after_seq: int = 0,
+        upto_seq: int | None = None,
         connection: AsyncConnection[Any] | None = None,
     ) -> list[Message]:
-        """The messages of ``memory`` after its last level-1 summary (and after ``after_seq``), oldest first;
-        each one's ``seq`` is its ``memory_entries.seq``."""
+        """The messages of ``memory`` after its last level-1 summary (and after ``after_seq``, up to
+        ``upto_seq`` when given, e.g. :meth:`settled`), oldest first; each one's ``seq`` is its
+        ``memory_entries.seq``."""
         check_key(memory)
         if limit is not None:
             _int(limit, "limit", 1, 1_000_000)
         _int(after_seq, "after_seq", 0, _MAX_SEQ)
-        rows = await self._rows("unsummarized", {"memory": memory, "limit": limit, "after": after_seq}, connection)
+        if upto_seq is not None:
+            _int(upto_seq, "upto_seq", 0, _MAX_SEQ)
+        params = {"memory": memory, "limit": limit, "after": after_seq, "upto": upto_seq}
+        rows = await self._rows("unsummarized", params, connection)
         return [decode(row) for row in rows]
 
     async def add(
@@ -157,10 +173,8 @@ class AsyncSummaryRepository(AsyncRepository):
         When the LLM raises, the exception propagates; summaries stored before it stay, and every
         message is still in the memory.
 
-        Concurrent writers: a summary covers the entries visible when it was read. Append to a memory you
-        compress from one writer at a time (BrainMemory serialises its appends), or an entry committed
-        late with a lower ``seq`` than one already summarised is skipped by later summaries (it stays in
-        the memory).
+        Concurrent writers: only settled entries are summarised (:meth:`settled`), so an entry that
+        commits after a later-numbered one is summarised by a later run, never skipped.
         """
         check_key(memory)
         return await drive(compress(self, memory, llm, policy, force=force))

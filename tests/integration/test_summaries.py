@@ -197,3 +197,72 @@ def test_openai_summarizer_against_a_local_compatible_server(client: pgmem.Clien
         server.shutdown()
         server.server_close()
     assert "message 2 about the snake game" in prompts[0] and prompts[1] == "hello"
+
+
+def _coverage(client: pgmem.Client, memory: str) -> dict[int, int]:
+    """How many level-1 summaries cover each entry of ``memory``."""
+    ranges = [(s.first_seq, s.last_seq) for s in client.summaries.list(memory, level=1)]
+    seqs = [m.seq for m in client.messages.last(memory)]
+    return {seq: sum(first <= seq <= last for first, last in ranges) for seq in seqs}
+
+
+def test_an_entry_committed_after_a_later_one_is_not_skipped(dsn: str, client: pgmem.Client) -> None:
+    """A writer draws a number, a second writer draws the next and commits first: the summariser waits for
+    the first instead of summarising past it (which would skip it forever)."""
+    import threading
+
+    import psycopg
+
+    _fill(client, 2)
+    with psycopg.connect(dsn) as slow:
+        client.messages.add(MEMORY, pgmem.Message(content="numbered first, committed last"), connection=slow)
+        client.messages.add(MEMORY, pgmem.Message(content="numbered last, committed first"))
+        done: list[object] = []
+        summariser = threading.Thread(
+            target=lambda: done.append(
+                client.summaries.compress(MEMORY, OfflineSummarizer(), CompressionPolicy(chunk=2, fanout=10))
+            )
+        )
+        summariser.start()
+        summariser.join(0.5)
+        assert summariser.is_alive()  # waiting for the entry still in flight
+        slow.commit()
+    summariser.join(10)
+    assert not summariser.is_alive() and len(done) == 1
+    assert set(_coverage(client, MEMORY).values()) == {1}  # all four, each once
+
+
+@pytest.mark.slow
+def test_summaries_under_concurrent_writers_cover_every_entry_once(dsn: str, client: pgmem.Client) -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.integration.summary_workers", dsn, str(w), "120"],
+            env=env,
+            cwd=root,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for w in range(3)
+    ]
+    policy = CompressionPolicy(chunk=7, fanout=3)
+    try:
+        while any(w.poll() is None for w in writers):
+            client.summaries.compress("team", OfflineSummarizer(), policy)
+        for w in writers:
+            _, err = w.communicate(timeout=120)
+            assert w.returncode == 0, err
+    finally:
+        for w in writers:
+            if w.poll() is None:
+                w.kill()
+    client.summaries.compress("team", OfflineSummarizer(), policy, force=True)
+    coverage = _coverage(client, "team")
+    assert len(coverage) == 360
+    assert {seq: n for seq, n in coverage.items() if n != 1} == {}
