@@ -322,8 +322,9 @@ def part_d(
     }
     with (
         bench_database(dsn, "_lg") as lg_dsn,
+        bench_database(dsn, "_pg") as pg_dsn,
         PostgresStore.from_conn_string(lg_dsn, index=index_config) as store,
-        pgmem.connect(dsn, namespace="lgbench", embedder=embedder) as client,
+        pgmem.connect(pg_dsn, namespace="lgbench", embedder=embedder) as client,
     ):
         store.setup()
         client.vectors.enable("pg", embedder)
@@ -345,7 +346,7 @@ def part_d(
         # Both databases get fresh planner statistics before searching, as autovacuum would give them within
         # a minute or so: searched right after the load, both planners believed the new rows absent (a
         # namespace "of one row") and chose plans that read and sort them all, or not, by chance.
-        for target in (dsn, lg_dsn):
+        for target in (pg_dsn, lg_dsn):
             with psycopg.connect(target, autocommit=True) as conn:
                 conn.execute("ANALYZE")
         order = iter(np.resize(np.arange(200), samples * 10))

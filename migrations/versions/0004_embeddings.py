@@ -43,11 +43,13 @@ BEGIN
         RETURN;
     END IF;
     -- One row lock per memory, in key order (no deadlock between two loggers), held to commit: the
-    -- revisions of a memory follow commit order.
+    -- revisions of a memory follow commit order. NO KEY UPDATE (what the vec_rev update takes anyway), not
+    -- UPDATE: it does not conflict with the key-share locks of foreign-key checks, so a message being
+    -- added to the memory never waits for a vector being logged, nor the other way round.
     PERFORM 1 FROM pgmem.memories m
     WHERE (m.namespace, m.key) IN (SELECT DISTINCT c.ns, c.memory FROM unnest(p_ns, p_memory) AS c(ns, memory))
     ORDER BY m.namespace, m.key
-    FOR UPDATE;
+    FOR NO KEY UPDATE;
     WITH changes AS (
         SELECT c.ns, c.memory, c.message_id, c.model_id, c.op,
                row_number() OVER (PARTITION BY c.ns, c.memory ORDER BY c.ord) AS n
