@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 import numpy as np
 import psycopg
-from psycopg import pq
+from psycopg import pq, sql
 
 from pgmem import queries as _queries
 from pgmem._sync.client import Client
@@ -214,7 +214,7 @@ class VectorCache:
                 continue
             self._listener_conn = conn
             try:
-                conn.execute(f"LISTEN {CHANNEL}")
+                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
                 with self._lock:
                     self._epoch += 1
                     self._connected = True
