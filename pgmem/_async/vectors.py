@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -18,7 +17,7 @@ from psycopg import AsyncConnection
 
 from pgmem import queries
 from pgmem._async.base import AsyncRepository
-from pgmem._compat_async import join, spawn
+from pgmem._compat_async import Background
 from pgmem._rows import check_key, decode
 from pgmem.embeddings import Embedder, EmbeddingError, Vectors, check_vectors
 from pgmem.errors import InvalidInput, translate
@@ -103,9 +102,7 @@ class AsyncVectorRepository(AsyncRepository):
         self._models: dict[str, EmbeddingModel] = {}
         self._active: dict[str, EmbeddingModel] = {}
         self._embedders: dict[str, Embedder] = {}
-        self._lock = threading.Lock()
-        self._kicks = 0
-        self._worker: Any = None
+        self._background = Background(self._drain)
         self.on_change: Callable[[str | None], None] | None = None
         self._counts: dict[tuple[SearchFilters, int], tuple[int, float]] = {}
         self._vector_rows: tuple[float, float] | None = None
@@ -317,44 +314,36 @@ class AsyncVectorRepository(AsyncRepository):
             self.on_change(memory)
 
     def kick(self) -> None:
-        """Start (or extend) the background embedding of the outbox.
+        """Have the background embedder run over the outbox (again) soon; returns at once.
 
         Only on a client with its own pool: a client built on the caller's connection never works on it
         from another thread (nor inside the caller's transaction); its outbox waits for
-        :meth:`embed_pending` or :meth:`flush` (or ``pgmem embed``).
+        :meth:`embed_pending` or :meth:`flush` (or ``pgmem embed``). The embedder is a worker that stays
+        up while writes keep coming; writes made while it runs are embedded together by its next run.
         """
         if self._client.closed or not self._client.owns_transactions:
             return
-        with self._lock:
-            self._kicks += 1
-            if self._worker is not None:
-                return
-            self._worker = spawn(self._drain)
+        self._background.kick()
 
     async def _drain(self) -> None:
-        while True:
-            with self._lock:
-                seen = self._kicks
-            try:
-                await self.embed_pending(count_remaining=False)
-            except Exception as exc:  # noqa: BLE001 - a background job logs; the outbox keeps the work
-                log.warning("background embedding failed: %s: %s", type(exc).__name__, exc)
-            with self._lock:
-                if self._kicks == seen or self._client.closed:
-                    self._worker = None
-                    return
+        if self._client.closed:
+            return
+        try:
+            await self.embed_pending(count_remaining=False)
+        except Exception as exc:  # noqa: BLE001 - a background job logs; the outbox keeps the work
+            log.warning("background embedding failed: %s: %s", type(exc).__name__, exc)
 
     async def wait(self) -> None:
         """Wait for the background embedding of this client's writes (no round trip when idle)."""
-        await join(self._worker)
+        await self._background.wait()
 
     async def flush(self, embedder: Embedder | None = None) -> EmbedReport:
         """Wait for background embedding, then embed what is still queued (``persist()`` calls this)."""
-        await join(self._worker)
+        await self._background.wait()
         return await self.embed_pending(embedder)
 
     async def close(self) -> None:
-        await join(self._worker)
+        await self._background.close()
 
     # -- search ---------------------------------------------------------------------------------------
 

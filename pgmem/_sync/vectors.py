@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -19,7 +18,7 @@ from psycopg import Connection
 
 from pgmem import queries
 from pgmem._sync.base import Repository
-from pgmem._compat_sync import join, spawn
+from pgmem._compat_sync import Background
 from pgmem._rows import check_key, decode
 from pgmem.embeddings import Embedder, EmbeddingError, Vectors, check_vectors
 from pgmem.errors import InvalidInput, translate
@@ -104,9 +103,7 @@ class VectorRepository(Repository):
         self._models: dict[str, EmbeddingModel] = {}
         self._active: dict[str, EmbeddingModel] = {}
         self._embedders: dict[str, Embedder] = {}
-        self._lock = threading.Lock()
-        self._kicks = 0
-        self._worker: Any = None
+        self._background = Background(self._drain)
         self.on_change: Callable[[str | None], None] | None = None
         self._counts: dict[tuple[SearchFilters, int], tuple[int, float]] = {}
         self._vector_rows: tuple[float, float] | None = None
@@ -318,44 +315,36 @@ class VectorRepository(Repository):
             self.on_change(memory)
 
     def kick(self) -> None:
-        """Start (or extend) the background embedding of the outbox.
+        """Have the background embedder run over the outbox (again) soon; returns at once.
 
         Only on a client with its own pool: a client built on the caller's connection never works on it
         from another thread (nor inside the caller's transaction); its outbox waits for
-        :meth:`embed_pending` or :meth:`flush` (or ``pgmem embed``).
+        :meth:`embed_pending` or :meth:`flush` (or ``pgmem embed``). The embedder is a worker that stays
+        up while writes keep coming; writes made while it runs are embedded together by its next run.
         """
         if self._client.closed or not self._client.owns_transactions:
             return
-        with self._lock:
-            self._kicks += 1
-            if self._worker is not None:
-                return
-            self._worker = spawn(self._drain)
+        self._background.kick()
 
     def _drain(self) -> None:
-        while True:
-            with self._lock:
-                seen = self._kicks
-            try:
-                self.embed_pending(count_remaining=False)
-            except Exception as exc:  # noqa: BLE001 - a background job logs; the outbox keeps the work
-                log.warning("background embedding failed: %s: %s", type(exc).__name__, exc)
-            with self._lock:
-                if self._kicks == seen or self._client.closed:
-                    self._worker = None
-                    return
+        if self._client.closed:
+            return
+        try:
+            self.embed_pending(count_remaining=False)
+        except Exception as exc:  # noqa: BLE001 - a background job logs; the outbox keeps the work
+            log.warning("background embedding failed: %s: %s", type(exc).__name__, exc)
 
     def wait(self) -> None:
         """Wait for the background embedding of this client's writes (no round trip when idle)."""
-        join(self._worker)
+        self._background.wait()
 
     def flush(self, embedder: Embedder | None = None) -> EmbedReport:
         """Wait for background embedding, then embed what is still queued (``persist()`` calls this)."""
-        join(self._worker)
+        self._background.wait()
         return self.embed_pending(embedder)
 
     def close(self) -> None:
-        join(self._worker)
+        self._background.close()
 
     # -- search ---------------------------------------------------------------------------------------
 
