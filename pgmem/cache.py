@@ -17,8 +17,10 @@ when the log was purged past it).
   Announcements are kept per memory, so one that arrives while an entry is being loaded still counts.
   To read a peer's write in this mode, wait for its revision: ``cache.wait_announced(memory, rev)``
   with ``rev`` from the peer's ``client.vectors.head_rev(memory)``.
-* ``mode="strict"``: catch up before every answer (one round trip that returns nothing when the entry
-  is current): the answer reflects every transaction committed before the search began.
+* ``mode="strict"``: every answer is confirmed against the memory's high-water mark, read in Postgres
+  after the search began: the answer reflects every transaction committed before that. When nothing
+  new was announced, the read is sent first and the local search runs while it travels (one round trip,
+  overlapped); when the mark moved, the entry catches up and the search runs again.
 
 Answers equal an exact search in Postgres over the same rows: same ids, same order (ties by id), scores
 as cosine similarities. Search is brute force (exact): a numpy matrix-vector product with
@@ -377,29 +379,80 @@ class VectorCache:
 
     # -- entries --------------------------------------------------------------------------------------
 
-    def _entry(self, memory: str, model: EmbeddingModel) -> _Entry | None:
+    def _state(self, memory: str) -> tuple[bool, int, int]:
+        """The listener's state as far as ``memory`` is concerned: connected, epoch, announced revision."""
+        with self._lock:
+            return self._connected, self._epoch, self._announced.get(memory, 0)
+
+    def _entry(self, memory: str, model: EmbeddingModel) -> tuple[_Entry | None, bool]:
+        """The memory's entry (None: over the budget), caught up as the mode requires, and whether the
+        answer must still be confirmed against the memory's high-water mark (strict mode with nothing new
+        seen: :meth:`_top_k_confirmed` reads it while the search runs)."""
         key = (memory, model.id)
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None:
                 self._entries.move_to_end(key)
-            connected, epoch = self._connected, self._epoch
-            announced = self._announced.get(memory, 0)
+        connected, epoch, announced = self._state(memory)
         if entry is None:
-            return self._load(memory, model)
+            return self._load(memory, model), False
         with entry.lock:
-            fresh = (
-                self.mode == "default"
-                and connected
-                and entry.epoch == epoch
-                and announced <= entry.rev
-                and entry.dirty == 0
-            )
-            if fresh:
+            quiet = entry.epoch == epoch and announced <= entry.rev and entry.dirty == 0
+            if quiet and self.mode == "default" and connected:
                 self.stats.hits += 1
-                return entry
+                return entry, False
+            if quiet and self.mode == "strict" and self._head_prepared:
+                return entry, True
             self._catch_up(memory, entry, epoch, announced)
-        return entry
+        return entry, False
+
+    def _top_k_confirmed(
+        self, memory: str, entry: _Entry, queries: Vectors, k: int, threshold: float | None
+    ) -> list[list[tuple[str, float]]] | None:
+        """Strict mode's answer when nothing new was seen: the high-water-mark read is sent first and the
+        search runs while it travels, so the check costs what is left of one round trip after the search
+        rather than a whole one before it. The answer stands if the mark equals the entry's revision (every
+        transaction committed before the read is in the entry); None means catch up and search again."""
+        with entry.lock:
+            rev = entry.rev
+            with self._reader_lock:
+                reader = self._reader
+                if reader is None or reader.closed or not self._head_prepared:
+                    return None
+                pgconn = reader.pgconn
+                try:
+                    pgconn.send_query_prepared(
+                        _HEAD_STATEMENT, [self._namespace_bytes, memory.encode()], result_format=1
+                    )
+                except psycopg.OperationalError:
+                    self._drop_reader()
+                    return None
+                try:
+                    found = self._top_k(entry, queries, k, threshold)
+                finally:
+                    head = self._head_result(pgconn)
+        if head != rev:
+            return None
+        self.stats.checks += 1
+        return found
+
+    def _head_result(self, pgconn: Any) -> int | None:
+        """Collect the high-water mark sent by :meth:`_top_k_confirmed` (call with the reader lock held);
+        None if the connection broke (it is dropped: the catch-up that follows reconnects)."""
+        value: int | None = None
+        error: str | None = None
+        while (res := pgconn.get_result()) is not None:
+            if res.status == pq.ExecStatus.TUPLES_OK:
+                raw = res.get_value(0, 0) if res.ntuples else None
+                value = 0 if raw is None else int.from_bytes(raw, "big", signed=True)
+            else:
+                error = (res.error_message or b"").decode("utf-8", "replace").strip()
+        if error is None and value is not None:
+            return value
+        if pgconn.status == pq.ConnStatus.OK:
+            raise PgmemError(f"reading the cache's high-water mark failed: {error}")
+        self._drop_reader()
+        return None
 
     def _load(self, memory: str, model: EmbeddingModel) -> _Entry | None:
         with self._lock:
@@ -425,9 +478,12 @@ class VectorCache:
                 self.stats.evictions += 1
         return entry
 
-    def _catch_up(self, memory: str, entry: _Entry, epoch: int, announced: int) -> None:
+    def _catch_up(self, memory: str, entry: _Entry, epoch: int, announced: int, *, confirmed: bool = False) -> None:
+        """Bring the entry up to the memory's head (call with the entry's lock held). ``confirmed``: the
+        high-water mark was already read and differs, so go straight to the changes."""
         dirty = entry.dirty
-        if self.mode == "strict" and entry.dirty == 0 and announced <= entry.rev and entry.epoch == epoch:
+        quiet = entry.dirty == 0 and announced <= entry.rev and entry.epoch == epoch
+        if self.mode == "strict" and quiet and not confirmed:
             # Nothing announced: confirm with the memory's high-water mark (and its model) in one cheap read.
             if self._head(memory) == entry.rev:
                 self.stats.checks += 1
@@ -491,7 +547,7 @@ class VectorCache:
                 raise InvalidInput(f"memory {memory!r} has no embedding model; call client.vectors.enable() first")
             queries = self._queries(vectors, model.dimension)
             try:
-                entry = self._entry(memory, model)
+                entry, confirm = self._entry(memory, model)
             except _ModelChanged:
                 self.invalidate(memory)
                 self._client.vectors.forget_model(memory)
@@ -507,7 +563,19 @@ class VectorCache:
                 unit = queries / norm if norm > 0 else queries
             else:
                 unit = _unit(queries)
+            if confirm:
+                answer = self._top_k_confirmed(memory, entry, unit, k, threshold)
+                if answer is not None:
+                    return answer
             with entry.lock:
+                if confirm:
+                    _, epoch, announced = self._state(memory)
+                    try:
+                        self._catch_up(memory, entry, epoch, announced, confirmed=True)
+                    except _ModelChanged:
+                        self.invalidate(memory)
+                        self._client.vectors.forget_model(memory)
+                        continue
                 return self._top_k(entry, unit, k, threshold)
         raise PgmemError(f"memory {memory!r} keeps switching embedding models; try again")
 

@@ -34,6 +34,7 @@ import numpy as np
 from psycopg import sql
 
 from pgmem._rows import check_key
+from pgmem.embeddings import check_query_vector
 from pgmem.errors import InvalidInput
 from pgmem.models import Message
 
@@ -516,6 +517,4 @@ def statement(
 
 def as_query_vector(vector: Any, dimension: int) -> np.ndarray[Any, np.dtype[np.float32]]:
     """A caller's query vector as a float32 row of ``dimension`` finite values."""
-    from pgmem.embeddings import check_query_vector
-
     return check_query_vector(vector, dimension)

@@ -554,6 +554,7 @@ class AsyncVectorRepository(AsyncRepository):
         label: str | None = None,
     ) -> list[list[SearchHit]]:
         check_exact_limit(exact_limit)
+        qs: Any
         for attempt in (1, 2):
             model = await self._model_for(filters, embedder, refresh=attempt == 2)
             if texts is not None:
@@ -562,7 +563,7 @@ class AsyncVectorRepository(AsyncRepository):
                 qs = await self._query_vectors(model, texts, embedder)
             else:
                 assert vectors is not None
-                qs = np.stack([as_query_vector(v, model.dimension) for v in vectors])
+                qs = [as_query_vector(v, model.dimension) for v in vectors]
             strategy = await self._strategy(model, filters, mode, exact_limit, connection)
             logged = self._client.retrieval_log
             query = statement("vector", model, filters, strategy, k, threshold is not None, logged=logged)
