@@ -257,8 +257,9 @@ def vacuum_block(dsn: str, block_seconds: int, console: Console) -> dict[str, An
         time.sleep(window)
         rate = (counter.value - before) / window
         dead = mon.execute(
-            "SELECT n_dead_tup, pg_total_relation_size('pgmem.queue_items') FROM pg_stat_user_tables"
-            " WHERE schemaname = 'pgmem' AND relname = 'queue_items'"
+            "SELECT n_dead_tup, pg_total_relation_size('pgmem.queue_items'),"
+            " pg_relation_size('pgmem.queue_items_claim_idx'), autovacuum_count, vacuum_count"
+            " FROM pg_stat_user_tables WHERE schemaname = 'pgmem' AND relname = 'queue_items'"
         ).fetchone()
         windows.append(
             {
@@ -266,9 +267,15 @@ def vacuum_block(dsn: str, block_seconds: int, console: Console) -> dict[str, An
                 "jobs_per_s": round(rate, 1),
                 "dead_tuples": dead[0] if dead else None,
                 "queue_items_bytes": dead[1] if dead else None,
+                "claim_index_bytes": dead[2] if dead else None,
+                "vacuums": (dead[3] + dead[4]) if dead else None,
             }
         )
-        console.print(f"  {phase:>8}: {rate:8.0f} jobs/s, dead tuples {windows[-1]['dead_tuples']}")
+        w = windows[-1]
+        console.print(
+            f"  {phase:>8}: {rate:8.0f} jobs/s, dead tuples {w['dead_tuples']}, table {w['queue_items_bytes']}"
+            f" B, claim index {w['claim_index_bytes']} B, vacuums so far {w['vacuums']}"
+        )
         return rate
 
     time.sleep(3)
@@ -316,11 +323,12 @@ def main() -> None:
     parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"subset of {','.join(SYSTEMS)}")
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--skip-vacuum", action="store_true")
+    parser.add_argument("--skip-throughput", action="store_true")
     args = parser.parse_args()
     systems = [s for s in args.systems.split(",") if s]
     if unknown := set(systems) - set(SYSTEMS):
         parser.error(f"unknown systems {sorted(unknown)}")
-    points = [(b, c) for b in (1, 10, 50) for c in (1, 4, 8)]
+    points = [] if args.skip_throughput else [(b, c) for b in (1, 10, 50) for c in (1, 4, 8)]
     if args.points:
         points = [(int(b), int(c)) for b, c in (p.split("x") for p in args.points.split(","))]
     jobs = 1000 if args.quick else args.jobs

@@ -172,12 +172,13 @@ queue_items = Table(
     Index("queue_items_message_idx", "namespace", "message_id"),
     Index("queue_items_dead_idx", "namespace", "queue", "died_at", postgresql_where=text("status = 'dead'")),
     comment="Live queue items (ready, leased or dead); acknowledged items move to queue_archive.",
-    # Free space for HOT updates on claim, eager autovacuum (migration 0003).
+    # Free space for HOT updates on claim, eager autovacuum (migration 0003), unthrottled (0007).
     postgresql_with={
         "fillfactor": "70",
         "autovacuum_vacuum_scale_factor": "0.01",
         "autovacuum_vacuum_insert_scale_factor": "0.01",
         "autovacuum_analyze_scale_factor": "0.02",
+        "autovacuum_vacuum_cost_delay": "0",
     },
 )
 

@@ -8,6 +8,7 @@ database with ``pgmem.schema.metadata``: the migrations and the declaration must
 from __future__ import annotations
 
 import multiprocessing
+import os
 import queue
 import subprocess
 import sys
@@ -20,7 +21,7 @@ import pytest
 from sqlalchemy import Column, MetaData, Text
 
 import pgmem
-from pgmem import migrate
+from pgmem import migrate, server
 from pgmem.schema import SCHEMA, metadata
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,6 +92,31 @@ def test_autogenerate_finds_no_drift_after_upgrade_head(empty_dsn: str) -> None:
     assert migrate.upgrade(empty_dsn) == migrate.head_revision()
     assert schema_diff(empty_dsn) == []
     assert _versions(empty_dsn) == [migrate.head_revision()]
+
+
+def test_storage_parameters_match_the_schema(empty_dsn: str) -> None:
+    """Autogenerate does not compare storage parameters: the migrations must set what schema.py declares
+    (fillfactor, the queue's autovacuum settings)."""
+    migrate.upgrade(empty_dsn)
+    declared = {
+        name: {f"{key}={value}" for key, value in table.dialect_options["postgresql"]["with"].items()}
+        for name, table in metadata.tables.items()
+        if table.dialect_options["postgresql"]["with"]
+    }
+    assert declared, "schema.py declares storage parameters for the queue tables"
+    with psycopg.connect(empty_dsn) as conn:
+        for name, options in declared.items():
+            row = conn.execute("SELECT reloptions FROM pg_class WHERE oid = %s::regclass", (name,)).fetchone()
+            assert row is not None and set(row[0] or []) == options, name
+
+
+def test_the_embedded_server_visits_databases_often(admin_dsn: str) -> None:
+    if not os.environ.get("PGMEM_TEST_HOME"):
+        pytest.skip("the tests run on a server pgmem did not start")
+    with psycopg.connect(admin_dsn) as conn:
+        for name, value in server.EMBEDDED_SETTINGS.items():
+            row = conn.execute("SELECT setting || coalesce(unit, '') FROM pg_settings WHERE name = %s", (name,))
+            assert row.fetchone() == (value,)
 
 
 def test_the_drift_check_sees_a_difference(dsn: str) -> None:
