@@ -19,6 +19,7 @@ from pgmem import queries
 from pgmem._async.base import AsyncRepository
 from pgmem._compat_async import Background
 from pgmem._rows import check_key, decode
+from pgmem.adapters import register_fast_adapters
 from pgmem.embeddings import Embedder, EmbeddingError, Vectors, check_vectors
 from pgmem.errors import InvalidInput, translate
 from pgmem.search import (
@@ -58,8 +59,10 @@ SESSION_EF_SEARCH = 40
 
 
 async def configure_connection(conn: AsyncConnection[Any]) -> None:
-    """Pool ``configure`` hook: pgvector's types, and iterative HNSW scans for filtered searches."""
+    """Pool ``configure`` hook: pgvector's types (and pgmem's faster adapters, :mod:`pgmem.adapters`), and
+    iterative HNSW scans for filtered searches."""
     await register_vector_async(conn)
+    register_fast_adapters(conn)
     await conn.execute(
         "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', false), set_config('hnsw.ef_search', %s, false)",
         (str(SESSION_EF_SEARCH),),

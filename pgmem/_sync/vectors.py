@@ -20,6 +20,7 @@ from pgmem import queries
 from pgmem._sync.base import Repository
 from pgmem._compat_sync import Background
 from pgmem._rows import check_key, decode
+from pgmem.adapters import register_fast_adapters
 from pgmem.embeddings import Embedder, EmbeddingError, Vectors, check_vectors
 from pgmem.errors import InvalidInput, translate
 from pgmem.search import (
@@ -59,8 +60,10 @@ SESSION_EF_SEARCH = 40
 
 
 def configure_connection(conn: Connection[Any]) -> None:
-    """Pool ``configure`` hook: pgvector's types, and iterative HNSW scans for filtered searches."""
+    """Pool ``configure`` hook: pgvector's types (and pgmem's faster adapters, :mod:`pgmem.adapters`), and
+    iterative HNSW scans for filtered searches."""
     register_vector(conn)
+    register_fast_adapters(conn)
     conn.execute(
         "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', false), set_config('hnsw.ef_search', %s, false)",
         (str(SESSION_EF_SEARCH),),
