@@ -172,9 +172,9 @@ queue_items = Table(
     Index("queue_items_message_idx", "namespace", "message_id"),
     Index("queue_items_dead_idx", "namespace", "queue", "died_at", postgresql_where=text("status = 'dead'")),
     comment="Live queue items (ready, leased or dead); acknowledged items move to queue_archive.",
-    # Free space for HOT updates on claim, eager autovacuum (migration 0003), unthrottled (0007).
+    # Free space for HOT updates on claim (migrations 0003, 0008), eager autovacuum (0003), unthrottled (0007).
     postgresql_with={
-        "fillfactor": "70",
+        "fillfactor": "45",
         "autovacuum_vacuum_scale_factor": "0.01",
         "autovacuum_vacuum_insert_scale_factor": "0.01",
         "autovacuum_analyze_scale_factor": "0.02",

@@ -146,6 +146,24 @@ def test_claims_use_one_plan_per_prepared_statement(client: pgmem.Client, dsn: s
     assert len(plans) == 2 and all(generic > 0 for generic, _ in plans)
 
 
+def test_claims_are_hot_updates(client: pgmem.Client, dsn: str) -> None:
+    """Claiming every item of full pages rewrites each row once: the page's free space (fillfactor,
+    migration 0008) must hold them all, so that no claim adds entries to the table's indexes."""
+    q = client.queues
+    q.push_many("jobs", [m("x" * 40 + str(i), metadata={"i": i}) for i in range(600)], max_attempts=3)
+    with psycopg.connect(dsn) as conn:  # one transaction: its own counters, no stats delay
+        pages = conn.execute("SELECT count(DISTINCT (ctid::text::point)[0]) FROM pgmem.queue_items").fetchone()
+        assert pages is not None and pages[0] > 10  # several full pages
+        items = q.claim("jobs", n=50, connection=conn)
+        while items:
+            items = q.claim("jobs", n=50, ack=items, connection=conn)
+        updated, hot = conn.execute(
+            "SELECT pg_stat_get_xact_tuples_updated(c.oid), pg_stat_get_xact_tuples_hot_updated(c.oid) "
+            "FROM pg_class c WHERE c.oid = 'pgmem.queue_items'::regclass"
+        ).fetchone()  # type: ignore[misc]
+        conn.commit()
+    assert (updated, hot) == (600, 600)
+
 def test_claimed_items_build_their_message_on_first_read(client: pgmem.Client) -> None:
     q = client.queues
     sent = m("rich", metadata={"k": [1, {"x": None}]}, tool_calls=[{"id": "t1"}], send_to={"b", "a"})
