@@ -96,11 +96,14 @@ async def _pgqueuer_fill(dsn: str, payloads: list[str]) -> None:
 # -- consumers (run in their own processes) -----------------------------------------------------------
 
 
-def consumer(system: str, dsn: str, batch: int, start: Any, done: Any) -> None:
+def consumer(system: str, dsn: str, batch: int, ready: Any, start: Any, done: Any) -> None:
+    """Connect (and, for pgmem, open the pool's connection), say so on ``ready``, wait for ``start``."""
     count = 0
     if system == "pgmem":
         with pgmem.connect(dsn, namespace="bench", max_size=1) as client:
             q = client.queues
+            q.depth(QUEUE)  # the pool's connection is open and configured before the clock starts
+            ready.put(1)
             start.wait()
             items = q.claim(QUEUE, n=batch, lease=30)
             while items:
@@ -109,28 +112,32 @@ def consumer(system: str, dsn: str, batch: int, start: Any, done: Any) -> None:
     elif system == "pgmem-2rt":
         with pgmem.connect(dsn, namespace="bench", max_size=1) as client:
             q = client.queues
+            q.depth(QUEUE)
+            ready.put(1)
             start.wait()
             while items := q.claim(QUEUE, n=batch, lease=30):
                 q.ack(items)
                 count += len(items)
     elif system == "raw":
         with psycopg.connect(dsn, autocommit=True) as conn:
+            ready.put(1)
             start.wait()
             while rows := conn.execute(RAW_CLAIM, (batch,), prepare=True).fetchall():
                 conn.execute(RAW_ACK, ([r[0] for r in rows], [r[2] for r in rows]), prepare=True)
                 count += len(rows)
     else:
-        count = asyncio.run(_pgqueuer_consume(dsn, batch, start))
+        count = asyncio.run(_pgqueuer_consume(dsn, batch, ready, start))
     done.put(count)
 
 
-async def _pgqueuer_consume(dsn: str, batch: int, start: Any) -> int:
+async def _pgqueuer_consume(dsn: str, batch: int, ready: Any, start: Any) -> int:
     from pgqueuer.ports.repository import EntrypointExecutionParameter
 
     conn, q = await _pgqueuer_queries(dsn)
     entrypoints = {QUEUE: EntrypointExecutionParameter(concurrency_limit=0)}
     manager = uuid.uuid4()
     count = 0
+    ready.put(1)
     await asyncio.to_thread(start.wait)
     while jobs := await q.dequeue(batch, entrypoints, manager, None, timedelta(seconds=30)):
         await q.log_jobs([(job, "successful", None) for job in jobs])
@@ -142,11 +149,15 @@ async def _pgqueuer_consume(dsn: str, batch: int, start: Any) -> int:
 def throughput(system: str, dsn: str, consumers: int, batch: int, jobs: int) -> float:
     fill(system, dsn, jobs)
     ctx = mp.get_context("spawn")
-    start, done = ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=consumer, args=(system, dsn, batch, start, done)) for _ in range(consumers)]
+    ready, start, done = ctx.Queue(), ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=consumer, args=(system, dsn, batch, ready, start, done)) for _ in range(consumers)]
     for p in procs:
         p.start()
-    time.sleep(1.5)  # let every process connect
+    # Every process has imported, connected and said so before the clock starts: a fixed pause was too
+    # short for 8 processes importing on 2 cores, whose start-up then ran inside the measurement.
+    for _ in procs:
+        ready.get(timeout=300)
+    time.sleep(0.2)
     t0 = time.perf_counter()
     start.set()
     total = sum(done.get(timeout=600) for _ in procs)
