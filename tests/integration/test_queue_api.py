@@ -164,6 +164,7 @@ def test_claims_are_hot_updates(client: pgmem.Client, dsn: str) -> None:
         conn.commit()
     assert (updated, hot) == (600, 600)
 
+
 def test_claimed_items_build_their_message_on_first_read(client: pgmem.Client) -> None:
     q = client.queues
     sent = m("rich", metadata={"k": [1, {"x": None}]}, tool_calls=[{"id": "t1"}], send_to={"b", "a"})
