@@ -172,3 +172,30 @@ def test_index_scan_checks_the_filter_per_row(client: pgmem.Client) -> None:
         assert probe in plan.split("SubPlan")[-1].split("Index Cond:")[1].split("\n")[0], plan  # a keyed probe
     hits = client.search("entry 7 about topic 7", memory="big", k=5, mode="ann")
     assert hits[0].message.id == "b7"
+
+
+def test_exact_search_of_a_memory_keeps_one_plan_per_memory(client: pgmem.Client, dsn: str) -> None:
+    """An exact search has its memory in the text: Postgres keeps a generic plan (costed for that memory)
+    instead of planning every call, and each memory gets its own plan and its own answers."""
+    memories = ["small", "role:Alice/x+y=z#1-2.3@q_"]  # every character class a memory key allows
+    for memory in memories:
+        client.vectors.enable(memory)
+        client.messages.add_many(
+            memory, [Message(id=f"{memory}-{i}", content=f"entry {i} about topic {i % 7}") for i in range(40)]
+        )
+    client.vectors.flush()
+    query = "entry 3 about topic 3"
+    with psycopg.connect(dsn, autocommit=True) as conn:  # psycopg prepares after 5 runs, Postgres decides after 5 more
+        for _ in range(12):
+            for memory in memories:
+                hits = client.search(query, memory=memory, k=3, mode="exact", connection=conn)
+                assert hits[0].message.id == f"{memory}-3"
+                assert {h.message.id.rsplit("-", 1)[0] for h in hits} == {memory}
+        plans = conn.execute(
+            "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
+            " WHERE statement LIKE '%ORDER BY distance%'"
+        ).fetchall()
+    assert len(plans) == 2, plans
+    for memory in memories:
+        [(generic, custom)] = [(g, c) for text, g, c in plans if f"'{memory}'" in text]
+        assert generic > 0 and custom <= 5
