@@ -211,3 +211,16 @@ SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = 'pgmem.embeddings'::regc
 -- One search answered by the FAISS cache (pgmem.cache), recorded in the retrieval log (opt-in).
 INSERT INTO pgmem.retrieval_log (namespace, kind, memory, label, query, k, message_ids, scores)
 VALUES (%(ns)s, %(kind)s, %(memory)s, %(label)s, %(query)s, %(k)s, %(ids)s::text[], %(scores)s::float8[]);
+
+-- name: stale_statistics
+-- The search tables whose planner statistics are far behind them: modified since their last ANALYZE by
+-- more than 500 rows and by more rows than they held then. Statistics taken from a table of a handful of
+-- rows call every column unique, and Postgres then probes a whole namespace for every HNSW candidate.
+SELECT s.relname::text FROM pg_stat_user_tables AS s JOIN pg_class AS c ON c.oid = s.relid
+WHERE s.schemaname = 'pgmem' AND s.relname IN ('messages', 'memory_entries', 'embeddings')
+  AND c.reltuples >= 0 AND s.n_mod_since_analyze > greatest(500, c.reltuples)
+ORDER BY 1;
+
+-- name: analyze_lock
+-- One process at a time analyzes the search tables; the others search on.
+SELECT pg_try_advisory_xact_lock(%(key)s), set_config('lock_timeout', '100ms', true);

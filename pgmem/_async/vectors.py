@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pgvector.psycopg import register_vector_async
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, errors, sql
 
 from pgmem import queries
 from pgmem._async.base import AsyncRepository
@@ -56,6 +56,10 @@ _ITERATIVE: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 COUNT_TTL = 5.0
 #: The session's ``hnsw.ef_search`` on tuned connections; searches with a larger k raise it locally.
 SESSION_EF_SEARCH = 40
+#: Seconds between two checks of the search tables' planner statistics by one client.
+STATISTICS_CHECK_INTERVAL = 10.0
+#: Key of the advisory lock under which one process analyzes the search tables.
+ANALYZE_LOCK_KEY = 0x70676D656D03
 
 
 async def configure_connection(conn: AsyncConnection[Any]) -> None:
@@ -109,6 +113,7 @@ class AsyncVectorRepository(AsyncRepository):
         self.on_change: Callable[[str | None], None] | None = None
         self._counts: dict[tuple[SearchFilters, int], tuple[int, float]] = {}
         self._vector_rows: tuple[float, float] | None = None
+        self._statistics_checked = -math.inf
 
     # -- models -------------------------------------------------------------------------------------
 
@@ -517,6 +522,39 @@ class AsyncVectorRepository(AsyncRepository):
             self._counts[key] = known
         return "exact" if known[0] <= exact_limit else "ann"
 
+    async def _fresh_statistics(self, connection: AsyncConnection[Any] | None) -> None:
+        """Analyze the search tables when their planner statistics are far behind them.
+
+        Autovacuum analyzes a table once it has changed by 10% and the launcher visits the database (every
+        minute by default). Until then, statistics taken while a table held a few rows call every column
+        unique, and a filtered HNSW search probed a whole namespace per candidate instead of one message
+        (seconds per search). Each client checks at most every :data:`STATISTICS_CHECK_INTERVAL` seconds
+        (one read of the statistics views), on its own connections only, never in a caller's transaction;
+        one process analyzes at a time and none waits on another's lock for long (autovacuum may hold it).
+        """
+        now = time.monotonic()
+        if connection is not None or now - self._statistics_checked < STATISTICS_CHECK_INTERVAL:
+            return
+        if getattr(self._client, "_pool", None) is None:
+            return  # a client on the caller's single connection: not ours to analyze from
+        self._statistics_checked = now
+        with translate():
+            async with self._client.connection() as conn:
+                cur = await conn.execute(Q["stale_statistics"])
+                stale = [row[0] for row in await cur.fetchall()]
+                if not stale:
+                    return
+                try:
+                    async with self._client.transaction(conn) as tx:
+                        cur = await tx.execute(Q["analyze_lock"], {"key": ANALYZE_LOCK_KEY})
+                        row = await cur.fetchone()
+                        if row is not None and row[0]:
+                            for table in stale:
+                                await tx.execute(sql.SQL("ANALYZE {}").format(sql.Identifier("pgmem", table)))
+                            log.info("analyzed %s: planner statistics were far behind", ", ".join(stale))
+                except errors.LockNotAvailable:
+                    log.debug("statistics of %s not refreshed: a vacuum or analyze holds the table", stale)
+
     async def _default_exact_limit(self, connection: AsyncConnection[Any] | None) -> int:
         """``8 * sqrt(N)`` candidates, N the number of stored vectors (planner statistics, re-read every
         minute), between 500 and 20,000.
@@ -557,6 +595,7 @@ class AsyncVectorRepository(AsyncRepository):
         label: str | None = None,
     ) -> list[list[SearchHit]]:
         check_exact_limit(exact_limit)
+        await self._fresh_statistics(connection)
         qs: Any
         for attempt in (1, 2):
             model = await self._model_for(filters, embedder, refresh=attempt == 2)
@@ -666,6 +705,7 @@ class AsyncVectorRepository(AsyncRepository):
             raise InvalidInput(f"rrf_k must be an integer in [0, 10000], got {rrf_k!r}")
         seconds = check_half_life(half_life)
         depth = max(4 * k, 40)
+        await self._fresh_statistics(connection)
         for attempt in (1, 2):
             model = await self._model_for(filters, embedder, refresh=attempt == 2)
             (q,) = await self._query_vectors(model, [text], embedder)

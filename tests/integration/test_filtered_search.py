@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -199,3 +200,66 @@ def test_exact_search_of_a_memory_keeps_one_plan_per_memory(client: pgmem.Client
     for memory in memories:
         [(generic, custom)] = [(g, c) for text, g, c in plans if f"'{memory}'" in text]
         assert generic > 0 and custom <= 5
+
+
+def test_searches_refresh_statistics_taken_from_a_tiny_table(client: pgmem.Client, dsn: str) -> None:
+    """Statistics taken when the tables held one row call every column unique; Postgres then probed the
+    whole namespace for every HNSW candidate. A search notices statistics that far behind and analyzes
+    the tables (autovacuum is off here, as if its next visit were a minute away); the probe is then keyed
+    on the message."""
+    from pgmem.search import SearchFilters, statement
+
+    # Another process writes: its backends report their row counts to the statistics views when they exit
+    # (a live backend may hold them back for up to 10 s).
+    with pgmem.connect(dsn, namespace="test") as writer:
+        with writer.transaction() as conn:
+            for table in ("memory_entries", "messages", "embeddings"):
+                conn.execute(f"ALTER TABLE pgmem.{table} SET (autovacuum_enabled = off)")
+        writer.vectors.enable("tiny")
+        writer.messages.add("tiny", Message(id="t0", content="a lonely entry"))
+        writer.vectors.flush()
+        with writer.transaction() as conn:
+            conn.execute("ANALYZE pgmem.memory_entries, pgmem.messages, pgmem.embeddings")
+        writer.vectors.enable("big")
+        messages = [Message(id=f"b{i}", content=f"entry {i} about topic {i % 13}") for i in range(2000)]
+        writer.messages.add_many("big", messages)
+        writer.messages.add_many("other", messages[::2])  # messages held by two memories
+        writer.vectors.flush()
+    model = client.vectors.active_model("big")
+    assert model is not None
+    filters = SearchFilters("big")
+    text = statement("vector", model, filters, "ann", 10, False)
+    params = {"ns": "test", "q": client.embedder.embed(["entry 7 about topic 7"])[0], **filters.params()}
+
+    def probe() -> str:
+        with client.transaction() as conn:
+            plan = "\n".join(r[0] for r in conn.execute("EXPLAIN (COSTS OFF) " + text, params).fetchall())
+        return plan.split("SubPlan")[-1].split("Index Cond:")[1].split("\n")[0]
+
+    def entries_per_statistics() -> float:
+        with psycopg.connect(dsn) as conn:
+            row = conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'pgmem.memory_entries'::regclass")
+            return float(row.fetchone()[0])  # type: ignore[index]
+
+    assert entries_per_statistics() == 1  # (PostgreSQL 18 here probed by namespace alone: a walk of it all)
+    with psycopg.connect(dsn) as conn:  # the writer's backends have exited and reported their rows
+        for _ in range(100):
+            row = conn.execute(
+                "SELECT n_mod_since_analyze FROM pg_stat_user_tables WHERE relid = 'pgmem.memory_entries'::regclass"
+            ).fetchone()
+            if row is not None and row[0] >= 3000:
+                break
+            conn.rollback()  # statistics views are read once per transaction
+            time.sleep(0.05)
+    with psycopg.connect(dsn, autocommit=True) as conn:  # a caller's connection: never analyzed from
+        client.search("entry 7 about topic 7", memory="big", k=5, mode="ann", connection=conn)
+    assert entries_per_statistics() == 1
+    hits = client.search("entry 7 about topic 7", memory="big", k=5, mode="ann")
+    assert hits[0].message.id == "b7" and len(hits) == 5
+    assert entries_per_statistics() == 3001
+    assert "message_id = e.message_id" in probe()
+    with psycopg.connect(dsn) as conn:
+        analyzed = conn.execute(
+            "SELECT relname FROM pg_stat_user_tables WHERE schemaname = 'pgmem' AND analyze_count = 2 ORDER BY 1"
+        ).fetchall()
+    assert analyzed == [("embeddings",), ("memory_entries",), ("messages",)]
