@@ -118,7 +118,8 @@ memory_entries = Table(
     ),
     Index("memory_entries_order_key", "namespace", "memory", "seq", unique=True),
     Index("memory_entries_cause_by_idx", "namespace", "memory", "cause_by", "seq"),
-    Index("memory_entries_message_idx", "namespace", "message_id"),
+    # Covering: a filtered HNSW search probes it per candidate, index-only (migration 0009).
+    Index("memory_entries_message_idx", "namespace", "message_id", postgresql_include=["memory"]),
     comment="Which messages a memory holds, in the order they were added.",
 )
 

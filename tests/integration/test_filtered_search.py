@@ -263,3 +263,33 @@ def test_searches_refresh_statistics_taken_from_a_tiny_table(client: pgmem.Clien
             "SELECT relname FROM pg_stat_user_tables WHERE schemaname = 'pgmem' AND analyze_count = 2 ORDER BY 1"
         ).fetchall()
     assert analyzed == [("embeddings",), ("memory_entries",), ("messages",)]
+
+
+def test_index_scan_probe_is_index_only(client: pgmem.Client, dsn: str) -> None:
+    """The per-row probe of a memory filter reads the message index alone (it includes the memory,
+    migration 0009): a message held by several memories costs no table reads."""
+    from pgmem.search import SearchFilters, statement
+
+    client.vectors.enable("big")
+    messages = [Message(id=f"b{i}", content=f"entry {i} about topic {i % 13}") for i in range(300)]
+    client.messages.add_many("big", messages)
+    for other in ("second", "third"):
+        client.messages.add_many(other, messages[::2])
+    client.vectors.flush()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE pgmem.memory_entries, pgmem.embeddings, pgmem.messages")
+        definition = conn.execute("SELECT pg_get_indexdef('pgmem.memory_entries_message_idx'::regclass)").fetchone()
+    assert definition is not None and definition[0].endswith("(namespace, message_id) INCLUDE (memory)")
+    model = client.vectors.active_model("big")
+    assert model is not None
+    filters = SearchFilters("big")
+    text = statement("vector", model, filters, "ann", 10, False)
+    params = {"ns": "test", "q": client.embedder.embed(["entry 7 about topic 7"])[0], **filters.params()}
+    with client.transaction() as conn:
+        conn.execute("SET LOCAL enable_seqscan = off")  # 300 rows: make the planner consider the index
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN (ANALYZE, COSTS OFF) " + text, params).fetchall())
+    probe = plan.split("SubPlan")[-1]
+    assert "Index Only Scan using memory_entries_message_idx on memory_entries fe" in probe, plan
+    assert "Heap Fetches: 0" in probe, plan
+    hits = client.search("entry 7 about topic 7", memory="big", k=5, mode="ann")
+    assert hits[0].message.id == "b7"
