@@ -400,18 +400,18 @@ def show(title: str, rows: list[dict[str, Any]]) -> None:
     console.print(table)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dsn", default=None, help="server to use (default: $PGMEM_BENCH_DSN, else embedded)")
-    parser.add_argument("--samples", type=int, default=400)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/vectors.json"))
-    args = parser.parse_args()
-    samples = 100 if args.quick else args.samples
-    texts, vectors, queries = load_data(0)
-    sizes = [1000, 10000] if args.quick else [1000, 10000, 30000]
-    results: dict[str, Any] = {}
-    with bench_database(args.dsn) as dsn:
+def run_a_b_c(
+    dsn_arg: str | None,
+    parts: set[str],
+    texts: list[str],
+    vectors: np.ndarray,
+    queries: np.ndarray,
+    sizes: list[int],
+    samples: int,
+    results: dict[str, Any],
+) -> None:
+    """Parts A, B and C on one database holding the 35k vectors in the benchmark's memories."""
+    with bench_database(dsn_arg) as dsn:
         embedder = LookupEmbedder(vectors)
         with pgmem.connect(dsn, namespace="bench", embedder=embedder, max_size=4) as client:
             n = len(vectors)
@@ -424,16 +424,39 @@ def main() -> None:
             rt = round_trip(dsn, samples)
             results["round trip p50"] = rt
             console.print(f"loaded {n} vectors in {results['load s']} s; round trip p50 {rt} µs")
-            results["A"] = part_a(client, vectors, queries, sizes, samples, rt)
-            show("A. cached search vs raw (p50 µs)", results["A"])
-            results["B"] = part_b(client, dsn, vectors, queries, samples)
-            show("B. HNSW through pgmem vs hand-written", [results["B"]])
-            results["C"] = part_c(client, dsn, vectors, queries, samples)
-            show("C. filtered search, one memory", results["C"])
-    with bench_database(args.dsn, "_d") as dsn:
-        results["D"] = part_d(dsn, texts, vectors, queries, 1000 if args.quick else 5000, samples)
-        show("D. LangGraph PostgresStore vs pgmem", [results["D"]])
-    if not args.quick:
+            if "A" in parts:
+                results["A"] = part_a(client, vectors, queries, sizes, samples, rt)
+                show("A. cached search vs raw (p50 µs)", results["A"])
+            if "B" in parts:
+                results["B"] = part_b(client, dsn, vectors, queries, samples)
+                show("B. HNSW through pgmem vs hand-written", [results["B"]])
+            if "C" in parts:
+                results["C"] = part_c(client, dsn, vectors, queries, samples)
+                show("C. filtered search, one memory", results["C"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dsn", default=None, help="server to use (default: $PGMEM_BENCH_DSN, else embedded)")
+    parser.add_argument("--samples", type=int, default=400)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/vectors.json"))
+    parser.add_argument("--parts", default="A,B,C,D", help="which parts to run, e.g. D or A,B (default: all)")
+    args = parser.parse_args()
+    parts = {p.strip().upper() for p in args.parts.split(",") if p.strip()}
+    if unknown := parts - {"A", "B", "C", "D"}:
+        parser.error(f"unknown parts {sorted(unknown)}")
+    samples = 100 if args.quick else args.samples
+    texts, vectors, queries = load_data(0)
+    sizes = [1000, 10000] if args.quick else [1000, 10000, 30000]
+    results: dict[str, Any] = {"parts": sorted(parts)}
+    if parts & {"A", "B", "C"}:
+        run_a_b_c(args.dsn, parts, texts, vectors, queries, sizes, samples, results)
+    if "D" in parts:
+        with bench_database(args.dsn, "_d") as dsn:
+            results["D"] = part_d(dsn, texts, vectors, queries, 1000 if args.quick else 5000, samples)
+            show("D. LangGraph PostgresStore vs pgmem", [results["D"]])
+    if not args.quick and parts & {"A", "B"}:
         texts100, vectors100, _ = load_data(100_000)
         with bench_database(args.dsn) as dsn:
             embedder = LookupEmbedder(vectors100)
@@ -442,10 +465,12 @@ def main() -> None:
                 with psycopg.connect(dsn, autocommit=True) as conn:
                     conn.execute("VACUUM ANALYZE")
                 rt = round_trip(dsn, samples)
-                results["A100k"] = part_a(client, vectors100, queries, [100_000], samples, rt)
-                show("A at 100k synthetic (p50 µs)", results["A100k"])
-                results["B100k"] = part_b(client, dsn, vectors100, queries, samples)
-                show("B at 100k synthetic", [results["B100k"]])
+                if "A" in parts:
+                    results["A100k"] = part_a(client, vectors100, queries, [100_000], samples, rt)
+                    show("A at 100k synthetic (p50 µs)", results["A100k"])
+                if "B" in parts:
+                    results["B100k"] = part_b(client, dsn, vectors100, queries, samples)
+                    show("B at 100k synthetic", [results["B100k"]])
     write_json(args.out, results)
     console.print(f"results in {args.out}")
 

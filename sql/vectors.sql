@@ -71,23 +71,23 @@ FOR KEY SHARE OF m SKIP LOCKED;
 WITH stored AS (
     INSERT INTO pgmem.embeddings (namespace, model_id, message_id, embedding)
     SELECT %(ns)s, %(model)s, v.id, v.embedding
-    FROM unnest(%(ids)s::text[], %(vectors)s::vector[]) AS v(id, embedding)
+    FROM unnest(%(ids)b::text[], %(vectors)b::vector[]) AS v(id, embedding)
     ORDER BY v.id
     ON CONFLICT DO NOTHING
 )
 DELETE FROM pgmem.embedding_outbox
-WHERE namespace = %(ns)s AND model_id = %(model)s AND message_id = ANY(%(ids)s::text[]);
+WHERE namespace = %(ns)s AND model_id = %(model)s AND message_id = ANY(%(ids)b::text[]);
 
 -- name: store_halfvecs
 WITH stored AS (
     INSERT INTO pgmem.embeddings (namespace, model_id, message_id, embedding_half)
     SELECT %(ns)s, %(model)s, v.id, v.embedding::halfvec
-    FROM unnest(%(ids)s::text[], %(vectors)s::vector[]) AS v(id, embedding)
+    FROM unnest(%(ids)b::text[], %(vectors)b::vector[]) AS v(id, embedding)
     ORDER BY v.id
     ON CONFLICT DO NOTHING
 )
 DELETE FROM pgmem.embedding_outbox
-WHERE namespace = %(ns)s AND model_id = %(model)s AND message_id = ANY(%(ids)s::text[]);
+WHERE namespace = %(ns)s AND model_id = %(model)s AND message_id = ANY(%(ids)b::text[]);
 
 -- name: outbox_failed
 -- The provider failed: try these again after an exponential backoff (1 s doubling, at most 1 hour).
@@ -95,7 +95,7 @@ UPDATE pgmem.embedding_outbox
 SET attempts = attempts + 1,
     last_error = left(%(error)s, 2000),
     available_at = now() + least(interval '1 hour', interval '1 second' * power(2, least(attempts, 12)))
-WHERE namespace = %(ns)s AND model_id = %(model)s AND message_id = ANY(%(ids)s::text[]);
+WHERE namespace = %(ns)s AND model_id = %(model)s AND message_id = ANY(%(ids)b::text[]);
 
 -- name: outbox_retry_now
 -- `pgmem embed`: a backfill run does not wait out earlier backoffs.

@@ -305,3 +305,43 @@ def test_deleted_before_embedding(dsn: str) -> None:
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT count(*) FROM pgmem.embedding_outbox").fetchone() == (0,)
         assert conn.execute("SELECT count(*) FROM pgmem.embeddings").fetchone() == (2,)
+
+
+def test_stored_vectors_find_their_memories_by_message_id(client: pgmem.Client, dsn: str) -> None:
+    """Storing vectors logs them per memory for the caches (trigger ``embeddings_added``), which looks up the
+    memories holding each message. Planned from statistics taken while memory_entries held one row, the join
+    read the whole table (here: 1,500 rows to log 3 vectors; elsewhere it walked the memory's entries), so
+    the trigger's cost grew with the data; each vector probes the message index instead (migration 0010)."""
+    with client.transaction() as conn:
+        conn.execute("ALTER TABLE pgmem.memory_entries SET (autovacuum_enabled = off)")
+    client.vectors.enable("big")
+    client.messages.add("big", Message(id="b0", content="the first entry"))
+    client.vectors.flush()
+    with client.transaction() as conn:
+        conn.execute("ANALYZE pgmem.memory_entries")  # one row: every memory looks unique
+    client.messages.add_many("big", [Message(id=f"b{i}", content=f"entry {i}") for i in range(1, 1500)])
+    client.vectors.flush()
+    ids = ["b10", "b500", "b1400"]
+    with psycopg.connect(dsn) as conn:  # a new session plans the trigger's queries afresh
+        conn.execute(
+            "CREATE TEMP TABLE kept AS"
+            " SELECT * FROM pgmem.embeddings WHERE namespace = 'test' AND message_id = ANY(%s)",
+            (ids,),
+        )
+        conn.execute("DELETE FROM pgmem.embeddings WHERE namespace = 'test' AND message_id = ANY(%s)", (ids,))
+        head = conn.execute("SELECT vec_rev FROM pgmem.memories WHERE namespace = 'test' AND key = 'big'").fetchone()
+        conn.execute("INSERT INTO pgmem.embeddings SELECT * FROM kept")
+        reads = dict(
+            conn.execute(
+                "SELECT relname, pg_stat_get_xact_tuples_returned(oid) FROM pg_class"
+                " WHERE relname IN ('memory_entries', 'memory_entries_order_key', 'memory_entries_message_idx')"
+            ).fetchall()
+        )
+        logged = conn.execute(
+            "SELECT message_id FROM pgmem.vector_log WHERE namespace = 'test' AND memory = 'big' AND rev > %s"
+            " ORDER BY rev",
+            head,
+        ).fetchall()
+        conn.rollback()
+    assert [r[0] for r in logged] == ids  # in the memory's order
+    assert reads == {"memory_entries": 0, "memory_entries_order_key": 0, "memory_entries_message_idx": len(ids)}
