@@ -59,10 +59,16 @@ SYSTEMS = ("pgmem", "pgqueuer", "raw", "pgmem-2rt")
 
 
 def fill(system: str, dsn: str, jobs: int) -> None:
+    """Queue ``jobs`` jobs for ``system``, from the same state for every run of every system: empty tables.
+
+    The raw loop's jobs table is truncated; pgmem's queue, archive and messages and pgqueuer's queue and
+    log are emptied too, so that no system carries the history of earlier runs (a full run fills the
+    queues 90 times) and the order of the runs does not weigh on the results."""
     payloads = [f"job {i}: " + "x" * 100 for i in range(jobs)]
     if system.startswith("pgmem"):
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("TRUNCATE pgmem.queue_items, pgmem.queue_archive, pgmem.messages CASCADE")
         with pgmem.connect(dsn, namespace="bench") as client:
-            client.queues.clear(QUEUE)
             for start in range(0, jobs, 5000):
                 client.queues.push_many(QUEUE, [pgmem.Message(content=p) for p in payloads[start : start + 5000]])
     elif system == "raw":
@@ -87,6 +93,7 @@ async def _pgqueuer_queries(dsn: str) -> Any:
 async def _pgqueuer_fill(dsn: str, payloads: list[str]) -> None:
     conn, q = await _pgqueuer_queries(dsn)
     await q.clear_queue()
+    await conn.execute("TRUNCATE pgqueuer_log")
     for start in range(0, len(payloads), 5000):
         chunk = payloads[start : start + 5000]
         await q.enqueue([QUEUE] * len(chunk), [p.encode() for p in chunk], [0] * len(chunk))

@@ -286,7 +286,8 @@ embedding_outbox = Table(
     # embedder has locked (that wait closed a deadlock cycle). Embedders skip and purge rows whose message
     # is gone.
     ForeignKeyConstraint(["model_id"], ["pgmem.embedding_models.id"], name="embedding_outbox_model_fkey"),
-    Index("embedding_outbox_ready_idx", "model_id", "available_at"),
+    # Claims take batches in this order, reading only available rows (migration 0011).
+    Index("embedding_outbox_claim_idx", "namespace", "model_id", "available_at", "message_id"),
     comment="Messages waiting for an embedding, queued in the transaction that stored them (no FK to messages).",
 )
 

@@ -57,14 +57,22 @@ ORDER BY mm.status = 'active' DESC, mm.created_at;
 -- The messages are key-share locked up front, skipping any a concurrent delete holds: this batch then
 -- never waits on a deleting transaction (which may be waiting on an outbox row this batch locked), and a
 -- delete that comes later waits for the batch. Either way no deadlock.
+-- Oldest available first, in the order of embedding_outbox_claim_idx: a batch reads its own rows, never
+-- the rest of a backlog nor the rows waiting out a retry backoff (a fresh row is available from the
+-- moment it was queued).
+-- Each row's message is a primary-key probe (a locking subquery is never flattened into a join that
+-- stale statistics could turn into a scan of the namespace's messages).
 SELECT o.message_id, m.content
 FROM pgmem.embedding_outbox o
-JOIN pgmem.messages m ON m.namespace = o.namespace AND m.id = o.message_id
+CROSS JOIN LATERAL (
+    SELECT m.content FROM pgmem.messages m
+    WHERE m.namespace = o.namespace AND m.id = o.message_id
+    FOR KEY SHARE SKIP LOCKED
+) AS m
 WHERE o.namespace = %(ns)s AND o.model_id = %(model)s AND o.available_at <= now()
-ORDER BY o.enqueued_at, o.message_id
+ORDER BY o.available_at, o.message_id
 LIMIT %(n)s
-FOR UPDATE OF o SKIP LOCKED
-FOR KEY SHARE OF m SKIP LOCKED;
+FOR UPDATE OF o SKIP LOCKED;
 
 -- name: store_vectors
 -- Store a batch of vectors (binary vector[]) and take the messages off the outbox.

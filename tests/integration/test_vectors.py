@@ -345,3 +345,43 @@ def test_stored_vectors_find_their_memories_by_message_id(client: pgmem.Client, 
         conn.rollback()
     assert [r[0] for r in logged] == ids  # in the memory's order
     assert reads == {"memory_entries": 0, "memory_entries_order_key": 0, "memory_entries_message_idx": len(ids)}
+
+
+def test_embedding_batches_read_their_rows_not_the_backlog(client: pgmem.Client, dsn: str) -> None:
+    """An embedder claims its batch in index order (migration 0011): it reads the rows it takes, not a
+    backlog of 3,000 messages waiting out a retry backoff; it takes the available ones first, and the
+    backfill (``retry_now``) then embeds the rest."""
+    client.vectors.enable("m")
+    with psycopg.connect(dsn) as conn:  # the caller's transaction: no background embedding
+        client.messages.add_many(
+            "m", [Message(id=f"old{i}", content=f"backlog {i}") for i in range(3000)], connection=conn
+        )
+        conn.execute("UPDATE pgmem.embedding_outbox SET available_at = now() + interval '1 hour', attempts = 1")
+        conn.commit()
+        client.messages.add_many(
+            "m", [Message(id=f"new{i:02}", content=f"fresh {i}") for i in range(20)], connection=conn
+        )
+        conn.commit()
+    with psycopg.connect(dsn, autocommit=True) as conn:  # as autovacuum would (the update left dead rows)
+        conn.execute("VACUUM ANALYZE pgmem.embedding_outbox")
+    model = client.vectors.active_model("m")
+    assert model is not None
+    claim = pgmem.queries.load("vectors")["claim_outbox"]
+    # A new session: the statistics functions count what a backend has not yet reported, which here
+    # would include the setup's reads.
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(claim, {"ns": "test", "model": model.id, "n": 8}).fetchall()
+        read = dict(
+            conn.execute(
+                "SELECT relname, pg_stat_get_xact_tuples_returned(oid) FROM pg_class WHERE relname IN"
+                " ('embedding_outbox', 'embedding_outbox_claim_idx', 'messages', 'messages_pkey')"
+            ).fetchall()
+        )
+        conn.rollback()
+    assert [r[0] for r in rows] == [f"new{i:02}" for i in range(8)]
+    # no table read sequentially; 8 entries of each index (9: the scan looks one row past the batch)
+    assert read["embedding_outbox"] == read["messages"] == 0
+    assert 8 <= read["embedding_outbox_claim_idx"] <= 9 and read["messages_pkey"] == 8
+    assert client.vectors.embed_pending().embedded == 20  # the backlog waits out its backoff
+    report = client.vectors.embed_pending(retry_now=True, batch_size=500)
+    assert (report.embedded, report.remaining) == (3000, 0)
