@@ -233,10 +233,11 @@ class AsyncVectorRepository(AsyncRepository):
         """Embed queued messages of this namespace with the models this client has embedders for.
 
         Each batch is claimed with ``FOR UPDATE SKIP LOCKED`` (many embedders may run at once), embedded,
-        stored and taken off the queue in one transaction. A provider error puts the batch back with an
-        exponential backoff and is reported, not raised. ``retry_now`` ignores earlier backoffs (the
-        backfill of ``pgmem embed``). Finished model switches are promoted at the end.
-        ``count_remaining=False`` skips counting what is left (the background embedder does).
+        stored and taken off the queue in one transaction. A provider error (or a wrong dimension) puts the
+        batch back with an exponential backoff and is reported, not raised; a database error is raised, the
+        batch left queued as it was. ``retry_now`` ignores earlier backoffs (the backfill of ``pgmem embed``).
+        Finished model switches are promoted at the end. ``count_remaining=False`` skips counting what is
+        left (the background embedder does).
         """
         if not isinstance(batch_size, int) or not 1 <= batch_size <= 10_000:
             raise InvalidInput(f"batch_size must be in [1, 10000], got {batch_size!r}")
@@ -278,31 +279,32 @@ class AsyncVectorRepository(AsyncRepository):
 
     async def _embed_batch(self, model: EmbeddingModel, embedder: Embedder, n: int) -> tuple[int, str | None]:
         """Claim, embed and store one batch. Returns (messages, error or None)."""
-        ids: list[str] = []
-        try:
-            with translate():
-                async with self._client.transaction() as conn:
-                    cur = await conn.execute(Q["claim_outbox"], {"ns": self.namespace, "model": model.id, "n": n})
-                    claimed = await cur.fetchall()
-                    if not claimed:
-                        return 0, None
-                    ids = [r[0] for r in claimed]
+        failure: str | None = None
+        with translate():
+            async with self._client.transaction() as conn:
+                cur = await conn.execute(Q["claim_outbox"], {"ns": self.namespace, "model": model.id, "n": n})
+                claimed = await cur.fetchall()
+                if not claimed:
+                    return 0, None
+                ids = [r[0] for r in claimed]
+                try:
                     vectors = check_vectors(
                         await embedder.aembed([r[1] for r in claimed]), len(claimed), model.dimension, model.name
                     )
+                except Exception as exc:  # noqa: BLE001 - whatever the provider raises leaves the batch queued
+                    failure = f"{type(exc).__name__}: {exc}"
+                else:
+                    # The database's own errors are raised (the batch stays queued as it was, no backoff).
                     await self._ready(conn)
                     query = Q["store_vectors"] if model.kind == "vector" else Q["store_halfvecs"]
                     await conn.execute(
                         query,
                         {"ns": self.namespace, "model": model.id, "ids": ids, "vectors": list(vectors)},
                     )
-        except Exception as exc:  # noqa: BLE001 - any provider failure leaves the batch queued
-            if not ids:
-                raise
-            message = f"{type(exc).__name__}: {exc}"
-            log.warning("embedding %d messages with %s failed: %s", len(ids), model.name, message)
-            await self._rows("outbox_failed", {"model": model.id, "ids": ids, "error": message}, None)
-            return len(ids), message
+        if failure is not None:
+            log.warning("embedding %d messages with %s failed: %s", len(ids), model.name, failure)
+            await self._rows("outbox_failed", {"model": model.id, "ids": ids, "error": failure}, None)
+            return len(ids), failure
         if self.on_change is not None:
             self.on_change(None)
         return len(ids), None

@@ -385,3 +385,38 @@ def test_embedding_batches_read_their_rows_not_the_backlog(client: pgmem.Client,
     assert client.vectors.embed_pending().embedded == 20  # the backlog waits out its backoff
     report = client.vectors.embed_pending(retry_now=True, batch_size=500)
     assert (report.embedded, report.remaining) == (3000, 0)
+
+
+def test_a_database_error_while_storing_is_raised_not_taken_for_the_provider(client: pgmem.Client, dsn: str) -> None:
+    """Only the provider's failures put a batch into retry backoff (reported, not raised); a failure of the
+    database while storing the vectors is raised, and the batch stays queued as it was, nothing stored."""
+    flaky = FlakyEmbedder()
+    client.vectors.enable("m", flaky)
+    with psycopg.connect(dsn) as conn:  # the caller's transaction: no background embedding
+        client.messages.add_many("m", [Message(content=f"note {i}") for i in range(5)], connection=conn)
+        conn.commit()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE FUNCTION public.fail_store() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN RAISE EXCEPTION 'no space left on device (test)'; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER fail_store BEFORE INSERT ON pgmem.embeddings"
+            " FOR EACH ROW EXECUTE FUNCTION public.fail_store()"
+        )
+    with pytest.raises(psycopg.Error, match="no space left"):
+        client.vectors.embed_pending(flaky)
+    with psycopg.connect(dsn) as conn:
+        queued = conn.execute(
+            "SELECT count(*), max(attempts), bool_and(available_at <= now()) FROM pgmem.embedding_outbox"
+        )
+        assert queued.fetchone() == (5, 0, True)  # no backoff, no attempt counted
+        assert conn.execute("SELECT count(*) FROM pgmem.embeddings").fetchone() == (0,)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DROP TRIGGER fail_store ON pgmem.embeddings")
+    assert client.vectors.embed_pending(flaky).embedded == 5
+    flaky.down = True  # the provider's failures are still reported, with a backoff
+    client.messages.add("m", Message(content="one more"))
+    client.vectors.wait()
+    report = client.vectors.embed_pending(flaky, retry_now=True)
+    assert (report.embedded, report.failed, report.remaining) == (0, 1, 1) and "unreachable" in report.errors[0]
