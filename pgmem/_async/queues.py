@@ -62,8 +62,17 @@ def _fences(items: Iterable[QueueItem]) -> dict[int, int]:
     for item in items:
         if not isinstance(item, QueueItem):
             raise InvalidInput(f"ack takes QueueItem objects, got {type(item).__name__}")
+        if type(item.id) is not int or type(item.attempts) is not int:
+            raise InvalidInput(f"not a claimed item (id and attempts must be integers): {item.id!r}, {item.attempts!r}")
         held[item.id] = item.attempts
     return held
+
+
+def _int_array(values: Iterable[int]) -> str:
+    """``{1,2,3}``, the text of a Postgres integer array (the SQL casts it). psycopg dumps a str as it is and
+    a list element by element, with a dumper looked up for each new cursor: about 40 us per claim, a third
+    of the client's time at 10 items per claim."""
+    return "{" + ",".join(map(str, values)) + "}"
 
 
 def _raise_lost(held: dict[int, int], acked: Iterable[int]) -> None:
@@ -211,7 +220,7 @@ class AsyncQueueRepository(AsyncRepository):
         held = _fences(ack) if ack is not None else {}
         if not held:
             return [decode_item(r) for r in await self._claim_rows("claim", params, connection)]
-        params["ids"], params["attempts"] = list(held), list(held.values())
+        params["ids"], params["attempts"] = _int_array(held), _int_array(held.values())
         rows = await self._claim_rows("ack_claim", params, connection)
         acked = rows[0][-1]  # at least one row; NULL when every acknowledgement held
         if acked is not None:
@@ -245,7 +254,7 @@ class AsyncQueueRepository(AsyncRepository):
         held = _fences([items] if isinstance(items, QueueItem) else items)
         if not held:
             return
-        rows = await self._rows("ack", {"ids": list(held), "attempts": list(held.values())}, connection)
+        rows = await self._rows("ack", {"ids": _int_array(held), "attempts": _int_array(held.values())}, connection)
         if len(rows) != len(held):
             _raise_lost(held, [r[0] for r in rows])
 

@@ -416,3 +416,17 @@ def test_bad_queue_input(client: pgmem.Client, dsn: str, call: object) -> None:
     with pytest.raises(pgmem.InvalidInput):
         call(client.queues)  # type: ignore[operator]
     assert table_counts(dsn) == before
+
+
+def test_acknowledging_a_forged_item_is_refused(client: pgmem.Client, dsn: str) -> None:
+    """An item whose id or attempts are not integers (made up, not claimed) is refused before any SQL."""
+    client.queues.push("q", pgmem.Message(content="x"))
+    (item,) = client.queues.claim("q")
+    before = table_counts(dsn)
+    for forged in (dataclasses.replace(item, id="1,2"), dataclasses.replace(item, attempts=True)):
+        with pytest.raises(pgmem.InvalidInput, match="not a claimed item"):
+            client.queues.ack(forged)
+        with pytest.raises(pgmem.InvalidInput, match="not a claimed item"):
+            client.queues.claim("q", ack=[forged])
+    assert table_counts(dsn) == before
+    client.queues.ack(item)
