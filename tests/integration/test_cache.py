@@ -181,9 +181,14 @@ def test_strict_mode_checks_every_time(client: pgmem.Client) -> None:
         assert cache.stats.catch_ups == 1
 
 
-def test_strict_mode_sees_a_peer_write_before_its_notification(dsn: str, client: pgmem.Client) -> None:
-    """The overlapped check: the search runs while the high-water mark travels; a mark that moved (a
-    peer committed, its NOTIFY not delivered yet) means catch up and search again, never a stale answer."""
+@pytest.mark.parametrize("overlap_below", [2048, 0], ids=["overlapped", "read-first"])
+def test_strict_mode_sees_a_peer_write_before_its_notification(
+    dsn: str, client: pgmem.Client, monkeypatch: pytest.MonkeyPatch, overlap_below: int
+) -> None:
+    """Both checks (overlapped with the search below 2,048 vectors, read before it above): a mark that
+    moved (a peer committed, its NOTIFY not delivered yet) means catch up and search again, never a stale
+    answer."""
+    monkeypatch.setattr(pgmem.cache, "_OVERLAP_BELOW", overlap_below)
     client.vectors.enable("m")
     _fill(client, "m", 20)
     query = client.embedder.embed(["item 2 colour 2 shape 2"])[0]
@@ -200,7 +205,11 @@ def test_strict_mode_sees_a_peer_write_before_its_notification(dsn: str, client:
         assert cache.stats.checks == checks + 1  # now current: confirmed by the mark alone
 
 
-def test_strict_check_survives_a_lost_reader_connection(dsn: str, client: pgmem.Client) -> None:
+@pytest.mark.parametrize("overlap_below", [2048, 0], ids=["overlapped", "read-first"])
+def test_strict_check_survives_a_lost_reader_connection(
+    dsn: str, client: pgmem.Client, monkeypatch: pytest.MonkeyPatch, overlap_below: int
+) -> None:
+    monkeypatch.setattr(pgmem.cache, "_OVERLAP_BELOW", overlap_below)
     client.vectors.enable("m")
     _fill(client, "m", 20)
     with VectorCache(client, mode="strict") as cache, psycopg.connect(dsn, autocommit=True) as admin:
