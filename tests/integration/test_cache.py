@@ -314,3 +314,48 @@ def test_cache_bad_input(client: pgmem.Client) -> None:
         with pytest.raises(pgmem.InvalidInput):
             cache.search_vectors("never-enabled", np.ones(384), 3)
         assert cache.search_vectors("m", np.ones(384), 3) == [[]]  # enabled, empty
+
+
+def test_every_form_of_query_vector_gets_the_same_answer(client: pgmem.Client) -> None:
+    """A float32 vector takes a shorter path than the other forms (it is scaled after the product, not
+    normalised before): lists, float64, a batch, a scaled copy and a copy too large to square in float32
+    all rank the same ids with the same cosine scores; non-finite queries are refused, a zero query scores 0."""
+    client.vectors.enable("m")
+    _fill(client, "m", 200)
+    q = np.asarray(client.embedder.embed(["item 5 colour 5 shape 5"])[0], dtype=np.float32)
+    with VectorCache(client) as cache:
+        want = _exact(client, "m", q, 10)
+        forms = [q, q.tolist(), q.astype(np.float64), q * np.float32(7.5), q * np.float32(1e30), q[None, :]]
+        for form in forms:
+            assert same(cache.search_vectors("m", form, 10)[0], want)
+            assert np.allclose([s for _, s in cache.search_vectors("m", form, 10)[0]], [s for _, s in want], atol=1e-5)
+        both = cache.search_vectors("m", np.stack([q, q * np.float32(3)]), 10)
+        assert same(both[0], want) and same(both[1], want)
+        assert all(s == 0.0 for _, s in cache.search_vectors("m", np.zeros(q.shape, np.float32), 3)[0])
+        full = cache.search_vectors("m", q, 10)[0]
+        cut = full[2][1] - 1e-6
+        assert cache.search_vectors("m", q, 10, threshold=cut)[0] == [hit for hit in full if hit[1] >= cut]
+        nan = np.full(q.shape, np.nan, np.float32)
+        inf = np.where(np.arange(q.size) == 3, np.inf, q).astype(np.float32)
+        for bad in (nan, inf):
+            with pytest.raises(pgmem.InvalidInput):
+                cache.search_vectors("m", bad, 3)
+
+
+@pytest.mark.parametrize("faiss_above", [None, 5])
+def test_a_shared_kth_place_goes_to_the_smallest_ids(client: pgmem.Client, faiss_above: int | None) -> None:
+    """Equal vectors score equally: which of them make the top k does not depend on the rows' order in the
+    cache (numpy's partition and FAISS pick any of them), it is the smallest ids, best first then by id."""
+    client.vectors.enable("m")
+    _fill(client, "m", 40)
+    twins = [Message(id=f"twin-{c}", content="a sentence said six times") for c in "fbdace"]
+    client.messages.add_many("m", twins)
+    client.vectors.flush()
+    q = client.embedder.embed(["a sentence said six times"])[0]
+    with VectorCache(client, faiss_above=faiss_above) as cache:
+        for k in (1, 3, 5):
+            got = cache.search_vectors("m", q, k)[0]
+            assert [i for i, _ in got] == [f"twin-{c}" for c in "abcdef"[:k]]
+            assert len({s for _, s in got}) == 1
+        eight = [i for i, _ in cache.search_vectors("m", q, 8)[0]]
+        assert eight[:6] == [f"twin-{c}" for c in "abcdef"] and not eight[6].startswith("twin")
