@@ -13,7 +13,8 @@ looks the data set's vector up by row, so no model runs during the benchmark.
 Parts (every comparison interleaved in one loop, p50/p99 in µs):
   A. cached search (pgmem.cache, default and strict mode) vs raw numpy (matrix product + argpartition)
      and raw ``faiss.knn`` on the same vectors at 1k, 10k and 30k per memory (and 100k synthetic).
-     Targets: default p50 <= 1.2 x raw + 25 µs; strict p50 <= raw + one round trip.
+     Targets: default p50 <= 1.2 x raw + 25 µs; strict p50 <= raw + one round trip, the round trip
+     measured in the same loop (raw numpy followed by a prepared SELECT 1) and, reported beside it, alone.
   B. HNSW search through pgmem (``client.search``) vs a hand-written psycopg query with a binary vector
      (both returning the messages). Targets: <= 1.15x, recall@10 >= 0.95 against exact, p99 <= 2.5 x p50.
   C. filtered search for one memory holding 12.5% and 1% of the rows: pgmem (auto) vs the two raw
@@ -130,17 +131,40 @@ def round_trip(dsn: str, samples: int) -> float:
 
 
 def part_a(
-    client: pgmem.Client, vectors: np.ndarray, queries: np.ndarray, sizes: list[int], samples: int, rt: float
+    client: pgmem.Client,
+    dsn: str,
+    vectors: np.ndarray,
+    queries: np.ndarray,
+    sizes: list[int],
+    samples: int,
+    rt: float,
 ) -> list[dict[str, Any]]:
+    """Strict mode's target is raw + one round trip, with the round trip measured twice: alone before the
+    part (``rt``, a quiet process), and in the loop, as raw numpy followed by the same prepared
+    ``SELECT 1`` — what a user checking freshness next to raw numpy would pay. They differ on 2 cores:
+    numpy's OpenBLAS worker thread spins for a while after each product (measured: 1.62 s of CPU in a
+    1.65 s loop of numpy and FAISS calls), so a backend woken in the loop competes with it, and every
+    Python step runs with the CPU caches flushed by the previous product."""
     rows = []
     faiss.omp_set_num_threads(1)
-    with VectorCache(client) as default, VectorCache(client, mode="strict") as strict:
+    with (
+        VectorCache(client) as default,
+        VectorCache(client, mode="strict") as strict,
+        psycopg.connect(dsn, autocommit=True) as conn,
+    ):
+
+        def checked(matrix: np.ndarray, q: np.ndarray) -> list[int]:
+            found = raw_numpy(matrix, q)
+            conn.execute("SELECT 1", prepare=True).fetchone()
+            return found
+
         for n in sizes:
             memory = f"first{n}"
             matrix = vectors[:n]
             # each timed function reads its own copy: one read by two of them stays warmer in the CPU's
             # caches than the caches' own copies (at 10k a copy is 15 MB, more than the CPU cache holds)
             faiss_matrix = matrix.copy()
+            checked_matrix = matrix.copy()
             qs = iter(np.resize(np.arange(len(queries)), samples * 40))
             # warm the caches (the lazy load is measured separately)
             t0 = time.perf_counter()
@@ -152,9 +176,11 @@ def part_a(
                 "raw faiss": lambda: raw_faiss(faiss_matrix, queries[next(qs)]),
                 "cache default": lambda: default.search_vectors(memory, queries[next(qs)], K),
                 "cache strict": lambda: strict.search_vectors(memory, queries[next(qs)], K),
+                "raw numpy + round trip": lambda: checked(checked_matrix, queries[next(qs)]),
             }
             t = timed_together(fns, iterations=samples)
             raw = min(t["raw numpy"]["p50_us"], t["raw faiss"]["p50_us"])
+            rt_loop = round(t["raw numpy + round trip"]["p50_us"] - t["raw numpy"]["p50_us"], 1)
             # the cache answers exactly: check a few against numpy (up to ties: the data set repeats some
             # texts, whose vectors are equal; the cache orders ties by id, numpy as it finds them)
             unit = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
@@ -165,9 +191,12 @@ def part_a(
                     **{f"{name} p50": v["p50_us"] for name, v in t.items()},
                     "raw best p50": raw,
                     "default target": round(1.2 * raw + 25, 1),
-                    "strict target": round(raw + rt, 1),
+                    "round trip in the loop": rt_loop,
+                    "strict target": round(raw + rt_loop, 1),
+                    "strict target (round trip alone)": round(raw + rt, 1),
                     "default ok": t["cache default"]["p50_us"] <= 1.2 * raw + 25,
-                    "strict ok": t["cache strict"]["p50_us"] <= raw + rt,
+                    "strict ok": t["cache strict"]["p50_us"] <= raw + rt_loop,
+                    "strict ok (round trip alone)": t["cache strict"]["p50_us"] <= raw + rt,
                     "cache load ms": round(load_ms, 1),
                     "same ids as numpy (20 queries)": ok,
                 }
@@ -392,11 +421,20 @@ def part_d(
 
 
 def show(title: str, rows: list[dict[str, Any]]) -> None:
+    """One row per result, or, when results have more fields than a terminal shows side by side, one
+    row per field and a column per result."""
     table = Table(title=title)
-    for column in rows[0]:
-        table.add_column(str(column))
-    for row in rows:
-        table.add_row(*[str(v) for v in row.values()])
+    if len(rows[0]) <= 8:
+        for column in rows[0]:
+            table.add_column(str(column))
+        for row in rows:
+            table.add_row(*[str(v) for v in row.values()])
+    else:
+        table.add_column("")
+        for _ in rows:
+            table.add_column("", justify="right")
+        for field in rows[0]:
+            table.add_row(str(field), *[str(row.get(field, "")) for row in rows])
     console.print(table)
 
 
@@ -425,7 +463,7 @@ def run_a_b_c(
             results["round trip p50"] = rt
             console.print(f"loaded {n} vectors in {results['load s']} s; round trip p50 {rt} µs")
             if "A" in parts:
-                results["A"] = part_a(client, vectors, queries, sizes, samples, rt)
+                results["A"] = part_a(client, dsn, vectors, queries, sizes, samples, rt)
                 show("A. cached search vs raw (p50 µs)", results["A"])
             if "B" in parts:
                 results["B"] = part_b(client, dsn, vectors, queries, samples)
@@ -466,7 +504,7 @@ def main() -> None:
                     conn.execute("VACUUM ANALYZE")
                 rt = round_trip(dsn, samples)
                 if "A" in parts:
-                    results["A100k"] = part_a(client, vectors100, queries, [100_000], samples, rt)
+                    results["A100k"] = part_a(client, dsn, vectors100, queries, [100_000], samples, rt)
                     show("A at 100k synthetic (p50 µs)", results["A100k"])
                 if "B" in parts:
                     results["B100k"] = part_b(client, dsn, vectors100, queries, samples)
