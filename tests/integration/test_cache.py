@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -342,20 +343,43 @@ def test_every_form_of_query_vector_gets_the_same_answer(client: pgmem.Client) -
                 cache.search_vectors("m", bad, 3)
 
 
+class ExactEmbedder:
+    """8-dimensional unit vectors of four halves each, so that every product is a sum of quarters: exact in
+    float32 whatever the summation order. ``twin`` texts share one vector; ``other <i>`` texts share
+    3 - i % 3 of its halves (products 0.75, 0.5, 0.25)."""
+
+    model = "exact-8"
+    dimension = 8
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), 8), np.float32)
+        for row, text in enumerate(texts):
+            shared = 4 if text.startswith("twin") else 3 - int(text.split()[-1]) % 3
+            out[row, :shared] = 0.5
+            out[row, 4 : 4 + 4 - shared] = 0.5
+        return out
+
+    async def aembed(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embed(texts)
+
+
 @pytest.mark.parametrize("faiss_above", [None, 5])
 def test_a_shared_kth_place_goes_to_the_smallest_ids(client: pgmem.Client, faiss_above: int | None) -> None:
     """Equal vectors score equally: which of them make the top k does not depend on the rows' order in the
     cache (numpy's partition and FAISS pick any of them), it is the smallest ids, best first then by id."""
-    client.vectors.enable("m")
-    _fill(client, "m", 40)
-    twins = [Message(id=f"twin-{c}", content="a sentence said six times") for c in "fbdace"]
+    embedder = ExactEmbedder()
+    client.vectors.enable("m", embedder)
+    client.messages.add_many("m", [Message(id=f"other-{i:02d}", content=f"other {i}") for i in range(40)])
+    twins = [Message(id=f"twin-{c}", content=f"twin {c}") for c in "fbdace"]
     client.messages.add_many("m", twins)
-    client.vectors.flush()
-    q = client.embedder.embed(["a sentence said six times"])[0]
+    client.vectors.flush(embedder)
+    q = embedder.embed(["twin"])[0]
     with VectorCache(client, faiss_above=faiss_above) as cache:
         for k in (1, 3, 5):
             got = cache.search_vectors("m", q, k)[0]
             assert [i for i, _ in got] == [f"twin-{c}" for c in "abcdef"[:k]]
             assert len({s for _, s in got}) == 1
-        eight = [i for i, _ in cache.search_vectors("m", q, 8)[0]]
-        assert eight[:6] == [f"twin-{c}" for c in "abcdef"] and not eight[6].startswith("twin")
+        eight = cache.search_vectors("m", q, 8)[0]
+        assert [i for i, _ in eight[:6]] == [f"twin-{c}" for c in "abcdef"]
+        # the next place is shared by the 14 "other" rows closest to the twins: the two smallest ids
+        assert [(i, s) for i, s in eight[6:]] == [("other-00", 0.75), ("other-03", 0.75)]
