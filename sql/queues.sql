@@ -99,32 +99,20 @@ JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = c.message_id
 ORDER BY c.priority, c.id;
 
 -- name: ack_claim
--- A consumer's loop step in one statement, one round trip and one commit: acknowledge the items it
--- holds (as `ack`), then claim the next up to {limit} (as `claim`). The claim runs only if every
--- acknowledgement held (%(ids)s are distinct): the caller then learns of a lost lease before it holds
--- new items. The last column is NULL when all were acknowledged, else the ids that were (and no item
--- is claimed); a row of NULL items carries it when nothing was claimed.
--- The acknowledged ids are excluded from the claim: all parts of a statement read one snapshot, in
--- which the rows just deleted still look claimable once their lease has run out.
-WITH done AS (
-    DELETE FROM pgmem.queue_items AS q
-    USING unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS a(id, attempts)
-    WHERE q.namespace = %(ns)s AND q.id = a.id AND q.attempts = a.attempts AND q.status = 'ready'
-    RETURNING q.id, q.queue, q.message_id, q.priority, q.enqueued_at, q.claimed_at, q.attempts,
-              q.claimed_by, q.dedup_key
-), archived AS (
-    INSERT INTO pgmem.queue_archive (namespace, id, queue, message_id, priority, enqueued_at, claimed_at,
-                                     attempts, claimed_by, dedup_key)
-    SELECT %(ns)s, id, queue, message_id, priority, enqueued_at, claimed_at, attempts, claimed_by, dedup_key
-    FROM done
-), outcome AS (
-    SELECT CASE WHEN count(*) = cardinality(%(ids)s::bigint[]) THEN NULL ELSE array_agg(id) END AS acked
-    FROM done
-), candidate AS (
+-- A consumer's loop step in one statement, one round trip and one commit: claim the next up to {limit}
+-- items (as `claim`), then acknowledge the ones it holds (as `ack`; %(ids)s are distinct).
+-- The claim goes first so that it reads a fresh snapshot (every part of a statement reads the one taken
+-- when it began). Claiming after the acknowledgements, it saw rows other consumers had claimed in the
+-- meantime as claimable, and FOR UPDATE locks such a row's newest version before re-checking it: the
+-- row stayed locked until commit, and its holder's next acknowledgement waited (migration 0012).
+-- The acknowledged ids are excluded from the claim (an acknowledged item whose lease ran out looks
+-- claimable). If an acknowledgement did not hold, pgmem.queue_lease_lost raises SQLSTATE PGM01 and
+-- the whole statement rolls back: nothing is claimed and nothing acknowledged. UNION ALL runs its
+-- branches in order, so the acknowledgements (and that check) run after the claim.
+WITH candidate AS (
     SELECT id FROM pgmem.queue_items
     WHERE namespace = %(ns)s AND queue = %(queue)s AND status = 'ready' AND available_at <= now()
       AND id <> ALL(%(ids)s::bigint[])
-      AND (SELECT acked IS NULL FROM outcome)
     ORDER BY priority, id
     LIMIT {limit}
     FOR UPDATE SKIP LOCKED
@@ -139,15 +127,31 @@ WITH done AS (
     WHERE q.namespace = %(ns)s AND q.id = candidate.id
     RETURNING q.id, q.queue, q.priority, q.attempts, q.max_attempts, q.enqueued_at, q.available_at,
               q.lease_until, q.dedup_key, q.message_id
+), done AS (
+    DELETE FROM pgmem.queue_items AS q
+    USING unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS a(id, attempts)
+    WHERE q.namespace = %(ns)s AND q.id = a.id AND q.attempts = a.attempts AND q.status = 'ready'
+    RETURNING q.id, q.queue, q.message_id, q.priority, q.enqueued_at, q.claimed_at, q.attempts,
+              q.claimed_by, q.dedup_key
+), archived AS (
+    INSERT INTO pgmem.queue_archive (namespace, id, queue, message_id, priority, enqueued_at, claimed_at,
+                                     attempts, claimed_by, dedup_key)
+    SELECT %(ns)s, id, queue, message_id, priority, enqueued_at, claimed_at, attempts, claimed_by, dedup_key
+    FROM done
 )
-SELECT c.id, c.queue, c.priority, c.attempts, c.max_attempts, c.enqueued_at, c.available_at, c.lease_until,
-       c.dedup_key,
-       NULL::bigint, m.id, m.content, m.instruct_content::text, m.role, m.cause_by, m.sent_from, m.send_to,
-       m.metadata::text, m.tool_calls::text, m.name, m.tool_call_id, m.message_class, m.created_at,
-       outcome.acked
-FROM outcome
-LEFT JOIN (claimed AS c JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = c.message_id) ON true
-ORDER BY c.priority, c.id;
+(SELECT c.id, c.queue, c.priority, c.attempts, c.max_attempts, c.enqueued_at, c.available_at, c.lease_until,
+        c.dedup_key,
+        NULL::bigint, m.id, m.content, m.instruct_content::text, m.role, m.cause_by, m.sent_from, m.send_to,
+        m.metadata::text, m.tool_calls::text, m.name, m.tool_call_id, m.message_class, m.created_at
+ FROM claimed AS c
+ JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = c.message_id
+ ORDER BY c.priority, c.id)
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, NULL, NULL
+FROM (SELECT count(*) AS n, array_agg(id) AS acknowledged FROM done) AS outcome
+WHERE CASE WHEN outcome.n = cardinality(%(ids)s::bigint[]) THEN false
+           ELSE pgmem.queue_lease_lost(outcome.acknowledged, %(ids)s::bigint[]) END;
 
 -- name: ack
 -- Move acknowledged items to the archive, each only if the caller still holds its lease (same attempt

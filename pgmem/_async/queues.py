@@ -12,7 +12,9 @@ from collections.abc import AsyncIterator, Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+import psycopg
 from psycopg import AsyncConnection, sql
+from psycopg.pq import TransactionStatus
 
 from pgmem import queries
 from pgmem._async.base import AsyncRepository
@@ -47,6 +49,8 @@ __all__ = ["AsyncQueueRepository"]
 Q = queries.load("queues")
 
 _WORKER = f"{socket.gethostname()}:{os.getpid()}"
+#: SQLSTATE of pgmem.queue_lease_lost (migration 0012): a claim(ack=) statement rolled back.
+_LEASE_LOST = "PGM01"
 
 
 @functools.lru_cache(maxsize=256)
@@ -111,6 +115,33 @@ class AsyncQueueRepository(AsyncRepository):
             async with self._client.connection(connection) as conn:
                 cur = await conn.execute(_claiming(name, params["n"]), {"ns": self.namespace, **params}, binary=True)
                 return await cur.fetchall()
+
+    async def _ack_claim_rows(
+        self, params: dict[str, Any], connection: AsyncConnection[Any] | None
+    ) -> list[tuple[Any, ...]] | None:
+        """The rows of ``ack_claim``, or None when an acknowledgement did not hold: the statement then
+        rolled back. In a caller's transaction it runs under a savepoint, which that rollback undoes
+        while the caller's transaction goes on."""
+        stmt = _claiming("ack_claim", params["n"])
+        args = {"ns": self.namespace, **params}
+        with translate():
+            async with self._client.connection(connection) as conn:
+                own = conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
+                if not own:
+                    await conn.execute("SAVEPOINT pgmem_ack_claim")
+                try:
+                    cur = await conn.execute(stmt, args, binary=True)
+                    rows = await cur.fetchall()
+                except psycopg.DatabaseError as exc:
+                    if exc.sqlstate != _LEASE_LOST:
+                        raise
+                    if not own:
+                        await conn.execute("ROLLBACK TO SAVEPOINT pgmem_ack_claim")
+                        await conn.execute("RELEASE SAVEPOINT pgmem_ack_claim")
+                    return None
+                if not own:
+                    await conn.execute("RELEASE SAVEPOINT pgmem_ack_claim")
+                return rows
 
     # -- producing ------------------------------------------------------------------------------------
 
@@ -200,10 +231,10 @@ class AsyncQueueRepository(AsyncRepository):
         Each item is leased for ``lease`` seconds: unacknowledged by then, it becomes claimable again.
 
         Args:
-            ack: items to acknowledge in the same statement, before claiming: a consumer's loop then
-                costs one round trip and one commit per batch instead of two. Acknowledgement is as in
-                :meth:`ack`; if any of these leases was lost, the others are acknowledged, nothing is
-                claimed, and :class:`LeaseLost` is raised.
+            ack: items to acknowledge in the same statement: a consumer's loop then costs one round
+                trip and one commit per batch instead of two. Acknowledgement is as in :meth:`ack`; if
+                any of these leases was lost, the others are acknowledged, nothing is claimed, and
+                :class:`LeaseLost` is raised.
 
         Example:
             >>> items = await client.queues.claim("jobs", n=10)
@@ -221,11 +252,11 @@ class AsyncQueueRepository(AsyncRepository):
         if not held:
             return [decode_item(r) for r in await self._claim_rows("claim", params, connection)]
         params["ids"], params["attempts"] = _int_array(held), _int_array(held.values())
-        rows = await self._claim_rows("ack_claim", params, connection)
-        acked = rows[0][-1]  # at least one row; NULL when every acknowledgement held
-        if acked is not None:
-            _raise_lost(held, acked)
-        return [decode_item(r) for r in rows if r[0] is not None]
+        rows = await self._ack_claim_rows(params, connection)
+        if rows is None:  # a lease was lost and nothing happened: acknowledge what holds, then raise
+            await self._ack_held(held, connection)
+            rows = await self._claim_rows("claim", params, connection)  # every lease held after all
+        return [decode_item(r) for r in rows]
 
     async def take(
         self,
@@ -251,7 +282,9 @@ class AsyncQueueRepository(AsyncRepository):
             LeaseLost: for items whose lease was taken by another claim (or that were already
                 acknowledged); the others are acknowledged all the same.
         """
-        held = _fences([items] if isinstance(items, QueueItem) else items)
+        await self._ack_held(_fences([items] if isinstance(items, QueueItem) else items), connection)
+
+    async def _ack_held(self, held: dict[int, int], connection: AsyncConnection[Any] | None) -> None:
         if not held:
             return
         rows = await self._rows("ack", {"ids": _int_array(held), "attempts": _int_array(held.values())}, connection)

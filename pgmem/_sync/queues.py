@@ -13,7 +13,9 @@ from collections.abc import Iterator, Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+import psycopg
 from psycopg import Connection, sql
+from psycopg.pq import TransactionStatus
 
 from pgmem import queries
 from pgmem._sync.base import Repository
@@ -48,6 +50,8 @@ __all__ = ["QueueRepository"]
 Q = queries.load("queues")
 
 _WORKER = f"{socket.gethostname()}:{os.getpid()}"
+#: SQLSTATE of pgmem.queue_lease_lost (migration 0012): a claim(ack=) statement rolled back.
+_LEASE_LOST = "PGM01"
 
 
 @functools.lru_cache(maxsize=256)
@@ -112,6 +116,33 @@ class QueueRepository(Repository):
             with self._client.connection(connection) as conn:
                 cur = conn.execute(_claiming(name, params["n"]), {"ns": self.namespace, **params}, binary=True)
                 return cur.fetchall()
+
+    def _ack_claim_rows(
+        self, params: dict[str, Any], connection: Connection[Any] | None
+    ) -> list[tuple[Any, ...]] | None:
+        """The rows of ``ack_claim``, or None when an acknowledgement did not hold: the statement then
+        rolled back. In a caller's transaction it runs under a savepoint, which that rollback undoes
+        while the caller's transaction goes on."""
+        stmt = _claiming("ack_claim", params["n"])
+        args = {"ns": self.namespace, **params}
+        with translate():
+            with self._client.connection(connection) as conn:
+                own = conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
+                if not own:
+                    conn.execute("SAVEPOINT pgmem_ack_claim")
+                try:
+                    cur = conn.execute(stmt, args, binary=True)
+                    rows = cur.fetchall()
+                except psycopg.DatabaseError as exc:
+                    if exc.sqlstate != _LEASE_LOST:
+                        raise
+                    if not own:
+                        conn.execute("ROLLBACK TO SAVEPOINT pgmem_ack_claim")
+                        conn.execute("RELEASE SAVEPOINT pgmem_ack_claim")
+                    return None
+                if not own:
+                    conn.execute("RELEASE SAVEPOINT pgmem_ack_claim")
+                return rows
 
     # -- producing ------------------------------------------------------------------------------------
 
@@ -201,10 +232,10 @@ class QueueRepository(Repository):
         Each item is leased for ``lease`` seconds: unacknowledged by then, it becomes claimable again.
 
         Args:
-            ack: items to acknowledge in the same statement, before claiming: a consumer's loop then
-                costs one round trip and one commit per batch instead of two. Acknowledgement is as in
-                :meth:`ack`; if any of these leases was lost, the others are acknowledged, nothing is
-                claimed, and :class:`LeaseLost` is raised.
+            ack: items to acknowledge in the same statement: a consumer's loop then costs one round
+                trip and one commit per batch instead of two. Acknowledgement is as in :meth:`ack`; if
+                any of these leases was lost, the others are acknowledged, nothing is claimed, and
+                :class:`LeaseLost` is raised.
 
         Example:
             >>> items = await client.queues.claim("jobs", n=10)
@@ -222,11 +253,11 @@ class QueueRepository(Repository):
         if not held:
             return [decode_item(r) for r in self._claim_rows("claim", params, connection)]
         params["ids"], params["attempts"] = _int_array(held), _int_array(held.values())
-        rows = self._claim_rows("ack_claim", params, connection)
-        acked = rows[0][-1]  # at least one row; NULL when every acknowledgement held
-        if acked is not None:
-            _raise_lost(held, acked)
-        return [decode_item(r) for r in rows if r[0] is not None]
+        rows = self._ack_claim_rows(params, connection)
+        if rows is None:  # a lease was lost and nothing happened: acknowledge what holds, then raise
+            self._ack_held(held, connection)
+            rows = self._claim_rows("claim", params, connection)  # every lease held after all
+        return [decode_item(r) for r in rows]
 
     def take(
         self,
@@ -252,7 +283,9 @@ class QueueRepository(Repository):
             LeaseLost: for items whose lease was taken by another claim (or that were already
                 acknowledged); the others are acknowledged all the same.
         """
-        held = _fences([items] if isinstance(items, QueueItem) else items)
+        self._ack_held(_fences([items] if isinstance(items, QueueItem) else items), connection)
+
+    def _ack_held(self, held: dict[int, int], connection: Connection[Any] | None) -> None:
         if not held:
             return
         rows = self._rows("ack", {"ids": _int_array(held), "attempts": _int_array(held.values())}, connection)

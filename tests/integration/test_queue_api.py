@@ -3,6 +3,8 @@ NOTIFY wake-up, transactional enqueue, routing — and bad input."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import dataclasses
 import math
 import multiprocessing as mp
@@ -119,6 +121,60 @@ def test_claim_with_a_lost_ack_claims_nothing(client: pgmem.Client) -> None:
     # "b" was acknowledged all the same; "c" was not claimed, so the caller holds nothing it does not know of.
     assert q.depth("jobs") == {"ready": 2, "claimable": 1, "dead": 0}
     assert contents(q.claim("jobs", n=5, ack=[again])) == ["c"]
+
+
+@pytest.mark.parametrize("autocommit", [False, True])
+def test_a_lost_ack_leaves_the_callers_transaction_usable(client: pgmem.Client, dsn: str, autocommit: bool) -> None:
+    """claim(ack=) rolls its statement back when a lease was lost; in a caller's transaction only its
+    savepoint is rolled back, and what the caller did before and after commits."""
+    q = client.queues
+    q.push_many("jobs", [m("a"), m("b"), m("c")])
+    (stale,) = q.claim("jobs", lease=0.2)
+    (held,) = q.claim("jobs", lease=30)
+    time.sleep(0.3)
+    (again,) = q.claim("jobs", lease=30)
+    with psycopg.connect(dsn, autocommit=autocommit) as conn:
+        with conn.transaction() if autocommit else contextlib.nullcontext():
+            q.push("other", m("before"), connection=conn)
+            with pytest.raises(LeaseLost, match=str(stale.id)):
+                q.claim("jobs", n=5, ack=[stale, held], connection=conn)
+            q.push("other", m("after"), connection=conn)
+        if not autocommit:
+            conn.commit()
+    assert contents(q.peek("other")) == ["before", "after"]
+    assert q.depth("jobs") == {"ready": 2, "claimable": 1, "dead": 0}  # "b" acknowledged, "c" not claimed
+    assert contents(q.claim("jobs", n=5, ack=[again])) == ["c"]
+
+
+def test_claim_with_ack_claims_before_it_waits_on_an_acknowledgement(client: pgmem.Client, dsn: str) -> None:
+    """The claim half of claim(ack=) reads the queue as the statement starts, before the acknowledgements
+    (which may wait for a row lock): a claim on a stale snapshot locks rows other consumers took meanwhile,
+    and their next acknowledgement then waits for it (sql/queues.sql, migration 0012)."""
+    q = client.queues
+    q.push_many("jobs", [m("a"), m("b"), m("c")])
+    (a,) = q.claim("jobs")
+    with psycopg.connect(dsn) as blocker, psycopg.connect(dsn, autocommit=True) as monitor:
+        blocker.execute("SELECT 1 FROM pgmem.queue_items WHERE id = %s FOR UPDATE", (a.id,))
+        with pgmem.connect(dsn, namespace=client.namespace, max_size=1) as other:
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                acking = pool.submit(other.queues.claim, "jobs", 1, ack=[a])
+                try:
+                    deadline = time.monotonic() + 10
+                    while not _waiting_on_a_lock(monitor) and time.monotonic() < deadline:
+                        time.sleep(0.02)
+                    assert _waiting_on_a_lock(monitor) and not acking.done()
+                    assert contents(q.claim("jobs")) == ["c"]  # "b" was claimed before the wait began
+                finally:
+                    blocker.rollback()
+                assert contents(acking.result(timeout=10)) == ["b"]
+    assert q.depth("jobs")["ready"] == 2
+
+
+def _waiting_on_a_lock(conn: psycopg.Connection) -> bool:
+    row = conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+    ).fetchone()
+    return row is not None and row[0] > 0
 
 
 def test_claim_never_takes_back_what_it_acknowledges(client: pgmem.Client) -> None:
