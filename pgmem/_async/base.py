@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, LiteralString
 
 from psycopg import AsyncConnection
+from psycopg.pq import ExecStatus
 
 from pgmem.errors import translate
 
@@ -31,7 +32,9 @@ class AsyncRepository:
         with translate():
             async with self._client.connection(connection) as conn:
                 cur = await conn.execute(self.queries[name], {"ns": self.namespace, **params}, binary=True)
-                return await cur.fetchall() if cur.description is not None else []
+                # Not `cur.description`: it builds a Column object per column, 25 us for 23 columns.
+                res = cur.pgresult
+                return await cur.fetchall() if res is not None and res.status == ExecStatus.TUPLES_OK else []
 
     async def _scalar(self, name: str, params: dict[str, Any], connection: AsyncConnection[Any] | None) -> Any:
         rows = await self._rows(name, params, connection)

@@ -37,6 +37,7 @@ from pgmem.queueing import (
     backoff,
     check_queue,
     decode_item,
+    fences,
     integer,
     seconds,
 )
@@ -58,18 +59,6 @@ def _claiming(name: str, limit: int) -> bytes:
     """The claiming query ``name`` with its LIMIT as a literal (see sql/queues.sql: one plan per
     prepared statement instead of one per claim); ``limit`` is a checked int, rendered by psycopg."""
     return sql.SQL(Q[name]).format(limit=sql.Literal(limit)).as_bytes(None)
-
-
-def _fences(items: Iterable[QueueItem]) -> dict[int, int]:
-    """``{id: attempts}`` of the items to acknowledge (an item listed twice is acknowledged once)."""
-    held: dict[int, int] = {}
-    for item in items:
-        if not isinstance(item, QueueItem):
-            raise InvalidInput(f"ack takes QueueItem objects, got {type(item).__name__}")
-        if type(item.id) is not int or type(item.attempts) is not int:
-            raise InvalidInput(f"not a claimed item (id and attempts must be integers): {item.id!r}, {item.attempts!r}")
-        held[item.id] = item.attempts
-    return held
 
 
 def _int_array(values: Iterable[int]) -> str:
@@ -248,7 +237,7 @@ class AsyncQueueRepository(AsyncRepository):
             "lease": seconds(lease, "lease", maximum=MAX_LEASE_SECONDS, allow_zero=False),
             "worker": worker or _WORKER,
         }
-        held = _fences(ack) if ack is not None else {}
+        held = fences(ack) if ack is not None else {}
         if not held:
             return [decode_item(r) for r in await self._claim_rows("claim", params, connection)]
         params["ids"], params["attempts"] = _int_array(held), _int_array(held.values())
@@ -282,7 +271,7 @@ class AsyncQueueRepository(AsyncRepository):
             LeaseLost: for items whose lease was taken by another claim (or that were already
                 acknowledged); the others are acknowledged all the same.
         """
-        await self._ack_held(_fences([items] if isinstance(items, QueueItem) else items), connection)
+        await self._ack_held(fences([items] if isinstance(items, QueueItem) else items), connection)
 
     async def _ack_held(self, held: dict[int, int], connection: AsyncConnection[Any] | None) -> None:
         if not held:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, LiteralString
 
 from psycopg import Connection
+from psycopg.pq import ExecStatus
 
 from pgmem.errors import translate
 
@@ -32,7 +33,9 @@ class Repository:
         with translate():
             with self._client.connection(connection) as conn:
                 cur = conn.execute(self.queries[name], {"ns": self.namespace, **params}, binary=True)
-                return cur.fetchall() if cur.description is not None else []
+                # Not `cur.description`: it builds a Column object per column, 25 us for 23 columns.
+                res = cur.pgresult
+                return cur.fetchall() if res is not None and res.status == ExecStatus.TUPLES_OK else []
 
     def _scalar(self, name: str, params: dict[str, Any], connection: Connection[Any] | None) -> Any:
         rows = self._rows(name, params, connection)

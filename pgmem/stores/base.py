@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
+from psycopg.pq import ExecStatus
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pgmem import queries
@@ -222,7 +223,8 @@ class MemoryStore:
         with translate():
             with self.client.connection(connection) as conn:
                 cur = conn.execute(Q[name], {"ns": self.client.namespace, **params})
-                return cur.fetchall() if cur.description is not None else []
+                res = cur.pgresult  # not cur.description, which builds a Column object per column
+                return cur.fetchall() if res is not None and res.status == ExecStatus.TUPLES_OK else []
 
     def load(self) -> None:
         """Record the store in ``pgmem.memory_stores`` (a name keeps its first type: loading it as another

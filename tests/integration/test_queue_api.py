@@ -239,11 +239,17 @@ def test_claimed_items_build_their_message_on_first_read(client: pgmem.Client) -
     assert peeked.message == got and peeked != item  # attempts and lease differ
     plain = QueueItem(**{f.name: getattr(item, f.name) for f in dataclasses.fields(QueueItem)})
     assert plain == item and item == plain
-    assert dataclasses.replace(item, priority=7).priority == 7
+    replaced = dataclasses.replace(item, priority=7)
+    assert (replaced.priority, item.priority) == (7, 0)  # a new item; the claimed one is unchanged
+    assert replaced == dataclasses.replace(plain, priority=7) and replaced.message is got
+    assert hash(replaced) == hash(dataclasses.replace(plain, priority=7))
     copied = pickle.loads(pickle.dumps(item))
     assert type(copied) is QueueItem and copied == item
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        item.message = sent  # type: ignore[misc]
+    assert dataclasses.asdict(item) == dataclasses.asdict(plain)
+    for field, value in (("message", sent), ("id", 1), ("attempts", 9)):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(item, field, value)
+    assert (item.id, item.attempts) == (peeked.id, 1)
     q.ack(item)
 
 
