@@ -67,7 +67,7 @@ def fill(system: str, dsn: str, jobs: int) -> None:
     payloads = [f"job {i}: " + "x" * 100 for i in range(jobs)]
     if system.startswith("pgmem"):
         with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("TRUNCATE pgmem.queue_items, pgmem.queue_archive, pgmem.messages CASCADE")
+            conn.execute("TRUNCATE pgmem.queue_items, pgmem.queue_archive_batches, pgmem.messages CASCADE")
         with pgmem.connect(dsn, namespace="bench") as client:
             for start in range(0, jobs, 5000):
                 client.queues.push_many(QUEUE, [pgmem.Message(content=p) for p in payloads[start : start + 5000]])

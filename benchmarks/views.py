@@ -83,14 +83,19 @@ WITH items AS (
            now() - (i %% 600) * interval '1 second'
     FROM items WHERE i %% 4 = 0
 )
-INSERT INTO pgmem.queue_archive (namespace, id, queue, message_id, priority, enqueued_at, claimed_at, acked_at,
-                                 attempts)
-SELECT namespace, 1000000000 + i, 'inbox:' || (%(roles)s::text[])[1 + i %% 5], message_id, 0,
-       now() - interval '2 hours' + i * interval '10 milliseconds',
-       now() - interval '2 hours' + i * interval '10 milliseconds' + interval '1 second',
-       now() - interval '2 hours' + i * interval '10 milliseconds' + interval '3 seconds',
-       1 + (i %% 7 = 0)::int
-FROM items WHERE i %% 4 <> 0
+INSERT INTO pgmem.queue_archive_batches (namespace, queue, acked_at, ids, message_ids, priorities, enqueued_at,
+                                         claimed_at, attempts, claimed_by, dedup_keys)
+SELECT namespace, queue, max(acked_at), array_agg(id), array_agg(message_id), array_agg(0), array_agg(enqueued_at),
+       array_agg(claimed_at), array_agg(attempts), array_agg(NULL::text), array_agg(NULL::text)
+FROM (
+    SELECT namespace, 1000000000 + i AS id, 'inbox:' || (%(roles)s::text[])[1 + i %% 5] AS queue, message_id,
+           now() - interval '2 hours' + i * interval '10 milliseconds' AS enqueued_at,
+           now() - interval '2 hours' + i * interval '10 milliseconds' + interval '1 second' AS claimed_at,
+           now() - interval '2 hours' + i * interval '10 milliseconds' + interval '3 seconds' AS acked_at,
+           1 + (i %% 7 = 0)::int AS attempts, i
+    FROM items WHERE i %% 4 <> 0
+) AS acked
+GROUP BY namespace, queue, i / 200  -- acknowledged in batches, as consumers do
 """
 
 LOAD_RETRIEVALS = """

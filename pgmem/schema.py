@@ -183,25 +183,36 @@ queue_items = Table(
     },
 )
 
-queue_archive = Table(
-    "queue_archive",
+queue_archive_batches = Table(
+    "queue_archive_batches",
     metadata,
     Column("namespace", Text, nullable=False),
-    Column("id", BigInteger, nullable=False),
+    Column("batch", BigInteger, Identity(always=False), nullable=False),
     Column("queue", Text, nullable=False),
-    Column("message_id", Text, nullable=False),
-    Column("priority", Integer, nullable=False),
-    Column("enqueued_at", DateTime(timezone=True), nullable=False),
-    Column("claimed_at", DateTime(timezone=True), nullable=True),
     Column("acked_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
-    Column("attempts", Integer, nullable=False),
-    Column("claimed_by", Text, nullable=True),
-    Column("dedup_key", Text, nullable=True),
-    PrimaryKeyConstraint("namespace", "id", name="queue_archive_pkey"),
-    Index("queue_archive_acked_brin", "acked_at", postgresql_using="brin"),
-    Index("queue_archive_message_idx", "namespace", "message_id"),
-    comment="Acknowledged queue items, kept for analytics until the retention policy purges them.",
+    Column("ids", ARRAY(BigInteger), nullable=False, comment="the items' ids"),
+    Column("message_ids", ARRAY(Text), nullable=False),
+    Column("priorities", ARRAY(Integer), nullable=False),
+    Column("enqueued_at", ARRAY(DateTime(timezone=True)), nullable=False),
+    Column("claimed_at", ARRAY(DateTime(timezone=True)), nullable=False),
+    Column("attempts", ARRAY(Integer), nullable=False),
+    Column("claimed_by", ARRAY(Text), nullable=False),
+    Column("dedup_keys", ARRAY(Text), nullable=False),
+    CheckConstraint(
+        "cardinality(ids) > 0 AND cardinality(message_ids) = cardinality(ids)"
+        " AND cardinality(priorities) = cardinality(ids) AND cardinality(enqueued_at) = cardinality(ids)"
+        " AND cardinality(claimed_at) = cardinality(ids) AND cardinality(attempts) = cardinality(ids)"
+        " AND cardinality(claimed_by) = cardinality(ids) AND cardinality(dedup_keys) = cardinality(ids)",
+        name="queue_archive_batches_arrays_check",
+    ),
+    PrimaryKeyConstraint("namespace", "batch", name="queue_archive_batches_pkey"),
+    Index("queue_archive_batches_acked_brin", "acked_at", postgresql_using="brin"),
+    # The checks that keep archived messages from being deleted (sql/messages.sql, stores.sql, purge).
+    Index("queue_archive_batches_message_idx", "message_ids", postgresql_using="gin"),
+    comment="Acknowledged queue items, one row per acknowledgement and queue (the items' columns as arrays, "
+    "in the same order); pgmem.queue_archive unnests it. Kept until the retention policy purges them.",
 )
+# pgmem.queue_archive, one row per acknowledged item, is a view over it (migration 0013).
 
 subscriptions = Table(
     "subscriptions",
@@ -453,7 +464,7 @@ __all__ = [
     "memory_entries",
     "messages",
     "metadata",
-    "queue_archive",
+    "queue_archive_batches",
     "queue_items",
     "retrieval_log",
     "subscriptions",

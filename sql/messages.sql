@@ -234,8 +234,8 @@ WITH entry AS (
                         AND o.memory <> %(memory)s)
       AND NOT EXISTS (SELECT 1 FROM pgmem.queue_items AS q
                       WHERE q.namespace = %(ns)s AND q.message_id = entry.message_id)
-      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive AS a
-                      WHERE a.namespace = %(ns)s AND a.message_id = entry.message_id)
+      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive_batches AS a
+                      WHERE a.message_ids @> ARRAY[entry.message_id] AND a.namespace = %(ns)s)
 )
 SELECT count(*) FROM entry;
 
@@ -259,8 +259,8 @@ WITH newest AS (
                         AND o.memory <> %(memory)s)
       AND NOT EXISTS (SELECT 1 FROM pgmem.queue_items AS q
                       WHERE q.namespace = %(ns)s AND q.message_id = entry.message_id)
-      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive AS a
-                      WHERE a.namespace = %(ns)s AND a.message_id = entry.message_id)
+      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive_batches AS a
+                      WHERE a.message_ids @> ARRAY[entry.message_id] AND a.namespace = %(ns)s)
 )
 SELECT entry.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
        m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
@@ -280,8 +280,8 @@ WITH entry AS (
                         AND o.memory <> %(memory)s)
       AND NOT EXISTS (SELECT 1 FROM pgmem.queue_items AS q
                       WHERE q.namespace = %(ns)s AND q.message_id = entry.message_id)
-      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive AS a
-                      WHERE a.namespace = %(ns)s AND a.message_id = entry.message_id)
+      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive_batches AS a
+                      WHERE a.message_ids @> ARRAY[entry.message_id] AND a.namespace = %(ns)s)
 )
 SELECT count(*) FROM entry;
 
@@ -316,7 +316,7 @@ WITH boundary AS (
                         AND o.memory <> %(memory)s)
       AND NOT EXISTS (SELECT 1 FROM pgmem.queue_items AS q
                       WHERE q.namespace = %(ns)s AND q.message_id = entry.message_id)
-      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive AS a
-                      WHERE a.namespace = %(ns)s AND a.message_id = entry.message_id)
+      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive_batches AS a
+                      WHERE a.message_ids @> ARRAY[entry.message_id] AND a.namespace = %(ns)s)
 )
 SELECT count(*) FROM entry;

@@ -1,5 +1,6 @@
 -- Named queries of the queue repository (pgmem._async.queues). Items live in pgmem.queue_items while
--- ready, leased or dead; an acknowledged item moves to pgmem.queue_archive in the same statement.
+-- ready, leased or dead; an acknowledged item moves to the archive in the same statement: one row of
+-- pgmem.queue_archive_batches per statement and queue, the items in arrays (pgmem.queue_archive unnests it).
 -- A claimed item stays 'ready' with available_at = the end of its lease, so an item whose worker died
 -- becomes claimable again by itself; `attempts` counts claims and fences ack/nack/extend.
 -- The claiming queries (claim, ack_claim, take) take their LIMIT as {limit}, a literal the repository
@@ -134,10 +135,12 @@ WITH candidate AS (
     RETURNING q.id, q.queue, q.message_id, q.priority, q.enqueued_at, q.claimed_at, q.attempts,
               q.claimed_by, q.dedup_key
 ), archived AS (
-    INSERT INTO pgmem.queue_archive (namespace, id, queue, message_id, priority, enqueued_at, claimed_at,
-                                     attempts, claimed_by, dedup_key)
-    SELECT %(ns)s, id, queue, message_id, priority, enqueued_at, claimed_at, attempts, claimed_by, dedup_key
+    INSERT INTO pgmem.queue_archive_batches (namespace, queue, ids, message_ids, priorities, enqueued_at,
+                                             claimed_at, attempts, claimed_by, dedup_keys)
+    SELECT %(ns)s, queue, array_agg(id), array_agg(message_id), array_agg(priority), array_agg(enqueued_at),
+           array_agg(claimed_at), array_agg(attempts), array_agg(claimed_by), array_agg(dedup_key)
     FROM done
+    GROUP BY queue
 )
 (SELECT c.id, c.queue, c.priority, c.attempts, c.max_attempts, c.enqueued_at, c.available_at, c.lease_until,
         c.dedup_key,
@@ -163,10 +166,12 @@ WITH done AS (
     RETURNING q.id, q.queue, q.message_id, q.priority, q.enqueued_at, q.claimed_at, q.attempts,
               q.claimed_by, q.dedup_key
 ), archived AS (
-    INSERT INTO pgmem.queue_archive (namespace, id, queue, message_id, priority, enqueued_at, claimed_at,
-                                     attempts, claimed_by, dedup_key)
-    SELECT %(ns)s, id, queue, message_id, priority, enqueued_at, claimed_at, attempts, claimed_by, dedup_key
+    INSERT INTO pgmem.queue_archive_batches (namespace, queue, ids, message_ids, priorities, enqueued_at,
+                                             claimed_at, attempts, claimed_by, dedup_keys)
+    SELECT %(ns)s, queue, array_agg(id), array_agg(message_id), array_agg(priority), array_agg(enqueued_at),
+           array_agg(claimed_at), array_agg(attempts), array_agg(claimed_by), array_agg(dedup_key)
     FROM done
+    GROUP BY queue
 )
 SELECT id FROM done;
 
@@ -227,23 +232,25 @@ RETURNING id;
 -- Retention: drop archived items acknowledged more than %(older_than)s seconds ago (all queues when
 -- %(queue)s is NULL), and the messages that nothing refers to any more. Returns the items removed.
 WITH gone AS (
-    DELETE FROM pgmem.queue_archive
+    DELETE FROM pgmem.queue_archive_batches
     WHERE namespace = %(ns)s AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
       AND acked_at < now() - %(older_than)s * interval '1 second'
-    RETURNING message_id
+    RETURNING message_ids
 ), orphan AS (
     DELETE FROM pgmem.messages AS m
-    USING (SELECT DISTINCT message_id FROM gone) AS g
+    USING (SELECT DISTINCT unnest(message_ids) AS message_id FROM gone) AS g
     WHERE m.namespace = %(ns)s AND m.id = g.message_id
       AND NOT EXISTS (SELECT 1 FROM pgmem.memory_entries AS e
                       WHERE e.namespace = %(ns)s AND e.message_id = g.message_id)
       AND NOT EXISTS (SELECT 1 FROM pgmem.queue_items AS q
                       WHERE q.namespace = %(ns)s AND q.message_id = g.message_id)
-      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive AS a
-                      WHERE a.namespace = %(ns)s AND a.message_id = g.message_id
-                        AND a.acked_at >= now() - %(older_than)s * interval '1 second')
+      -- archived rows this statement keeps (the statement's snapshot still shows the ones it deletes)
+      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive_batches AS a
+                      WHERE a.message_ids @> ARRAY[g.message_id] AND a.namespace = %(ns)s
+                        AND (a.acked_at >= now() - %(older_than)s * interval '1 second'
+                             OR a.queue <> %(queue)s::text))
 )
-SELECT count(*) FROM gone;
+SELECT coalesce(sum(cardinality(message_ids)), 0) FROM gone;
 
 -- name: clear_queue
 -- Remove every live item of a queue (ready, leased and dead). Returns how many.
@@ -325,10 +332,12 @@ WITH candidate AS (
     WHERE q.namespace = candidate.namespace AND q.id = candidate.id
     RETURNING q.*
 ), archived AS (
-    INSERT INTO pgmem.queue_archive (namespace, id, queue, message_id, priority, enqueued_at, claimed_at,
-                                     attempts, claimed_by, dedup_key)
-    SELECT namespace, id, queue, message_id, priority, enqueued_at, now(), attempts + 1, %(worker)s, dedup_key
+    INSERT INTO pgmem.queue_archive_batches (namespace, queue, ids, message_ids, priorities, enqueued_at,
+                                             claimed_at, attempts, claimed_by, dedup_keys)
+    SELECT %(ns)s, queue, array_agg(id), array_agg(message_id), array_agg(priority), array_agg(enqueued_at),
+           array_agg(now()), array_agg(attempts + 1), array_agg(%(worker)s::text), array_agg(dedup_key)
     FROM done
+    GROUP BY queue
 )
 SELECT d.id, d.queue, d.priority, d.attempts + 1, d.max_attempts, d.enqueued_at, d.available_at, NULL::timestamptz,
        d.dedup_key,

@@ -59,8 +59,8 @@ WITH entry AS (
                         AND o.memory <> %(memory)s)
       AND NOT EXISTS (SELECT 1 FROM pgmem.queue_items AS q
                       WHERE q.namespace = %(ns)s AND q.message_id = entry.message_id)
-      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive AS a
-                      WHERE a.namespace = %(ns)s AND a.message_id = entry.message_id)
+      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive_batches AS a
+                      WHERE a.message_ids @> ARRAY[entry.message_id] AND a.namespace = %(ns)s)
 )
 SELECT count(*) FROM entry;
 

@@ -308,6 +308,21 @@ def test_ack_archives_and_retention_purges(client: pgmem.Client, dsn: str) -> No
     assert table_counts(dsn)["messages"] == 0
 
 
+def test_archived_messages_outlive_their_memory_until_every_queue_purges_them(client: pgmem.Client, dsn: str) -> None:
+    q = client.queues
+    kept = m("archived by two queues")
+    client.messages.add("mem", kept)
+    q.push("a", kept)
+    q.push("b", kept)
+    q.ack(q.claim("a") + q.claim("b"))  # one acknowledgement, one archive row per queue
+    client.messages.clear("mem")
+    assert table_counts(dsn)["messages"] == 1  # still archived: kept
+    assert q.purge_archive(0, queue="a") == 1
+    assert table_counts(dsn)["messages"] == 1  # queue b's history still refers to it
+    assert q.purge_archive(0) == 1
+    assert table_counts(dsn)["messages"] == 0
+
+
 def test_clear_take_and_messages_kept_while_queued(client: pgmem.Client, dsn: str) -> None:
     q = client.queues
     msg = m("queued and remembered")

@@ -144,6 +144,41 @@ def test_downgrade_to_base_then_upgrade_head(dsn: str) -> None:
         assert [m.content for m in client.messages.last("team")] == ["after the upgrade"]
 
 
+_ARCHIVED = (
+    "SELECT namespace, id, queue, message_id, priority, enqueued_at, claimed_at, acked_at, attempts, claimed_by,"
+    " dedup_key FROM pgmem.queue_archive ORDER BY id"
+)
+
+
+def test_the_queue_archive_keeps_its_rows_across_migration_0013(dsn: str) -> None:
+    """0013 turns the per-item archive into batches (and back): pgmem.queue_archive reads the same rows."""
+    with pgmem.connect(dsn, namespace="test", min_size=0, max_size=1) as client:
+        q = client.queues
+        q.push_many("jobs", [pgmem.Message(content=f"j{i}") for i in range(6)], dedup_keys=["k0"] + [None] * 5)
+        q.push("other", pgmem.Message(content="o"))
+        q.ack(q.claim("jobs", n=3, worker="w1") + q.claim("other"))  # one statement, two queues: two batches
+        held = q.claim("jobs", n=1, worker="w2")
+        q.ack(q.claim("jobs", n=1, ack=held))
+        q.take("jobs")
+    with psycopg.connect(dsn) as conn:
+        before = conn.execute(_ARCHIVED).fetchall()
+        batches = conn.execute(
+            "SELECT queue, cardinality(ids) FROM pgmem.queue_archive_batches ORDER BY batch"
+        ).fetchall()
+    assert len(before) == 7 and [r[10] for r in before].count("k0") == 1
+    assert sorted(batches) == [("jobs", 1), ("jobs", 1), ("jobs", 1), ("jobs", 3), ("other", 1)]
+    _alembic(dsn, "downgrade", "0012")
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute(_ARCHIVED).fetchall() == before  # a table again, one row per item
+        assert conn.execute("SELECT count(*) FROM pgmem.queue_health").fetchone() is not None
+    _alembic(dsn, "upgrade", "head")
+    with psycopg.connect(dsn) as conn:
+        assert [r[:11] for r in conn.execute(_ARCHIVED).fetchall()] == before
+        regrouped = conn.execute("SELECT queue, cardinality(ids) FROM pgmem.queue_archive_batches").fetchall()
+    assert sorted(regrouped) == sorted(batches)  # grouped by (namespace, queue, acked_at): one per statement
+    assert schema_diff(dsn) == []
+
+
 def test_connect_without_migrate_refuses_an_empty_database(empty_dsn: str) -> None:
     with pytest.raises(pgmem.SchemaOutOfDate):
         pgmem.connect(empty_dsn, migrate=False)
