@@ -109,7 +109,9 @@ ORDER BY c.priority, c.id;
 -- The acknowledged ids are excluded from the claim (an acknowledged item whose lease ran out looks
 -- claimable). If an acknowledgement did not hold, pgmem.queue_lease_lost raises SQLSTATE PGM01 and
 -- the whole statement rolls back: nothing is claimed and nothing acknowledged. UNION ALL runs its
--- branches in order, so the acknowledgements (and that check) run after the claim.
+-- branches in order, so the acknowledgements (and that check) run after the claim. Holding its new
+-- claims while it waits for a row to acknowledge, the statement can deadlock with a consumer that
+-- re-claimed that row after its lease ran out; the repository then runs it again.
 WITH candidate AS (
     SELECT id FROM pgmem.queue_items
     WHERE namespace = %(ns)s AND queue = %(queue)s AND status = 'ready' AND available_at <= now()

@@ -52,6 +52,8 @@ Q = queries.load("queues")
 _WORKER = f"{socket.gethostname()}:{os.getpid()}"
 #: SQLSTATE of pgmem.queue_lease_lost (migration 0012): a claim(ack=) statement rolled back.
 _LEASE_LOST = "PGM01"
+#: deadlock_detected, and how many times claim(ack=) runs its statement again after one.
+_DEADLOCK, _DEADLOCK_RETRIES = "40P01", 3
 
 
 @functools.lru_cache(maxsize=256)
@@ -110,7 +112,12 @@ class AsyncQueueRepository(AsyncRepository):
     ) -> list[tuple[Any, ...]] | None:
         """The rows of ``ack_claim``, or None when an acknowledgement did not hold: the statement then
         rolled back. In a caller's transaction it runs under a savepoint, which that rollback undoes
-        while the caller's transaction goes on."""
+        while the caller's transaction goes on.
+
+        A deadlock is retried: claiming before acknowledging, the statement holds its new claims while it
+        waits for a row it acknowledges, which a consumer that re-claimed it after its lease ran out may
+        hold while it waits for one of them. The victim's statement rolled back whole, so it is run again.
+        """
         stmt = _claiming("ack_claim", params["n"])
         args = {"ns": self.namespace, **params}
         with translate():
@@ -118,19 +125,23 @@ class AsyncQueueRepository(AsyncRepository):
                 own = conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
                 if not own:
                     await conn.execute("SAVEPOINT pgmem_ack_claim")
-                try:
-                    cur = await conn.execute(stmt, args, binary=True)
-                    rows = await cur.fetchall()
-                except psycopg.DatabaseError as exc:
-                    if exc.sqlstate != _LEASE_LOST:
-                        raise
+                for attempt in range(_DEADLOCK_RETRIES + 1):
+                    try:
+                        cur = await conn.execute(stmt, args, binary=True)
+                        rows = await cur.fetchall()
+                    except psycopg.DatabaseError as exc:
+                        retry = exc.sqlstate == _DEADLOCK and attempt < _DEADLOCK_RETRIES
+                        if exc.sqlstate != _LEASE_LOST and not retry:
+                            raise
+                        if not own:
+                            await conn.execute("ROLLBACK TO SAVEPOINT pgmem_ack_claim")
+                        if retry:
+                            continue
+                        rows = None
                     if not own:
-                        await conn.execute("ROLLBACK TO SAVEPOINT pgmem_ack_claim")
                         await conn.execute("RELEASE SAVEPOINT pgmem_ack_claim")
-                    return None
-                if not own:
-                    await conn.execute("RELEASE SAVEPOINT pgmem_ack_claim")
-                return rows
+                    return rows
+        raise AssertionError("unreachable")  # pragma: no cover
 
     # -- producing ------------------------------------------------------------------------------------
 

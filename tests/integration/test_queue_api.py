@@ -170,6 +170,47 @@ def test_claim_with_ack_claims_before_it_waits_on_an_acknowledgement(client: pgm
     assert q.depth("jobs")["ready"] == 2
 
 
+def test_claim_with_ack_runs_again_after_a_deadlock(client: pgmem.Client, dsn: str) -> None:
+    """claim(ack=) holds its new claim while it waits for a row it acknowledges; a session holding that row
+    which then waits for the new claim closes a cycle. Postgres aborts the claim's statement (its deadlock
+    check runs first) and the client runs it again: the caller just gets its items."""
+    q = client.queues
+    q.push_many("jobs", [m("a"), m("b"), m("c")])
+    (a,) = q.claim("jobs")
+    b_id = a.id + 1
+    with psycopg.connect(dsn) as other, psycopg.connect(dsn, autocommit=True) as monitor:
+        try:
+            other.execute("SET deadlock_timeout = '30s'")  # so that the claim's check (1 s) finds the cycle
+        except psycopg.errors.InsufficientPrivilege:
+            pytest.skip("setting deadlock_timeout needs a superuser")
+        other.execute("SELECT 1 FROM pgmem.queue_items WHERE id = %s FOR UPDATE", (a.id,))
+        deadlocks = _deadlocks(monitor)
+        with pgmem.connect(dsn, namespace=client.namespace, max_size=1) as consumer:
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                acking = pool.submit(consumer.queues.claim, "jobs", 1, ack=[a])
+                try:
+                    deadline = time.monotonic() + 10
+                    while not _waiting_on_a_lock(monitor) and time.monotonic() < deadline:
+                        time.sleep(0.02)
+                    # Waits for the claim of "b" until the claim's statement is aborted, then takes "b".
+                    other.execute("SELECT 1 FROM pgmem.queue_items WHERE id = %s FOR UPDATE", (b_id,))
+                finally:
+                    other.rollback()
+                # Run again: "c", or "b" if the retry took it before this session's lock did.
+                assert contents(acking.result(timeout=10)) in (["b"], ["c"])
+        # The path under test was taken (a backend reports its statistics within a few seconds).
+        deadline = time.monotonic() + 15
+        while _deadlocks(monitor) == deadlocks and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _deadlocks(monitor) > deadlocks
+    assert q.depth("jobs") == {"ready": 2, "claimable": 1, "dead": 0}  # "a" acknowledged once
+
+
+def _deadlocks(conn: psycopg.Connection) -> int:
+    row = conn.execute("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()").fetchone()
+    return int(row[0]) if row else 0
+
+
 def _waiting_on_a_lock(conn: psycopg.Connection) -> bool:
     row = conn.execute(
         "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
