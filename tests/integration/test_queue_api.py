@@ -10,6 +10,7 @@ import math
 import multiprocessing as mp
 import pickle
 import time
+from collections.abc import Callable
 
 import psycopg
 import pytest
@@ -159,10 +160,7 @@ def test_claim_with_ack_claims_before_it_waits_on_an_acknowledgement(client: pgm
             with concurrent.futures.ThreadPoolExecutor(1) as pool:
                 acking = pool.submit(other.queues.claim, "jobs", 1, ack=[a])
                 try:
-                    deadline = time.monotonic() + 10
-                    while not _waiting_on_a_lock(monitor) and time.monotonic() < deadline:
-                        time.sleep(0.02)
-                    assert _waiting_on_a_lock(monitor) and not acking.done()
+                    assert _eventually(lambda: _waiting_on_a_lock(monitor)) and not acking.done()
                     assert contents(q.claim("jobs")) == ["c"]  # "b" was claimed before the wait began
                 finally:
                     blocker.rollback()
@@ -189,9 +187,7 @@ def test_claim_with_ack_runs_again_after_a_deadlock(client: pgmem.Client, dsn: s
             with concurrent.futures.ThreadPoolExecutor(1) as pool:
                 acking = pool.submit(consumer.queues.claim, "jobs", 1, ack=[a])
                 try:
-                    deadline = time.monotonic() + 10
-                    while not _waiting_on_a_lock(monitor) and time.monotonic() < deadline:
-                        time.sleep(0.02)
+                    assert _eventually(lambda: _waiting_on_a_lock(monitor))
                     # Waits for the claim of "b" until the claim's statement is aborted, then takes "b".
                     other.execute("SELECT 1 FROM pgmem.queue_items WHERE id = %s FOR UPDATE", (b_id,))
                 finally:
@@ -199,11 +195,18 @@ def test_claim_with_ack_runs_again_after_a_deadlock(client: pgmem.Client, dsn: s
                 # Run again: "c", or "b" if the retry took it before this session's lock did.
                 assert contents(acking.result(timeout=10)) in (["b"], ["c"])
         # The path under test was taken (a backend reports its statistics within a few seconds).
-        deadline = time.monotonic() + 15
-        while _deadlocks(monitor) == deadlocks and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert _deadlocks(monitor) > deadlocks
+        assert _eventually(lambda: _deadlocks(monitor) > deadlocks, seconds=15)
     assert q.depth("jobs") == {"ready": 2, "claimable": 1, "dead": 0}  # "a" acknowledged once
+
+
+def _eventually(check: Callable[[], bool], seconds: float = 10.0) -> bool:
+    """Poll ``check`` until it holds (True) or ``seconds`` pass (False)."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def _deadlocks(conn: psycopg.Connection) -> int:
