@@ -230,20 +230,28 @@ def test_claim_never_takes_back_what_it_acknowledges(client: pgmem.Client) -> No
     assert q.depth("jobs")["ready"] == 1
 
 
-def test_claims_use_one_plan_per_prepared_statement(client: pgmem.Client, dsn: str) -> None:
-    """The LIMIT is a literal so that Postgres keeps a generic plan instead of planning every claim."""
+def test_claims_and_acks_use_one_plan_per_prepared_statement(client: pgmem.Client, dsn: str) -> None:
+    """Postgres keeps a generic plan for the claiming and acknowledging statements instead of planning each
+    call: the LIMIT is a literal, and the acknowledged arrays are costed as one row (sql/queues.sql). On a
+    queue of thousands of items, claim(ack=) of one item was planned anew every time (0 generic plans)."""
     q = client.queues
-    q.push_many("jobs", [m(f"j{i}") for i in range(60)])
+    q.push_many("jobs", [m(f"j{i}") for i in range(3000)])
     with psycopg.connect(dsn, autocommit=True) as conn:  # psycopg prepares after 5 runs, Postgres decides after 5 more
-        items = q.claim("jobs", n=2, connection=conn)
-        for _ in range(15):
-            items = q.claim("jobs", n=2, ack=items, connection=conn)
+        conn.execute("ANALYZE pgmem.queue_items")
+        for n in (1, 2):
+            items = q.claim("jobs", n=n, connection=conn)
+            for _ in range(15):
+                items = q.claim("jobs", n=n, ack=items, connection=conn)
+            q.ack(items, connection=conn)
         for _ in range(15):
             q.ack(q.claim("jobs", n=1, connection=conn), connection=conn)
         plans = conn.execute(
-            "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE '%SKIP LOCKED%'"
+            "SELECT generic_plans, custom_plans, statement LIKE '%%DELETE%%' FROM pg_prepared_statements"
+            " WHERE statement LIKE '%%SKIP LOCKED%%' OR statement LIKE '%%name: ack%%'"
+            "    OR statement LIKE '%%Move acknowledged items%%'"
         ).fetchall()
-    assert len(plans) == 2 and all(generic > 0 for generic, _ in plans)
+    assert len(plans) == 4, plans  # claim(ack=) at n=1 and n=2, claim at n=1, ack
+    assert all(generic > 0 for generic, _, _ in plans), plans
 
 
 def test_claims_are_hot_updates(client: pgmem.Client, dsn: str) -> None:
