@@ -108,8 +108,12 @@ async def _pgqueuer_fill(dsn: str, payloads: list[str]) -> None:
 # -- consumers (run in their own processes) -----------------------------------------------------------
 
 
-def consumer(system: str, dsn: str, batch: int, ready: Any, start: Any, done: Any) -> None:
-    """Connect (and, for pgmem, open the pool's connection), say so on ``ready``, wait for ``start``."""
+def consumer(system: str, dsn: str, batch: int, ready: Any, start: Any, done: Any, finish: Any) -> None:
+    """Connect (and, for pgmem, open the pool's connection), say so on ``ready``, wait for ``start``, claim
+    and acknowledge until the queue is empty, put the count on ``done``, then wait for ``finish`` before
+    closing and exiting: the clock stops at the last count, and no process's shutdown (closing its pool,
+    the interpreter's final garbage collection of every module it imported) runs while others still
+    work. Before, a consumer that ran out of jobs first shut down beside the ones still claiming."""
     count = 0
     if system == "pgmem":
         with pgmem.connect(dsn, namespace="bench", max_size=1) as client:
@@ -121,6 +125,8 @@ def consumer(system: str, dsn: str, batch: int, ready: Any, start: Any, done: An
             while items:
                 count += len(items)
                 items = q.claim(QUEUE, n=batch, lease=30, ack=items)
+            done.put(count)
+            finish.wait()
     elif system == "pgmem-2rt":
         with pgmem.connect(dsn, namespace="bench", max_size=1) as client:
             q = client.queues
@@ -130,6 +136,8 @@ def consumer(system: str, dsn: str, batch: int, ready: Any, start: Any, done: An
             while items := q.claim(QUEUE, n=batch, lease=30):
                 q.ack(items)
                 count += len(items)
+            done.put(count)
+            finish.wait()
     elif system == "raw":
         with psycopg.connect(dsn, autocommit=True) as conn:
             ready.put(1)
@@ -137,12 +145,13 @@ def consumer(system: str, dsn: str, batch: int, ready: Any, start: Any, done: An
             while rows := conn.execute(RAW_CLAIM, (batch,), prepare=True).fetchall():
                 conn.execute(RAW_ACK, ([r[0] for r in rows], [r[2] for r in rows]), prepare=True)
                 count += len(rows)
+            done.put(count)
+            finish.wait()
     else:
-        count = asyncio.run(_pgqueuer_consume(dsn, batch, ready, start))
-    done.put(count)
+        asyncio.run(_pgqueuer_consume(dsn, batch, ready, start, done, finish))
 
 
-async def _pgqueuer_consume(dsn: str, batch: int, ready: Any, start: Any) -> int:
+async def _pgqueuer_consume(dsn: str, batch: int, ready: Any, start: Any, done: Any, finish: Any) -> None:
     from pgqueuer.ports.repository import EntrypointExecutionParameter
 
     conn, q = await _pgqueuer_queries(dsn)
@@ -154,15 +163,18 @@ async def _pgqueuer_consume(dsn: str, batch: int, ready: Any, start: Any) -> int
     while jobs := await q.dequeue(batch, entrypoints, manager, None, timedelta(seconds=30)):
         await q.log_jobs([(job, "successful", None) for job in jobs])
         count += len(jobs)
+    done.put(count)
+    await asyncio.to_thread(finish.wait)
     await conn.close()
-    return count
 
 
 def throughput(system: str, dsn: str, consumers: int, batch: int, jobs: int) -> float:
     fill(system, dsn, jobs)
     ctx = mp.get_context("spawn")
-    ready, start, done = ctx.Queue(), ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=consumer, args=(system, dsn, batch, ready, start, done)) for _ in range(consumers)]
+    ready, start, done, finish = ctx.Queue(), ctx.Event(), ctx.Queue(), ctx.Event()
+    procs = [
+        ctx.Process(target=consumer, args=(system, dsn, batch, ready, start, done, finish)) for _ in range(consumers)
+    ]
     for p in procs:
         p.start()
     # Every process has imported, connected and said so before the clock starts: a fixed pause was too
@@ -174,6 +186,7 @@ def throughput(system: str, dsn: str, consumers: int, batch: int, jobs: int) -> 
     start.set()
     total = sum(done.get(timeout=600) for _ in procs)
     elapsed = time.perf_counter() - t0
+    finish.set()
     for p in procs:
         p.join()
     assert total == jobs, f"{system}: processed {total} of {jobs}"
@@ -343,7 +356,7 @@ def main() -> None:
     parser.add_argument("--dsn", default=None)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--jobs", type=int, default=10_000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--vacuum-block-seconds", type=int, default=180)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/queues.json"))
     parser.add_argument("--points", default=None, help="throughput points only, e.g. 10x1,50x4 (batch x consumers)")

@@ -211,6 +211,8 @@ queue_archive_batches = Table(
     Index("queue_archive_batches_message_idx", "message_ids", postgresql_using="gin"),
     comment="Acknowledged queue items, one row per acknowledgement and queue (the items' columns as arrays, "
     "in the same order); pgmem.queue_archive unnests it. Kept until the retention policy purges them.",
+    # Rows up to ~80 items stay inline and uncompressed: no pglz, no TOAST insert on acknowledgement (0014).
+    postgresql_with={"toast_tuple_target": "8160"},
 )
 # pgmem.queue_archive, one row per acknowledged item, is a view over it (migration 0013).
 

@@ -360,6 +360,22 @@ def test_ack_archives_and_retention_purges(client: pgmem.Client, dsn: str) -> No
     assert table_counts(dsn)["messages"] == 0
 
 
+def test_an_archived_batch_of_50_stays_inline_and_uncompressed(client: pgmem.Client, dsn: str) -> None:
+    """Past 2 kB Postgres would compress the row's arrays and move them to TOAST inside the acknowledging
+    statement; toast_tuple_target (migration 0014) keeps rows of up to ~80 items as they are."""
+    q = client.queues
+    q.push_many("jobs", [m(f"j{i}") for i in range(50)])
+    q.ack(q.claim("jobs", n=50))
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT pg_column_size(b.*), pg_relation_size(c.reltoastrelid) FROM pgmem.queue_archive_batches AS b,"
+            " pg_class AS c WHERE c.oid = 'pgmem.queue_archive_batches'::regclass"
+        ).fetchone()
+    assert row is not None
+    size, toast = row
+    assert size > 2100 and toast == 0, row  # before 0014: compressed, then partly moved to TOAST
+
+
 def test_archived_messages_outlive_their_memory_until_every_queue_purges_them(client: pgmem.Client, dsn: str) -> None:
     q = client.queues
     kept = m("archived by two queues")
