@@ -82,6 +82,8 @@ messages = Table(
         Computed(f"to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, left(content, {FTS_MAX_CHARS}))", persisted=True),
     ),
     PrimaryKeyConstraint("namespace", "id", name="messages_pkey"),
+    # Messages looked up one by one (a claim's items): one bucket page, no text comparisons (migration 0015).
+    Index("messages_id_hash_idx", "id", postgresql_using="hash"),
     Index("messages_namespace_seq_key", "namespace", "seq", unique=True),
     Index("messages_cause_by_idx", "namespace", "cause_by", "seq"),
     Index("messages_role_idx", "namespace", "role", "seq"),
