@@ -156,6 +156,7 @@ queue_items = Table(
         ["pgmem.messages.namespace", "pgmem.messages.id"],
         name="queue_items_message_fkey",
     ),
+    CheckConstraint("status IN ('ready', 'dead')", name="queue_items_status_check"),  # migration 0016
     Index(
         "queue_items_claim_idx",
         "namespace",

@@ -211,12 +211,16 @@ SELECT extract(epoch FROM min(available_at) - now())::float8 FROM pgmem.queue_it
 WHERE namespace = %(ns)s AND queue = %(queue)s AND status = 'ready';
 
 -- name: depth
--- Ready items (leased ones included) and dead letters of a queue.
-SELECT count(*) FILTER (WHERE status = 'ready'),
-       count(*) FILTER (WHERE status = 'ready' AND available_at <= now()),
-       count(*) FILTER (WHERE status = 'dead')
-FROM pgmem.queue_items
-WHERE namespace = %(ns)s AND queue = %(queue)s;
+-- Ready items (leased ones included) and dead letters of a queue, each counted on its partial index
+-- (queue_items_claim_idx, queue_items_dead_idx): the cost follows the queue's items, not the table's.
+-- One count over (namespace, queue) matched no index and read the whole table (every queue of every
+-- namespace) on every call.
+SELECT ready.n, ready.claimable,
+       (SELECT count(*) FROM pgmem.queue_items
+        WHERE namespace = %(ns)s AND queue = %(queue)s AND status = 'dead')
+FROM (SELECT count(*) AS n, count(*) FILTER (WHERE available_at <= now()) AS claimable
+      FROM pgmem.queue_items
+      WHERE namespace = %(ns)s AND queue = %(queue)s AND status = 'ready') AS ready;
 
 -- name: dead_letters
 SELECT q.id, q.queue, q.priority, q.attempts, q.max_attempts, q.enqueued_at, q.available_at, q.lease_until,
@@ -262,9 +266,12 @@ WITH gone AS (
 SELECT coalesce(sum(cardinality(message_ids)), 0) FROM gone;
 
 -- name: clear_queue
--- Remove every live item of a queue (ready, leased and dead). Returns how many.
+-- Remove every live item of a queue (ready, leased and dead). Returns how many. The status condition
+-- (every status there is: queue_items_status_check) lets it find them on the two partial indexes.
 WITH gone AS (
-    DELETE FROM pgmem.queue_items WHERE namespace = %(ns)s AND queue = %(queue)s RETURNING message_id
+    DELETE FROM pgmem.queue_items
+    WHERE namespace = %(ns)s AND queue = %(queue)s AND (status = 'ready' OR status = 'dead')
+    RETURNING message_id
 )
 SELECT count(*) FROM gone;
 

@@ -423,6 +423,39 @@ def test_archived_messages_outlive_their_memory_until_every_queue_purges_them(cl
     assert table_counts(dsn)["messages"] == 0
 
 
+def test_depth_and_clear_of_a_queue_read_only_its_items(client: pgmem.Client, dsn: str) -> None:
+    """depth and clear find a queue's items on the partial indexes: a small queue beside a big one costs
+    its own rows. depth used to read the whole table (every queue of every namespace) on every call, so
+    a producer throttling on depth slowed as the table bloated, and MessageQueue.empty() did the same."""
+    q = client.queues
+    for start in range(0, 6000, 3000):
+        q.push_many("big", [m(f"b{i}") for i in range(start, start + 3000)])
+    q.push_many("small", [m(f"s{i}") for i in range(10)], delay=60)
+    q.push("small", m("due"), max_attempts=1)
+    q.nack(q.claim("small")[0])  # dead-lettered
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ANALYZE pgmem.queue_items")
+    with psycopg.connect(dsn) as conn:  # one transaction: its own counters, no stats delay
+
+        def table_reads() -> tuple[int, int]:
+            row = conn.execute(
+                "SELECT seq_scan, seq_tup_read FROM pg_stat_xact_user_tables"
+                " WHERE schemaname = 'pgmem' AND relname = 'queue_items'"
+            ).fetchone()
+            assert row is not None
+            return row[0], row[1]
+
+        before = table_reads()
+        assert q.depth("small", connection=conn) == {"ready": 10, "claimable": 0, "dead": 1}
+        assert q.clear("small", connection=conn) == 11
+        assert table_reads() == before
+        assert q.depth("small", connection=conn) == {"ready": 0, "claimable": 0, "dead": 0}
+        conn.commit()
+    assert q.depth("big") == {"ready": 6000, "claimable": 6000, "dead": 0}
+    with psycopg.connect(dsn) as conn, pytest.raises(psycopg.errors.CheckViolation):
+        conn.execute("UPDATE pgmem.queue_items SET status = 'done' WHERE queue = 'big'")
+
+
 def test_clear_take_and_messages_kept_while_queued(client: pgmem.Client, dsn: str) -> None:
     q = client.queues
     msg = m("queued and remembered")
