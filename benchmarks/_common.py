@@ -18,7 +18,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pgmem import migrate, server
+from pgmem.ops import migrate, server
 
 
 def _data_dir() -> Path:

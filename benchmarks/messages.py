@@ -35,7 +35,7 @@ from rich.table import Table
 
 import pgmem
 from benchmarks._common import bench_database, texts, timed, timed_together, write_json
-from pgmem.metagpt import Memory
+from pgmem.integrations.metagpt import Memory
 
 ACTIONS = [
     f"metagpt.actions.{m}.{c}"

@@ -10,8 +10,8 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import text
 
-from pgmem.migrate import MIGRATION_LOCK_KEY, engine_for
-from pgmem.schema import SCHEMA, metadata
+from pgmem.ops.migrate import MIGRATION_LOCK_KEY, engine_for
+from pgmem.ops.schema import SCHEMA, metadata
 
 config = context.config
 

@@ -8,9 +8,9 @@
 
 from pgmem._async.client import AsyncClient, aconnect
 from pgmem._async.messages import AsyncMessageRepository
-from pgmem._rows import MAX_BATCH, MAX_CONTENT_BYTES, MAX_JSON_BYTES, MAX_NAME_CHARS
 from pgmem._sync.client import Client, connect
 from pgmem._sync.messages import MessageRepository
+from pgmem.checks import MAX_BATCH, MAX_CONTENT_BYTES, MAX_JSON_BYTES, MAX_NAME_CHARS
 from pgmem.errors import (
     ClientClosed,
     Conflict,

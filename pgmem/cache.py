@@ -48,12 +48,12 @@ import numpy as np
 import psycopg
 from psycopg import pq, sql
 
-from pgmem import queries as _queries
 from pgmem._sync.client import Client
 from pgmem._sync.vectors import unpack_vectors
 from pgmem.embeddings import Vectors
 from pgmem.errors import InvalidInput, PgmemError
-from pgmem.search import EmbeddingModel, SearchHit, as_query_vector, check_k, check_threshold
+from pgmem.planning import statements as _queries
+from pgmem.planning.search import EmbeddingModel, SearchHit, as_query_vector, check_k, check_threshold
 
 __all__ = ["CacheStats", "VectorCache"]
 
@@ -680,7 +680,7 @@ class VectorCache:
         self, memory: str, query: str | Any, k: int = 10, *, threshold: float | None = None, label: str | None = None
     ) -> list[SearchHit]:
         """The ``k`` messages of ``memory`` closest to ``query`` (a text, embedded with the memory's model,
-        or a vector), as :class:`pgmem.search.SearchHit` (their messages fetched in one round trip).
+        or a vector), as :class:`pgmem.planning.search.SearchHit` (their messages fetched in one round trip).
 
         With the client's retrieval log on, the hits are recorded (kind ``cache``, with ``label``) by one
         more statement; :meth:`search_vectors` never logs."""

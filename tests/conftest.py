@@ -21,7 +21,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import pgmem
-from pgmem import migrate, server
+from pgmem.ops import migrate, server
 
 TEMPLATE = f"pgmem_template_{os.getpid()}"
 
@@ -116,12 +116,12 @@ async def aclient(dsn: str) -> AsyncIterator[pgmem.AsyncClient]:
 @pytest.fixture
 def default_client_env(dsn: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Point the process-wide default client (``client=None`` in the facades) at this test's database."""
-    from pgmem import defaults
+    from pgmem import connecting
 
     monkeypatch.setenv("PGMEM_DSN", dsn)
-    defaults.reset_default_client()
+    connecting.reset_default_client()
     yield dsn
-    defaults.reset_default_client()
+    connecting.reset_default_client()
 
 
 def table_counts(dsn: str) -> dict[str, int]:

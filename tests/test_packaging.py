@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from pgmem import migrate
+from pgmem.ops import migrate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,7 +55,7 @@ def test_wheel_contains_the_resources(wheel: Path) -> None:
     assert versions <= {n.rpartition("/")[2] for n in names if "/migrations/versions/" in n}
     assert not [n for n in names if n.startswith(("tests/", "tools/", "benchmarks/")) or "__pycache__" in n]
     entry_points = zipfile.ZipFile(wheel).read("pgmem-0.1.0.dist-info/entry_points.txt").decode()
-    assert "pgmem = pgmem.cli:main" in entry_points
+    assert "pgmem = pgmem.ops.cli:main" in entry_points
 
 
 def test_installed_wheel_finds_its_resources_and_migrates(wheel: Path, tmp_path: Path, empty_dsn: str) -> None:
@@ -88,12 +88,12 @@ def test_installed_wheel_finds_its_resources_and_migrates(wheel: Path, tmp_path:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PGMEM_DSN")}
 
     probe = (
-        "import pathlib, pgmem, pgmem.queries, pgmem.resources, pgmem.migrate\n"
+        "import pathlib, pgmem, pgmem.planning.statements, pgmem.planning.resources, pgmem.ops.migrate\n"
         "print(pgmem.__file__)\n"
-        "print(pgmem.resources.resource_path('sql'))\n"
-        "print(pgmem.resources.resource_path('migrations'))\n"
-        "assert 'add_many' in pgmem.queries.load('messages')\n"
-        "print(pgmem.migrate.head_revision())\n"
+        "print(pgmem.planning.resources.resource_path('sql'))\n"
+        "print(pgmem.planning.resources.resource_path('migrations'))\n"
+        "assert 'add_many' in pgmem.planning.statements.load('messages')\n"
+        "print(pgmem.ops.migrate.head_revision())\n"
     )
     out = _run(python, "-c", probe, cwd=tmp_path, env=env).stdout.split()
     package, sql_dir, migrations_dir, head = out

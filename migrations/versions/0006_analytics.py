@@ -17,7 +17,7 @@ from alembic import op
 from psycopg import sql
 from sqlalchemy.dialects import postgresql
 
-from pgmem import queries
+from pgmem.planning import statements as queries
 
 revision: str = "0006"
 down_revision: str | None = "0005"

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-from pgmem import queries
+from pgmem.planning import statements as queries
 
 revision: str = "0013"
 down_revision: str | None = "0012"

@@ -16,11 +16,12 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from pgmem import queries
 from pgmem._async.base import AsyncRepository
-from pgmem._rows import _check_text, decode, encode, key_for, storage_id
+from pgmem.checks import check_text, key_for
 from pgmem.errors import Conflict, InvalidInput, translate
 from pgmem.models import Message
+from pgmem.planning import statements as queries
+from pgmem.planning.rows import decode, encode, storage_id
 from pgmem.summarizer import Summary, get_tokenizer
 
 __all__ = ["AsyncBrainRepository", "BrainState", "check_ttl"]
@@ -46,7 +47,7 @@ def check_ttl(ttl: Any) -> float | None:
 def check_brain_key(redis_key: Any) -> str:
     if not isinstance(redis_key, str) or not redis_key:
         raise InvalidInput(f"a brain key must be a non-empty string, got {redis_key!r}")
-    _check_text(redis_key, "key", "brain ")
+    check_text(redis_key, "key", "brain ")
     return redis_key
 
 
@@ -66,7 +67,7 @@ class BrainState:
 
 
 class AsyncBrainRepository(AsyncRepository):
-    """BrainMemory rows of one namespace (see :class:`pgmem.metagpt.BrainMemory` for the facade).
+    """BrainMemory rows of one namespace (see :class:`pgmem.integrations.metagpt.BrainMemory` for the facade).
 
     Example:
         >>> await client.brains.dump("chat:u1:c1", history=[Message(content="hi")], ttl=1800)
@@ -129,11 +130,11 @@ class AsyncBrainRepository(AsyncRepository):
             if value is not None:
                 if not isinstance(value, str):
                     raise InvalidInput(f"{name} must be a string, not {type(value).__name__}")
-                _check_text(value, name, "brain ", max_chars=None)
+                check_text(value, name, "brain ", max_chars=None)
         if last_talk is not _UNSET and last_talk is not None:
             if not isinstance(last_talk, str):
                 raise InvalidInput(f"last_talk must be a string or None, not {type(last_talk).__name__}")
-            _check_text(last_talk, "last_talk", "brain ", max_chars=None)
+            check_text(last_talk, "last_talk", "brain ", max_chars=None)
         params = {"ns": self.namespace, "key": key, "knowledge_key": knowledge_key, "redis_key": redis_key}
         with translate():
             async with self._client.transaction(connection) as conn:
@@ -215,7 +216,7 @@ class AsyncBrainRepository(AsyncRepository):
         key, knowledge_key = self.keys(redis_key)
         if not isinstance(historical_summary, str):
             raise InvalidInput(f"the summary must be a string, not {type(historical_summary).__name__}")
-        _check_text(historical_summary, "historical_summary", "brain ", max_chars=None)
+        check_text(historical_summary, "historical_summary", "brain ", max_chars=None)
         ids = None if covered is None else {storage_id(m) for m in covered}
         params = {"ns": self.namespace, "key": key, "knowledge_key": knowledge_key, "redis_key": redis_key}
         stored: Summary | None = None

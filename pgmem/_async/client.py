@@ -11,16 +11,16 @@ from psycopg import AsyncConnection
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
-from pgmem import migrate as _migrate
 from pgmem._async.brains import AsyncBrainRepository
 from pgmem._async.messages import AsyncMessageRepository
 from pgmem._async.queues import AsyncQueueRepository
 from pgmem._async.summaries import AsyncSummaryRepository
 from pgmem._async.vectors import AsyncVectorRepository, configure_connection
 from pgmem._compat_async import run_blocking
-from pgmem._rows import check_namespace
+from pgmem.checks import check_namespace
 from pgmem.embeddings import Embedder, default_embedder
 from pgmem.errors import ClientClosed, ConnectionFailed, InvalidInput, SchemaOutOfDate, redact, translate
+from pgmem.ops import migrate as _migrate
 from pgmem.settings import get_settings
 
 __all__ = ["AsyncClient", "aconnect"]
@@ -180,7 +180,7 @@ def _resolve_dsn(dsn: str | None) -> str:
     settings = get_settings()
     if settings.dsn:
         return settings.dsn
-    from pgmem.server import ensure_server
+    from pgmem.ops.server import ensure_server
 
     return ensure_server(settings.home)
 

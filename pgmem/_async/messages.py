@@ -8,20 +8,12 @@ from typing import TYPE_CHECKING, Any
 from psycopg import AsyncConnection
 from psycopg import errors as pg_errors
 
-from pgmem import queries
 from pgmem._async.base import AsyncRepository
-from pgmem._rows import (
-    INSERT_COLUMNS,
-    MAX_BATCH,
-    batch_columns,
-    check_key,
-    check_message_id,
-    decode,
-    encode,
-    storage_id,
-)
+from pgmem.checks import MAX_BATCH, check_key, check_message_id
 from pgmem.errors import Conflict, InvalidInput, NotFound, translate
 from pgmem.models import MESSAGE_ROUTE_TO_ALL, Message, any_to_str
+from pgmem.planning import statements as queries
+from pgmem.planning.rows import INSERT_COLUMNS, batch_columns, decode, encode, storage_id
 
 if TYPE_CHECKING:
     pass

@@ -16,13 +16,13 @@ import psycopg
 from psycopg import AsyncConnection, sql
 from psycopg.pq import TransactionStatus
 
-from pgmem import queries
 from pgmem._async.base import AsyncRepository
 from pgmem._compat_async import make_lock
-from pgmem._rows import INSERT_COLUMNS, MAX_BATCH, batch_columns, check_key, encode
+from pgmem.checks import MAX_BATCH, check_key
 from pgmem.errors import InvalidInput, translate
 from pgmem.models import Message, any_to_str
-from pgmem.queueing import (
+from pgmem.planning import statements as queries
+from pgmem.planning.queues import (
     CHANNEL,
     MAX_ATTEMPTS,
     MAX_CLAIM,
@@ -41,6 +41,7 @@ from pgmem.queueing import (
     integer,
     seconds,
 )
+from pgmem.planning.rows import INSERT_COLUMNS, batch_columns, encode
 
 if TYPE_CHECKING:
     from pgmem._async.client import AsyncClient

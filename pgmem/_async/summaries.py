@@ -6,12 +6,13 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from pgmem import queries
 from pgmem._async.base import AsyncRepository
 from pgmem._compat_async import drive
-from pgmem._rows import _check_text, check_key, decode
+from pgmem.checks import check_key, check_text
 from pgmem.errors import Conflict, InvalidInput, NotFound
 from pgmem.models import Message
+from pgmem.planning import statements as queries
+from pgmem.planning.rows import decode
 from pgmem.summarizer import CompressionPolicy, Summary, compress, get_tokenizer
 
 __all__ = ["AsyncSummaryRepository"]
@@ -110,7 +111,7 @@ class AsyncSummaryRepository(AsyncRepository):
         _int(last_seq, "last_seq", first_seq, _MAX_SEQ)
         if not isinstance(content, str):
             raise InvalidInput(f"content must be a string, not {type(content).__name__}")
-        _check_text(content, "content", "summary ", max_chars=None)
+        check_text(content, "content", "summary ", max_chars=None)
         _int(source_chars, "source_chars", 0, _MAX_SEQ)
         _int(source_tokens, "source_tokens", 0, _MAX_INT)
         counter = get_tokenizer()

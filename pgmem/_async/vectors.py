@@ -15,14 +15,15 @@ import numpy as np
 from pgvector.psycopg import register_vector_async
 from psycopg import AsyncConnection, errors, sql
 
-from pgmem import queries
 from pgmem._async.base import AsyncRepository
 from pgmem._compat_async import Background
-from pgmem._rows import check_key, decode
-from pgmem.adapters import register_fast_adapters
+from pgmem.checks import check_key
 from pgmem.embeddings import Embedder, EmbeddingError, Vectors, check_vectors
 from pgmem.errors import InvalidInput, translate
-from pgmem.search import (
+from pgmem.planning import statements as queries
+from pgmem.planning.adapters import register_fast_adapters
+from pgmem.planning.rows import decode
+from pgmem.planning.search import (
     HALFVEC_ABOVE,
     EmbeddingModel,
     SearchFilters,
@@ -63,7 +64,7 @@ ANALYZE_LOCK_KEY = 0x70676D656D03
 
 
 async def configure_connection(conn: AsyncConnection[Any]) -> None:
-    """Pool ``configure`` hook: pgvector's types (and pgmem's faster adapters, :mod:`pgmem.adapters`), and
+    """Pool ``configure`` hook: pgvector's types (and pgmem's faster adapters, :mod:`pgmem.planning.adapters`), and
     iterative HNSW scans for filtered searches."""
     await register_vector_async(conn)
     register_fast_adapters(conn)
@@ -411,7 +412,7 @@ class AsyncVectorRepository(AsyncRepository):
 
         Filters restrict the search to one memory, an action (``cause_by``), a role, a sender and a time
         range (``max_seq``: only the memory's entries up to that sequence number); the search stays
-        complete under them (see :mod:`pgmem.search`). ``threshold`` keeps hits
+        complete under them (see :mod:`pgmem.planning.search`). ``threshold`` keeps hits
         whose score (cosine similarity) is at least that. ``mode``: ``auto`` (exact for small filtered
         sets, else the HNSW index), ``exact`` or ``ann``. ``label``: the caller's name for this search (e.g.
         the prompt or the stage), recorded with its hits when the client's retrieval log is on
@@ -497,7 +498,7 @@ class AsyncVectorRepository(AsyncRepository):
         exact_limit: int | None,
         connection: AsyncConnection[Any] | None,
     ) -> str:
-        """``exact`` or ``ann`` for this search (see :mod:`pgmem.search`).
+        """``exact`` or ``ann`` for this search (see :mod:`pgmem.planning.search`).
 
         Unfiltered searches use the index. For filtered ones the candidates are counted (no further than
         ``exact_limit + 1``) and the count is remembered for :data:`COUNT_TTL` seconds: a stale count can

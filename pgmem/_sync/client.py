@@ -12,16 +12,16 @@ from psycopg import Connection
 from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool
 
-from pgmem import migrate as _migrate
 from pgmem._sync.brains import BrainRepository
 from pgmem._sync.messages import MessageRepository
 from pgmem._sync.queues import QueueRepository
 from pgmem._sync.summaries import SummaryRepository
 from pgmem._sync.vectors import VectorRepository, configure_connection
 from pgmem._compat_sync import run_blocking
-from pgmem._rows import check_namespace
+from pgmem.checks import check_namespace
 from pgmem.embeddings import Embedder, default_embedder
 from pgmem.errors import ClientClosed, ConnectionFailed, InvalidInput, SchemaOutOfDate, redact, translate
+from pgmem.ops import migrate as _migrate
 from pgmem.settings import get_settings
 
 __all__ = ["Client", "connect"]
@@ -181,7 +181,7 @@ def _resolve_dsn(dsn: str | None) -> str:
     settings = get_settings()
     if settings.dsn:
         return settings.dsn
-    from pgmem.server import ensure_server
+    from pgmem.ops.server import ensure_server
 
     return ensure_server(settings.home)
 

@@ -17,13 +17,13 @@ import psycopg
 from psycopg import Connection, sql
 from psycopg.pq import TransactionStatus
 
-from pgmem import queries
 from pgmem._sync.base import Repository
 from pgmem._compat_sync import make_lock
-from pgmem._rows import INSERT_COLUMNS, MAX_BATCH, batch_columns, check_key, encode
+from pgmem.checks import MAX_BATCH, check_key
 from pgmem.errors import InvalidInput, translate
 from pgmem.models import Message, any_to_str
-from pgmem.queueing import (
+from pgmem.planning import statements as queries
+from pgmem.planning.queues import (
     CHANNEL,
     MAX_ATTEMPTS,
     MAX_CLAIM,
@@ -42,6 +42,7 @@ from pgmem.queueing import (
     integer,
     seconds,
 )
+from pgmem.planning.rows import INSERT_COLUMNS, batch_columns, encode
 
 if TYPE_CHECKING:
     from pgmem._sync.client import Client

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pgmem
-from pgmem.metagpt import BrainMemory
+from pgmem.integrations.metagpt import BrainMemory
 
 
 async def run(dsn: str, key: str, worker: int, talks: int, flag: Path) -> None:

@@ -27,13 +27,13 @@ def consume(dsn: str, worker: str) -> None:
     # SIGKILL lands between processing and acknowledging on both paths.
     separate_ack = int(worker.lstrip("w")) % 2 == 1
     with pgmem.connect(dsn, namespace="test", max_size=1) as client, psycopg.connect(dsn, autocommit=True) as log:
-        items: list[pgmem.queueing.QueueItem] = []
+        items: list[pgmem.planning.queues.QueueItem] = []
         while True:
             try:
                 items = client.queues.wait(
                     QUEUE, n=10, timeout=5, lease=2, poll_interval=1, worker=worker, ack=None if separate_ack else items
                 )
-            except pgmem.queueing.LeaseLost:
+            except pgmem.planning.queues.LeaseLost:
                 items = []  # the others were acknowledged; another worker holds the lost ones
                 continue
             for item in items:
@@ -46,7 +46,7 @@ def consume(dsn: str, worker: str) -> None:
             if items and separate_ack:
                 try:
                     client.queues.ack(items)
-                except pgmem.queueing.LeaseLost:
+                except pgmem.planning.queues.LeaseLost:
                     pass  # another worker holds them now; it will acknowledge them
 
 

@@ -10,7 +10,7 @@ import pytest
 from pgvector.psycopg import register_vector
 
 import pgmem
-from pgmem.adapters import register_fast_adapters
+from pgmem.planning.adapters import register_fast_adapters
 
 JSON_VALUES: list[Any] = [
     {},
@@ -71,7 +71,7 @@ def test_query_vectors_are_sent_as_pgvector_sends_them(dsn: str, dtype: Any) -> 
 
 
 def test_the_client_pool_uses_them_and_leaves_caller_connections_alone(dsn: str) -> None:
-    from pgmem.adapters import JsonbBinaryLoader
+    from pgmem.planning.adapters import JsonbBinaryLoader
 
     def jsonb_loader(conn: psycopg.Connection[Any]) -> Any:
         return conn.adapters.get_loader(conn.adapters.types["jsonb"].oid, psycopg.pq.Format.BINARY)

@@ -239,7 +239,7 @@ def test_views_filtered_by_namespace_use_indexes_at_100k_messages(dsn: str) -> N
     """The main views, filtered as users filter them, never scan whole tables (100k messages in 100
     namespaces; benchmarks/views.py times them at 100k and 1M)."""
     from benchmarks.views import VIEWS, load
-    from pgmem import analytics
+    from pgmem.ops import analytics
 
     with psycopg.connect(dsn) as conn:
         load(conn, 100_000, 100)

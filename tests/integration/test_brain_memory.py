@@ -1,4 +1,4 @@
-"""``pgmem.metagpt.BrainMemory``: MetaGPT's BrainMemory on Postgres (TTL, concurrent dumps, summaries)."""
+"""``pgmem.integrations.metagpt.BrainMemory``: MetaGPT's BrainMemory on Postgres (TTL, concurrent dumps, summaries)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 import pgmem
-from pgmem.metagpt import BrainMemory
+from pgmem.integrations.metagpt import BrainMemory
 from pgmem.summarizer import CompressionPolicy, OfflineSummarizer, SummaryError
 from tests.conftest import table_counts
 
@@ -149,7 +149,7 @@ async def test_purge_from_the_cli(client: pgmem.Client, dsn: str) -> None:
     with psycopg.connect(dsn) as conn:
         conn.execute("UPDATE pgmem.brain_memories SET expires_at = now() - interval '1 second'")
     done = subprocess.run(
-        [sys.executable, "-m", "pgmem.cli", "purge-brains", "--dsn", dsn],
+        [sys.executable, "-m", "pgmem.ops.cli", "purge-brains", "--dsn", dsn],
         capture_output=True,
         text=True,
         timeout=120,

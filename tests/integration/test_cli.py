@@ -18,7 +18,7 @@ def run_cli(*args: str, env: dict[str, str] | None = None, check: bool = True) -
     if env is not None and "PGMEM_DSN" not in env:
         full_env.pop("PGMEM_DSN", None)  # let the embedded server under PGMEM_HOME answer
     result = subprocess.run(
-        [sys.executable, "-m", "pgmem.cli", *args], capture_output=True, text=True, env=full_env, timeout=120
+        [sys.executable, "-m", "pgmem.ops.cli", *args], capture_output=True, text=True, env=full_env, timeout=120
     )
     if check and result.returncode != 0:
         raise AssertionError(f"pgmem {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")

@@ -12,8 +12,9 @@ import psycopg
 import pytest
 from rich.console import Console
 
-from pgmem import demo, queries
 from pgmem.errors import redact
+from pgmem.examples import demo
+from pgmem.planning import statements as queries
 
 TEAM_ROWS = """SELECT regexp_replace(m.cause_by, '^.*\\.', ''), m.sent_from, count(*)
                FROM pgmem.memory_entries e
@@ -76,7 +77,7 @@ def test_demo_twice_gives_the_same_report_and_follows_the_idea(dsn: str) -> None
     with psycopg.connect(dsn) as conn:
         assert sum(r[2] for r in conn.execute(TEAM_ROWS, ("again",))) == 9
         prd = conn.execute(
-            "SELECT content FROM pgmem.messages WHERE namespace = 'again' AND cause_by = 'pgmem.demo.WritePRD'"
+            "SELECT content FROM pgmem.messages WHERE namespace = 'again' AND cause_by = 'pgmem.examples.demo.WritePRD'"
         ).fetchone()
     assert prd is not None and "a todo list for teams" in prd[0]
     # The tables are the same both times (the timings are not).
@@ -87,7 +88,7 @@ def test_demo_twice_gives_the_same_report_and_follows_the_idea(dsn: str) -> None
 def test_cli_demo(dsn: str, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
     result = subprocess.run(
-        [sys.executable, "-m", "pgmem.cli", "demo", "--dsn", dsn, "--namespace", "cli", "--idea", "a chess clock"],
+        [sys.executable, "-m", "pgmem.ops.cli", "demo", "--dsn", dsn, "--namespace", "cli", "--idea", "a chess clock"],
         capture_output=True,
         text=True,
         timeout=120,

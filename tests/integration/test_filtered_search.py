@@ -150,7 +150,7 @@ def test_filtered_search_is_complete_at_50k(dsn: str) -> None:
 def test_index_scan_checks_the_filter_per_row(client: pgmem.Client) -> None:
     """The HNSW strategy probes each row the index yields; it neither hashes the memory's entries (a whole
     memory read per search) nor lets the planner drive the search from them."""
-    from pgmem.search import SearchFilters, statement
+    from pgmem.planning.search import SearchFilters, statement
 
     client.vectors.enable("big")
     client.messages.add_many(
@@ -207,7 +207,7 @@ def test_searches_refresh_statistics_taken_from_a_tiny_table(client: pgmem.Clien
     whole namespace for every HNSW candidate. A search notices statistics that far behind and analyzes
     the tables (autovacuum is off here, as if its next visit were a minute away); the probe is then keyed
     on the message."""
-    from pgmem.search import SearchFilters, statement
+    from pgmem.planning.search import SearchFilters, statement
 
     # Another process writes: its backends report their row counts to the statistics views when they exit
     # (a live backend may hold them back for up to 10 s).
@@ -268,7 +268,7 @@ def test_searches_refresh_statistics_taken_from_a_tiny_table(client: pgmem.Clien
 def test_index_scan_probe_is_index_only(client: pgmem.Client, dsn: str) -> None:
     """The per-row probe of a memory filter reads the message index alone (it includes the memory,
     migration 0009): a message held by several memories costs no table reads."""
-    from pgmem.search import SearchFilters, statement
+    from pgmem.planning.search import SearchFilters, statement
 
     client.vectors.enable("big")
     messages = [Message(id=f"b{i}", content=f"entry {i} about topic {i % 13}") for i in range(300)]

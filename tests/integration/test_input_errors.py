@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 import pgmem
-from pgmem.metagpt import Memory
+from pgmem.integrations.metagpt import Memory
 from tests.conftest import table_counts
 
 NUL = "a\x00b"

@@ -1,4 +1,4 @@
-"""pgmem.metagpt.MessageQueue: MetaGPT's API, durable and shared between processes."""
+"""pgmem.integrations.metagpt.MessageQueue: MetaGPT's API, durable and shared between processes."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 import pgmem
-from pgmem.metagpt import MessageQueue
+from pgmem.integrations.metagpt import MessageQueue
 
 
 class MGMessage(BaseModel):

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import pgmem
-from pgmem.metagpt import LongTermMemory, MemoryStorage, RoleZeroLongTermMemory
+from pgmem.integrations.metagpt import LongTermMemory, MemoryStorage, RoleZeroLongTermMemory
 from pgmem.models import any_to_str
 from tests.integration.test_metagpt_memory import PRD, MGMessage, UserRequirement, WriteCode
 

@@ -1,4 +1,4 @@
-"""pgmem.metagpt.Memory against the real Postgres, with a MetaGPT-shaped message class.
+"""pgmem.integrations.metagpt.Memory against the real Postgres, with a MetaGPT-shaped message class.
 
 The message class below copies the parts of ``metagpt.schema.Message`` that matter to ``Memory`` (field
 names, the ``cause_by``/``send_to`` validators, the default ``UserRequirement`` action), so the tests need
@@ -14,7 +14,7 @@ import pytest
 from pydantic import BaseModel, Field, field_validator
 
 import pgmem
-from pgmem.metagpt import Memory
+from pgmem.integrations.metagpt import Memory
 from pgmem.models import any_to_str, any_to_str_set
 
 

@@ -1,4 +1,4 @@
-"""Many OS processes sharing one memory (``pgmem.metagpt.Memory(key="team")``).
+"""Many OS processes sharing one memory (``pgmem.integrations.metagpt.Memory(key="team")``).
 
 Every worker is a real process started with the ``spawn`` context (nothing inherited but the
 environment): it opens the memory through the process-wide default client, which reads ``PGMEM_DSN``
@@ -68,7 +68,7 @@ def run_processes(target: Callable[..., Any], args: list[tuple[Any, ...]]) -> li
 
 
 def _team() -> Any:
-    from pgmem.metagpt import Memory
+    from pgmem.integrations.metagpt import Memory
 
     memory = Memory(key="team")
     memory.count()  # connect (and check the schema) before any barrier
@@ -154,7 +154,7 @@ def test_concurrent_adds_lose_and_duplicate_nothing(default_client_env: str, pro
 
     # The facade sees the same: every message once.
     with pgmem.connect(dsn, namespace=NAMESPACE, min_size=0, max_size=1) as client:
-        from pgmem.metagpt import Memory
+        from pgmem.integrations.metagpt import Memory
 
         got = Memory("team", client=client).get()
     assert len(got) == expected
@@ -179,7 +179,7 @@ def _ping_pong_worker(index: int, conn: Connection, first: bool) -> list[str]:
             problems.append(f"round {round_}: newest is {newest[0].id if newest else None}, expected {peer_id}")
         if peer_id not in {m.id for m in memory.get(3)}:
             problems.append(f"round {round_}: {peer_id} missing from get(3)")
-        from pgmem.metagpt import Memory
+        from pgmem.integrations.metagpt import Memory
 
         if Memory("team").get_by_position(-1) is None:
             problems.append(f"round {round_}: a second Memory('team') object sees nothing")

@@ -1,4 +1,4 @@
-"""pgmem.openmanus against the real Postgres: OpenManus's ``Message`` and sliding-window ``Memory``.
+"""pgmem.integrations.openmanus against the real Postgres: OpenManus's ``Message`` and sliding-window ``Memory``.
 
 The window (``messages``, ``get_recent_messages``) is a view over durable rows: older messages stay in
 the database unless the caller purges them, and the window never shows a tool result whose assistant
@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 import pgmem
-from pgmem.openmanus import ROLE_VALUES, Function, Memory, Message, Role, ToolCall
+from pgmem.integrations.openmanus import ROLE_VALUES, Function, Memory, Message, Role, ToolCall
 from tests.conftest import table_counts
 
 

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 import pgmem
-from pgmem.queueing import LeaseLost, QueueItem
+from pgmem.planning.queues import LeaseLost, QueueItem
 from tests.conftest import table_counts
 
 
@@ -581,7 +581,7 @@ def test_routing_to_inboxes(client: pgmem.Client, dsn: str) -> None:
 
 
 def test_inbox_redelivery_after_a_crash_is_idempotent(client: pgmem.Client) -> None:
-    from pgmem.metagpt import Memory
+    from pgmem.integrations.metagpt import Memory
 
     q = client.queues
     q.subscribe("QA")

@@ -1,4 +1,4 @@
-"""``pgmem.stores``: ChatDev-style simple, file and blackboard stores on Postgres, YAML config, MemoryManager."""
+"""ChatDev-style stores (pgmem.integrations.chatdev): simple, file, blackboard, YAML config, MemoryManager."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 import pgmem
-from pgmem.stores import (
+from pgmem.integrations.chatdev import (
     BlackboardMemoryStore,
     ConfigError,
     FileMemoryStore,
@@ -220,7 +220,7 @@ def test_blackboard_is_shared_with_another_process(client: pgmem.Client, dsn: st
     script = textwrap.dedent(
         f"""
         import pgmem
-        from pgmem.stores import build_stores, MemoryWritePayload, MemoryContentSnapshot
+        from pgmem.integrations.chatdev import build_stores, MemoryWritePayload, MemoryContentSnapshot
         with pgmem.connect({dsn!r}, namespace="test", max_size=1) as client:
             board = build_stores({config!r}, client=client)["board"]
             for i in range(3):

@@ -49,7 +49,7 @@ class WrongDimension(HashingEmbedder):
         return super().embed(texts)[:, :383]
 
 
-def _contents(hits: list[pgmem.search.SearchHit]) -> list[str]:
+def _contents(hits: list[pgmem.planning.search.SearchHit]) -> list[str]:
     return [h.message.content for h in hits]
 
 
@@ -158,7 +158,7 @@ def test_provider_down_then_backfill(dsn: str) -> None:
     # the provider is back: `pgmem embed` fills every missing vector
     env = {"PGMEM_DSN": dsn, "PATH": "/usr/bin:/bin"}
     done = subprocess.run(
-        [sys.executable, "-m", "pgmem.cli", "embed", "--namespace", "test"],
+        [sys.executable, "-m", "pgmem.ops.cli", "embed", "--namespace", "test"],
         env=env,
         capture_output=True,
         text=True,
@@ -366,7 +366,7 @@ def test_embedding_batches_read_their_rows_not_the_backlog(client: pgmem.Client,
         conn.execute("VACUUM ANALYZE pgmem.embedding_outbox")
     model = client.vectors.active_model("m")
     assert model is not None
-    claim = pgmem.queries.load("vectors")["claim_outbox"]
+    claim = pgmem.planning.statements.load("vectors")["claim_outbox"]
     # A new session: the statistics functions count what a backend has not yet reported, which here
     # would include the setup's reads.
     with psycopg.connect(dsn) as conn:

@@ -2,7 +2,7 @@
 
 The drift check configures alembic's comparison the way ``migrations/env.py`` does (every schema
 reflected, the same ``include_object`` filter, the version table in ``pgmem``) and compares the migrated
-database with ``pgmem.schema.metadata``: the migrations and the declaration must describe the same schema.
+database with ``pgmem.ops.schema.metadata``: the migrations and the declaration must describe the same schema.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import pytest
 from sqlalchemy import Column, MetaData, Text
 
 import pgmem
-from pgmem import migrate, server
-from pgmem.schema import SCHEMA, metadata
+from pgmem.ops import migrate, server
+from pgmem.ops.schema import SCHEMA, metadata
 
 ROOT = Path(__file__).resolve().parents[2]
 CTX = multiprocessing.get_context("spawn")
@@ -233,7 +233,7 @@ def test_eight_processes_starting_at_once_on_an_empty_database_end_with_one_sche
 
 def _pgmem_cli() -> list[str]:
     script = Path(sys.executable).with_name("pgmem")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "pgmem.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "pgmem.ops.cli"]
 
 
 def test_cli_migrate_is_idempotent(empty_dsn: str, tmp_path: Path) -> None:

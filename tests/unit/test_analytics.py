@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from pgmem.analytics import bucket_for, parse_since
 from pgmem.errors import InvalidInput
+from pgmem.ops.analytics import bucket_for, parse_since
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 

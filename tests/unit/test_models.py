@@ -8,7 +8,7 @@ import pytest
 
 import pgmem
 from pgmem.errors import redact
-from pgmem.queries import load, parse
+from pgmem.planning.statements import load, parse
 
 
 class WritePRD:

@@ -1,0 +1,1 @@
+"""Examples built on the public API (the demo behind `pgmem demo`)."""

@@ -1,0 +1,1 @@
+"""Integrations: each framework's familiar API over pgmem's clients (MetaGPT, OpenManus, ChatDev DevAll)."""

@@ -1,0 +1,114 @@
+"""The ``blackboard`` store: an append-only log trimmed by count and age, read newest first, no vectors."""
+
+from __future__ import annotations
+
+import uuid
+
+from pydantic import Field
+
+from pgmem.integrations.chatdev.base import (
+    MemoryContentSnapshot,
+    MemoryItem,
+    MemoryStore,
+    MemoryWritePayload,
+    StoreConfig,
+    check_threshold,
+    check_top_k,
+    payload_of,
+    query_text,
+)
+from pgmem.planning.rows import decode
+
+__all__ = ["BlackboardMemoryConfig", "BlackboardMemoryStore"]
+
+
+class BlackboardMemoryConfig(StoreConfig):
+    """Config of the ``blackboard`` store.
+
+    Attributes:
+        max_items: the newest this many entries are kept.
+        max_age_seconds: entries older than this are dropped (None: no age limit).
+        max_content_length: an entry's summary is cut to this many characters.
+        memory_path: accepted for ChatDev configs and ignored (the log is in Postgres).
+    """
+
+    max_items: int = Field(default=1000, ge=1, le=10_000_000)
+    max_age_seconds: float | None = Field(default=None, gt=0, le=10 * 365 * 24 * 3600)
+    max_content_length: int = Field(default=2000, ge=20, le=1_000_000)
+    memory_path: str | None = None
+
+
+class BlackboardMemoryStore(MemoryStore):
+    """A shared board every writer appends to and every reader sees newest first.
+
+    Example:
+        >>> board = BlackboardMemoryStore("board", BlackboardMemoryConfig(max_items=100), client=client)
+        >>> board.update(MemoryWritePayload(agent_role="qa", output_snapshot=MemoryContentSnapshot(text="tests pass")))
+        >>> [i.content_summary for i in board.retrieve("dev", "", top_k=5)]
+    """
+
+    type_name = "blackboard"
+    config: BlackboardMemoryConfig
+
+    def update(self, payload: MemoryWritePayload) -> bool:
+        """Append the node's output (or its input when there is no output) and trim the log, in one
+        transaction; False when there was nothing to append."""
+        payload = payload_of(payload)
+        text = payload.output_snapshot.text if payload.output_snapshot is not None else ""
+        if not text.strip():
+            text = payload.inputs_text
+        if not text.strip():
+            return False
+        limit = self.config.max_content_length
+        item = MemoryItem(
+            id=f"bb-{uuid.uuid4().hex}",
+            content_summary=text if len(text) <= limit else text[: limit - 3] + "...",
+            metadata={
+                "agent_role": payload.agent_role,
+                "input_preview": payload.inputs_text[:200],
+                "attachments": [] if payload.output_snapshot is None else payload.output_snapshot.attachment_overview(),
+            },
+            input_snapshot=payload.input_snapshot,
+            output_snapshot=payload.output_snapshot,
+        )
+        message = item.to_message(role=payload.agent_role or "assistant", cause_by=self.cause_by)
+        client = self.client
+        with client.transaction() as conn:
+            client.messages.add(self.memory_key, message, connection=conn)
+            client.messages.trim(self.memory_key, self.config.max_items, connection=conn)
+            if self.config.max_age_seconds is not None:
+                self._rows(
+                    "remove_entries",
+                    {"memory": self.memory_key, "ids": None, "seconds": self.config.max_age_seconds},
+                    conn,
+                )
+        return True
+
+    def trim(self) -> int:
+        """Apply the count and age limits now (writes do it too); return how many entries were removed."""
+        client = self.client
+        with client.transaction() as conn:
+            removed = client.messages.trim(self.memory_key, self.config.max_items, connection=conn)
+            if self.config.max_age_seconds is not None:
+                rows = self._rows(
+                    "remove_entries",
+                    {"memory": self.memory_key, "ids": None, "seconds": self.config.max_age_seconds},
+                    conn,
+                )
+                removed += int(rows[0][0])
+        return removed
+
+    def retrieve(
+        self,
+        agent_role: str,
+        query: MemoryContentSnapshot | str,
+        top_k: int = 3,
+        similarity_threshold: float = -1.0,
+    ) -> list[MemoryItem]:
+        """The newest ``top_k`` entries within the age limit, newest first (the query is not used)."""
+        top_k = check_top_k(top_k)
+        check_threshold(similarity_threshold)
+        query_text(query)  # not used, but a bad one is still an error
+
+        rows = self._rows("newest", {"memory": self.memory_key, "k": top_k, "seconds": self.config.max_age_seconds})
+        return [MemoryItem.from_message(decode(row)) for row in rows]

@@ -1,0 +1,289 @@
+"""The ``file`` store: a read-only, chunked vector index of files and folders, re-indexed incrementally."""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import logging
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from pgmem._sync.client import Client
+from pgmem.integrations.chatdev.base import (
+    ITEM_KEY,
+    MemoryContentSnapshot,
+    MemoryItem,
+    MemoryStore,
+    StoreConfig,
+    check_threshold,
+    check_top_k,
+    digest,
+    query_text,
+)
+from pgmem.integrations.chatdev.simple import EmbeddingConfig
+from pgmem.models import Message
+
+__all__ = ["FileMemoryConfig", "FileMemoryStore", "FileSource", "IndexReport", "chunk_text"]
+
+log = logging.getLogger("pgmem.integrations.chatdev")
+
+
+class FileSource(StoreConfig):
+    """Files to index: one file, or a folder (``recursive``), optionally only some suffixes."""
+
+    path: str = Field(min_length=1)
+    file_types: list[str] | None = None
+    recursive: bool = True
+    encoding: str = "utf-8"
+
+    @field_validator("file_types")
+    @classmethod
+    def _suffixes(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        return [s.lower() if s.startswith(".") else "." + s.lower() for s in value]
+
+    @field_validator("encoding")
+    @classmethod
+    def _encoding(cls, value: str) -> str:
+        try:
+            codecs.lookup(value)
+        except LookupError:
+            raise ValueError(f"unknown encoding {value!r}") from None
+        return value
+
+
+class FileMemoryConfig(StoreConfig):
+    """Config of the ``file`` store.
+
+    Attributes:
+        file_sources: at least one :class:`FileSource` (relative paths are relative to the working
+            directory of the process that loads the store). Files are recorded by their resolved
+            absolute path: processes sharing a file store should see the files at the same path, or
+            each one's refresh drops the others' files as removed.
+        chunk_size / chunk_overlap: characters per chunk and shared by consecutive chunks (500 / 50).
+        embedding: the embedding provider (default: the client's).
+        max_file_bytes: larger files are skipped (and reported).
+        progress: show a progress bar when at least ``progress_threshold`` files are (re)indexed.
+        index_path: accepted for ChatDev configs and ignored (the index is in Postgres).
+    """
+
+    file_sources: list[FileSource] = Field(min_length=1)
+    chunk_size: int = Field(default=500, ge=20, le=100_000)
+    chunk_overlap: int = Field(default=50, ge=0)
+    embedding: EmbeddingConfig | None = None
+    max_file_bytes: int = Field(default=10 * 1024 * 1024, ge=1)
+    progress: bool = True
+    progress_threshold: int = Field(default=20, ge=1)
+    index_path: str | None = None
+
+    @model_validator(mode="after")
+    def _overlap(self) -> FileMemoryConfig:
+        if self.chunk_overlap >= self.chunk_size:
+            raise ValueError(
+                f"chunk_overlap ({self.chunk_overlap}) must be smaller than chunk_size ({self.chunk_size})"
+            )
+        return self
+
+
+def chunk_text(text: str, size: int = 500, overlap: int = 50) -> list[str]:
+    """Windows of ``size`` characters, each starting ``size - overlap`` after the previous one."""
+    if not text.strip():
+        return []
+    if len(text) <= size:
+        return [text]
+    step = size - overlap
+    return [text[i : i + size] for i in range(0, len(text) - overlap, step)]
+
+
+@dataclass(slots=True)
+class IndexReport:
+    """What one :meth:`FileMemoryStore.refresh` did."""
+
+    added: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    chunks: int = 0
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+
+class FileMemoryStore(MemoryStore):
+    """Files and folders, chunked and embedded; read-only. :meth:`refresh` (run by ``load``) re-indexes a
+    file whose SHA-256 changed and drops files that are gone; unchanged files cost one hash each.
+
+    Example:
+        >>> docs = FileMemoryStore("docs", FileMemoryConfig(file_sources=[FileSource(path="docs", file_types=[".md"])]),
+        ...                        client=client)
+        >>> docs.load()  # indexes docs/**/*.md
+        >>> docs.retrieve("writer", "how do I configure the store?", top_k=3)
+    """
+
+    type_name = "file"
+    writable = False
+    config: FileMemoryConfig
+
+    def __init__(self, name: str, config: FileMemoryConfig, *, client: Client | None = None) -> None:
+        super().__init__(name, config, client=client)
+        self._embedder = None if config.embedding is None else config.embedding.build()
+        self.last_report: IndexReport | None = None
+
+    def load(self) -> None:
+        super().load()
+        self.client.vectors.enable(self.memory_key, self._embedder)
+        self.refresh()
+
+    def _scan(self, report: IndexReport) -> dict[str, tuple[Path, str]]:
+        found: dict[str, tuple[Path, str]] = {}
+        for source in self.config.file_sources:
+            root = Path(source.path).expanduser().resolve()
+            if root.is_file():
+                candidates = [root]
+            elif root.is_dir():
+                candidates = sorted(root.rglob("*") if source.recursive else root.glob("*"))
+            else:
+                report.skipped.append((str(root), "no such file or directory"))
+                continue
+            for path in candidates:
+                if not path.is_file():
+                    continue
+                if source.file_types is not None and path.suffix.lower() not in source.file_types:
+                    continue
+                found.setdefault(str(path), (path, source.encoding))
+        return found
+
+    def refresh(self) -> IndexReport:
+        """Bring the index in line with the files: index new and changed files, drop removed ones."""
+        report = IndexReport()
+        found = self._scan(report)
+        known = {row[0]: (bytes(row[1]), list(row[2])) for row in self._rows("files", {"store": self.name})}
+        work: list[tuple[str, Path, str, bytes, bytes]] = []
+        for path_str, (path, encoding) in found.items():
+            try:
+                size = path.stat().st_size
+                if size > self.config.max_file_bytes:
+                    report.skipped.append((path_str, f"{size} bytes is more than max_file_bytes"))
+                    continue
+                data = path.read_bytes()
+            except OSError as exc:
+                report.skipped.append((path_str, str(exc)))
+                continue
+            sha = hashlib.sha256(data).digest()
+            if path_str in known and known[path_str][0] == sha:
+                report.unchanged += 1
+                continue
+            work.append((path_str, path, encoding, data, sha))
+        for path_str in sorted(set(known) - set(found)):
+            self._remove(path_str)
+            report.removed.append(path_str)
+        for path_str, sha, size, chunks in self._progress(work, report):
+            if self._index(path_str, sha, size, chunks):
+                is_new = path_str not in known
+                (report.added if is_new else report.updated).append(path_str)
+                report.chunks += len(chunks)
+        if report.removed or report.added or report.updated:
+            self.client.vectors.changed(self.memory_key, None)
+            self.client.vectors.written(None)
+        self.last_report = report
+        return report
+
+    def _progress(self, work: list[tuple[str, Path, str, bytes, bytes]], report: IndexReport) -> Any:
+        """Decode and chunk each file to index, with a progress bar for large trees."""
+        progress = None
+        if self.config.progress and len(work) >= self.config.progress_threshold:
+            from rich.console import Console
+            from rich.progress import Progress
+
+            progress = Progress(console=Console(file=sys.stderr), transient=True)
+            progress.start()
+            task = progress.add_task(f"indexing {self.name}", total=len(work))
+        try:
+            for path_str, _path, encoding, data, sha in work:
+                try:
+                    text = data.decode(encoding)
+                except UnicodeDecodeError as exc:
+                    report.skipped.append((path_str, f"not {encoding}: {exc.reason} at byte {exc.start}"))
+                    continue
+                text = text.replace("\x00", "")
+                chunks = chunk_text(text, self.config.chunk_size, self.config.chunk_overlap)
+                yield path_str, sha, len(data), chunks
+                if progress is not None:
+                    progress.advance(task)
+        finally:
+            if progress is not None:
+                progress.stop()
+
+    def _index(self, path: str, sha: bytes, size: int, chunks: list[str]) -> bool:
+        """Replace a file's chunks in one transaction; False when another process already indexed it."""
+        ids = ["fchunk-" + digest(self.name, path, str(i), chunk)[:40] for i, chunk in enumerate(chunks)]
+        messages = [
+            Message(
+                id=chunk_id,
+                content=chunk,
+                role="file",
+                cause_by=self.cause_by,
+                metadata={
+                    ITEM_KEY: {
+                        "metadata": {"source": path, "chunk_index": i, "chunks": len(chunks), "sha256": sha.hex()}
+                    }
+                },
+            )
+            for i, (chunk_id, chunk) in enumerate(zip(ids, chunks, strict=True))
+        ]
+        client = self.client
+        with client.transaction() as conn:
+            locked = self._rows("lock_file", {"store": self.name, "path": path}, conn)
+            if locked and bytes(locked[0][0]) == sha:
+                return False
+            if locked:
+                stale = [i for i in locked[0][1] if i not in set(ids)]
+                if stale:
+                    self._rows("remove_entries", {"memory": self.memory_key, "ids": stale, "seconds": None}, conn)
+            if messages:
+                client.messages.add_many(self.memory_key, messages, connection=conn)
+            self._rows(
+                "upsert_file",
+                {"store": self.name, "path": path, "sha256": sha, "size": size, "chunk_ids": ids},
+                conn,
+            )
+        return True
+
+    def _remove(self, path: str) -> None:
+        with self.client.transaction() as conn:
+            locked = self._rows("lock_file", {"store": self.name, "path": path}, conn)
+            if locked:
+                self._rows(
+                    "remove_entries", {"memory": self.memory_key, "ids": list(locked[0][1]), "seconds": None}, conn
+                )
+                self._rows("delete_file", {"store": self.name, "path": path}, conn)
+
+    def files(self) -> dict[str, int]:
+        """``{path: number of chunks}`` of the indexed files."""
+        return {row[0]: len(row[2]) for row in self._rows("files", {"store": self.name})}
+
+    def retrieve(
+        self,
+        agent_role: str,
+        query: MemoryContentSnapshot | str,
+        top_k: int = 3,
+        similarity_threshold: float = -1.0,
+    ) -> list[MemoryItem]:
+        """The ``top_k`` chunks closest to ``query``; ``metadata`` names the ``source`` file and chunk."""
+        top_k = check_top_k(top_k)
+        threshold = check_threshold(similarity_threshold)
+        text = query_text(query).strip()
+        if not text:
+            return []
+        self.client.vectors.wait()
+        hits = self.client.search(
+            text,
+            memory=self.memory_key,
+            k=top_k,
+            threshold=None if threshold <= -1.0 else threshold,
+            embedder=self._embedder,
+        )
+        return [MemoryItem.from_message(hit.message, hit.score) for hit in hits]

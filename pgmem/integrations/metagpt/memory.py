@@ -1,0 +1,166 @@
+"""``pgmem.integrations.metagpt.Memory``: MetaGPT's ``Memory`` on Postgres."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from pgmem._sync.client import Client
+from pgmem.connecting import get_default_client
+from pgmem.integrations.codec import MessageCodec
+from pgmem.models import IGNORED_MESSAGE_ID, any_to_str
+from pgmem.planning.rows import storage_id_of
+
+
+class Memory:
+    """MetaGPT's most basic memory, stored in Postgres and shared by every process that opens the same key.
+
+    Args:
+        key: names the memory (e.g. ``"role:Alice"``); two processes opening the same key share it.
+            ``None`` creates a new, empty memory with a unique key.
+        client: a :class:`pgmem.Client`; ``None`` uses the process-wide default client (``PGMEM_DSN`` or
+            the embedded server).
+        ignore_id: as in MetaGPT: messages are compared by content, not id.
+        message_class: the class messages are returned as; by default the class of the messages you
+            add (a real ``metagpt.schema.Message`` included), else the class recorded with each row
+            when it is imported in this process, else :class:`pgmem.Message`.
+
+    Example:
+        >>> memory = Memory("role:Engineer")
+        >>> memory.add(Message(content="Write the game", cause_by=WriteDesign))
+        >>> memory.get_by_action(WriteDesign)
+    """
+
+    def __init__(
+        self,
+        key: str | None = None,
+        *,
+        client: Client | None = None,
+        ignore_id: bool = False,
+        message_class: type[Any] | None = None,
+    ) -> None:
+        self.key = key if key is not None else f"memory:{uuid.uuid4().hex}"
+        self._client = client
+        self.ignore_id = ignore_id
+        self._codec: MessageCodec[Any] = MessageCodec(message_class)
+        self.index = MemoryIndex(self)
+        from pgmem.checks import check_key
+
+        check_key(self.key)
+
+    @property
+    def client(self) -> Client:
+        return self._client if self._client is not None else get_default_client()
+
+    def _core(self, message: Any) -> Any:
+        if self.ignore_id:
+            try:
+                message.id = IGNORED_MESSAGE_ID  # MetaGPT does the same to the caller's object
+            except (AttributeError, TypeError, ValueError):
+                pass
+        core = self._codec.to_core(message)
+        if self.ignore_id:
+            core.id = IGNORED_MESSAGE_ID
+        return core
+
+    def _storage_id(self, message: Any) -> str:
+        """The stored id of a caller's message, without converting it (find_news reads only ids)."""
+        message_id = getattr(message, "id", None)
+        content = getattr(message, "content", None) or ""
+        if self.ignore_id or not isinstance(message_id, str):
+            message_id = IGNORED_MESSAGE_ID
+        return storage_id_of(message_id, content)
+
+    def _out(self, messages: list[Any]) -> list[Any]:
+        return self._codec.from_core_list(messages)
+
+    def add(self, message: Any) -> None:
+        """Add a message; a message already present (by id, or by content with ``ignore_id``) is ignored."""
+        self.client.messages.add(self.key, self._core(message))
+
+    def add_batch(self, messages: Iterable[Any]) -> None:
+        """Add messages in order, all or nothing, in one round trip."""
+        self.client.messages.add_many(self.key, [self._core(m) for m in messages])
+
+    def get_by_role(self, role: str) -> list[Any]:
+        return self._out(self.client.messages.by_role(self.key, role))
+
+    def get_by_content(self, content: str) -> list[Any]:
+        """Messages whose content contains ``content``."""
+        return self._out(self.client.messages.by_content(self.key, content))
+
+    def delete_newest(self) -> Any:
+        """Remove and return the newest message (None when empty)."""
+        found = self.client.messages.delete_newest(self.key)
+        return None if found is None else self._codec.from_core(found)
+
+    def delete(self, message: Any) -> None:
+        """Remove a message (with ``ignore_id``: the message with the same content; MetaGPT ignores this call)."""
+        self.client.messages.delete(self.key, self._core(message))
+
+    def clear(self) -> None:
+        self.client.messages.clear(self.key)
+
+    def count(self) -> int:
+        return self.client.messages.count(self.key)
+
+    def try_remember(self, keyword: str) -> list[Any]:
+        """Messages whose content contains ``keyword``."""
+        return self.get_by_content(keyword)
+
+    def get(self, k: int = 0) -> list[Any]:
+        """The most recent ``k`` messages, oldest first; all of them when ``k`` is 0."""
+        return self._out(self.client.messages.last(self.key, k))
+
+    @property
+    def storage(self) -> list[Any]:
+        """Every message, oldest first (a snapshot; MetaGPT's ``storage`` list)."""
+        return self.get()
+
+    def find_news(self, observed: list[Any], k: int = 0) -> list[Any]:
+        """The observed messages not among the most recent ``k`` (all when 0): one query."""
+        positions = self.client.messages.new_positions(self.key, [self._storage_id(m) for m in observed], k)
+        return [observed[i] for i in positions]
+
+    def get_by_action(self, action: Any) -> list[Any]:
+        """Messages caused by ``action`` (a class or ``module.ClassName``)."""
+        return self._out(self.client.messages.by_action(self.key, any_to_str(action)))
+
+    def get_by_actions(self, actions: Iterable[Any]) -> list[Any]:
+        return self._out(self.client.messages.by_actions(self.key, actions))
+
+    def get_by_position(self, position: int) -> Any:
+        """The message at ``position`` (negative counts from the end); None when out of range."""
+        found = self.client.messages.at(self.key, position)
+        return None if found is None else self._codec.from_core(found)
+
+    def __repr__(self) -> str:
+        return f"Memory(key={self.key!r})"
+
+
+class MemoryIndex(Mapping[str, list[Any]]):
+    """Read-only view of MetaGPT's ``Memory.index``: action (``module.ClassName``) → its messages.
+
+    ``index[action]`` on an action with no messages returns ``[]`` (MetaGPT's index is a defaultdict);
+    ``index.get(action)`` returns None for it; ``len(index)`` counts the actions with messages.
+    """
+
+    def __init__(self, memory: Memory) -> None:
+        self._memory = memory
+
+    def __getitem__(self, action: Any) -> list[Any]:
+        return self._memory.get_by_action(action)
+
+    def get(self, action: Any, default: Any = None) -> Any:
+        found = self._memory.get_by_action(action)
+        return found if found else default
+
+    def __contains__(self, action: object) -> bool:
+        return bool(self._memory.get_by_action(action))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._memory.client.messages.actions(self._memory.key))
+
+    def __len__(self) -> int:
+        return self._memory.client.messages.count_actions(self._memory.key)

@@ -1,0 +1,100 @@
+"""MetaGPT's ``MessageQueue`` as a durable queue shared between processes."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from pgmem._sync.client import Client
+from pgmem.connecting import get_default_client
+from pgmem.errors import InvalidInput
+from pgmem.integrations.codec import MessageCodec
+from pgmem.planning.queues import check_queue
+
+
+class MessageQueue:
+    """MetaGPT's message queue on Postgres: ``push``, ``pop``, ``pop_all``, ``empty``, ``dump``, ``load``.
+
+    Messages come out in priority order (lower first, 0 by default), then oldest first. ``pop`` takes
+    and acknowledges in one statement, so two processes popping from one queue never get the same
+    message. Use :attr:`pgmem.Client.queues` for leases and retries.
+
+    Args:
+        name: the queue; the same name in another process is the same queue. ``None``: a new queue.
+        client: a :class:`pgmem.Client`; ``None`` uses the process-wide default client.
+        message_class: the class ``pop`` returns (default: the class of what you push, else the class
+            stored with the message when importable, else :class:`pgmem.Message`).
+
+    Example:
+        >>> mq = MessageQueue("role:Engineer:inbox")
+        >>> mq.push(Message(content="fix the bug"))
+        >>> mq.pop().content
+        'fix the bug'
+    """
+
+    def __init__(
+        self, name: str | None = None, *, client: Client | None = None, message_class: type[Any] | None = None
+    ) -> None:
+        self.name = check_queue(name if name is not None else f"mq:{uuid.uuid4().hex}")
+        self._client = client
+        self._codec: MessageCodec[Any] = MessageCodec(message_class)
+
+    @property
+    def client(self) -> Client:
+        return self._client if self._client is not None else get_default_client()
+
+    def push(self, msg: Any, priority: int = 0) -> None:
+        """Append a message (``priority``: lower comes out first)."""
+        self.client.queues.push(self.name, self._codec.to_core(msg), priority=priority)
+
+    def pop(self) -> Any:
+        """Remove and return the next message; None when the queue is empty."""
+        items = self.client.queues.take(self.name, 1)
+        return self._codec.from_core(items[0].message) if items else None
+
+    def pop_all(self) -> list[Any]:
+        """Remove and return every message, in order (batches of 1,000 per statement)."""
+        out: list[Any] = []
+        while True:
+            items = self.client.queues.take(self.name, 1000)
+            out.extend(self._codec.from_core(i.message) for i in items)
+            if len(items) < 1000:
+                return out
+
+    def empty(self) -> bool:
+        return self.count() == 0
+
+    def count(self) -> int:
+        """Messages waiting (delayed and leased ones included)."""
+        return self.client.queues.depth(self.name)["ready"]
+
+    async def dump(self) -> str:
+        """The waiting messages as a JSON list (in order), leaving the queue as it is."""
+        items = self.client.queues.peek(self.name, 1_000_000)
+        return json.dumps([i.message.model_dump(mode="json") for i in items], ensure_ascii=False)
+
+    @staticmethod
+    def load(data: str, *, name: str | None = None, client: Client | None = None) -> MessageQueue:
+        """A queue holding the messages of ``data`` (from :meth:`dump`), pushed in order.
+
+        Unlike MetaGPT's, malformed data raises :class:`pgmem.InvalidInput` instead of being skipped."""
+        from pgmem.models import Message
+
+        try:
+            documents = json.loads(data)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInput(f"MessageQueue.load needs the JSON of MessageQueue.dump: {exc}") from exc
+        if not isinstance(documents, list):
+            raise InvalidInput("MessageQueue.load needs a JSON list of messages")
+        try:
+            messages = [Message.model_validate(d) for d in documents]
+        except ValueError as exc:
+            raise InvalidInput(f"MessageQueue.load: not a message: {exc}") from exc
+        queue = MessageQueue(name, client=client)
+        if messages:
+            queue.client.queues.push_many(queue.name, messages)
+        return queue
+
+    def __repr__(self) -> str:
+        return f"MessageQueue(name={self.name!r})"

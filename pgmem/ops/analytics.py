@@ -1,0 +1,97 @@
+"""What ``pgmem stats`` and ``pgmem report`` read: the queries of ``sql/analytics.sql`` over the views of
+``sql/views.sql`` (documented in docs/analytics.md), for a scope (a namespace or all, a time window)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any, LiteralString
+
+import psycopg
+
+from pgmem.errors import InvalidInput, translate
+from pgmem.planning import statements as queries
+
+__all__ = ["Scope", "bucket_for", "fetch", "parse_since", "query_text"]
+
+_SPAN_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d|w)\s*$", re.IGNORECASE)
+_UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 604800}
+
+#: Bucket widths the activity chart picks from: the smallest that gives at most 60 buckets.
+BUCKETS: tuple[tuple[str, float], ...] = (
+    ("100 milliseconds", 0.1),
+    ("250 milliseconds", 0.25),
+    ("500 milliseconds", 0.5),
+    ("1 second", 1),
+    ("5 seconds", 5),
+    ("15 seconds", 15),
+    ("1 minute", 60),
+    ("5 minutes", 300),
+    ("15 minutes", 900),
+    ("1 hour", 3600),
+    ("6 hours", 21600),
+    ("1 day", 86400),
+    ("7 days", 604800),
+    ("30 days", 2592000),
+)
+
+
+def parse_since(text: str | None, *, now: datetime | None = None) -> datetime | None:
+    """A time window's start: a span back from now (``90s``, ``15m``, ``2h``, ``7d``, ``1w``) or an ISO 8601
+    time (UTC when it has no offset). ``None`` or an empty string: no window."""
+    if text is None or not text.strip():
+        return None
+    match = _SPAN_RE.match(text)
+    if match:
+        span = timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2).lower()])
+        return (now or datetime.now(UTC)) - span
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidInput(f"--since takes a span (90s, 15m, 2h, 7d, 1w) or an ISO 8601 time, got {text!r}") from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """What a report or ``stats`` covers: one namespace (None: all), messages since a time (None: all),
+    and optionally the memory whose action flow is drawn (None: each namespace's largest)."""
+
+    namespace: str | None = None
+    since: datetime | None = None
+    memory: str | None = None
+
+    def params(self) -> dict[str, Any]:
+        return {"ns": self.namespace, "since": self.since, "memory": self.memory}
+
+
+def query_text(name: str) -> LiteralString:
+    """The SQL of a named analytics query, comments included (the report prints it)."""
+    return queries.load("analytics")[name]
+
+
+def fetch(conn: psycopg.Connection[Any], name: str, scope: Scope, **extra: Any) -> list[dict[str, Any]]:
+    """Rows of the named query as dicts (numbers as int or float)."""
+    with translate():
+        cur = conn.execute(query_text(name), {**scope.params(), **extra})
+        columns = [c.name for c in cur.description or []]
+        return [{c: _plain(v) for c, v in zip(columns, row, strict=True)} for row in cur.fetchall()]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    return value
+
+
+def bucket_for(first: datetime | None, last: datetime | None) -> str:
+    """The activity chart's bucket width for messages between ``first`` and ``last``."""
+    if first is None or last is None:
+        return BUCKETS[0][0]
+    span = (last - first).total_seconds()
+    for name, seconds in BUCKETS:
+        if span / seconds <= 60:
+            return name
+    return BUCKETS[-1][0]

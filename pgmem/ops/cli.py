@@ -1,0 +1,308 @@
+"""The ``pgmem`` command line (typer)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from pgmem.errors import PgmemError, redact
+from pgmem.ops import server as _server
+from pgmem.settings import get_settings
+
+app = typer.Typer(help="pgmem: Postgres-native memory for LLM agents.", no_args_is_help=True)
+server_app = typer.Typer(help="The embedded PostgreSQL server (used when PGMEM_DSN is not set).", no_args_is_help=True)
+app.add_typer(server_app, name="server")
+console = Console()
+
+DsnOption = Annotated[
+    str | None, typer.Option("--dsn", help="PostgreSQL DSN (default: $PGMEM_DSN, else the embedded server).")
+]
+HomeOption = Annotated[
+    Path | None, typer.Option("--home", help="Data directory of the embedded server (default: $PGMEM_HOME).")
+]
+
+
+def _home(home: Path | None) -> Path:
+    return home or get_settings().home
+
+
+@server_app.command("start")
+def server_start(home: HomeOption = None) -> None:
+    """Start the embedded server (or find it running) and print its DSN."""
+    dsn = _server.ensure_server(_home(home))
+    console.print(dsn, highlight=False, soft_wrap=True)
+
+
+@server_app.command("stop")
+def server_stop(home: HomeOption = None) -> None:
+    """Stop the embedded server."""
+    if _server.stop(_home(home)):
+        console.print("stopped")
+    else:
+        console.print("not running")
+
+
+@server_app.command("status")
+def server_status(home: HomeOption = None) -> None:
+    """Say whether the embedded server runs, with its pid and DSN."""
+    status = _server.status(_home(home))
+    if status.running:
+        console.print(f"running (pid {status.pid}, data {status.pgdata})", highlight=False)
+        console.print(status.dsn, highlight=False, soft_wrap=True)
+    else:
+        console.print(f"not running (data {status.pgdata})", highlight=False)
+        raise typer.Exit(code=3)
+
+
+def _dsn(dsn: str | None) -> str:
+    from pgmem._sync.client import _resolve_dsn
+
+    return _resolve_dsn(dsn)
+
+
+@app.command()
+def migrate(dsn: DsnOption = None) -> None:
+    """Apply pgmem's migrations (safe to run from many processes at once)."""
+    from pgmem.ops import migrate as _migrate
+
+    resolved = _dsn(dsn)
+    revision = _migrate.upgrade(resolved)
+    console.print(f"schema at revision {revision} ({redact(resolved)})", highlight=False)
+
+
+@app.command("purge-brains")
+def purge_brains(dsn: DsnOption = None) -> None:
+    """Retention job: delete expired BrainMemory rows (every namespace) with their history and summaries."""
+    import pgmem
+
+    with pgmem.connect(_dsn(dsn), min_size=0, max_size=1) as client:
+        purged = client.brains.purge_expired()
+    console.print(f"purged {purged} expired brain{'' if purged == 1 else 's'}", highlight=False)
+
+
+SinceOption = Annotated[
+    str | None,
+    typer.Option(
+        "--since", help="Only messages since then: a span back from now (90s, 15m, 2h, 7d, 1w) or an ISO time."
+    ),
+]
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.3f}".rstrip("0").rstrip(".")
+    if isinstance(value, int):
+        return f"{value:,}"
+    if hasattr(value, "isoformat"):
+        return str(value.isoformat(sep=" ", timespec="seconds"))
+    return str(value)
+
+
+def _print_table(title: str, rows: list[dict[str, object]], columns: dict[str, str]) -> None:
+    """A rich table of ``rows`` (``columns``: key -> header); numbers right-aligned."""
+    table = Table(title=title, title_justify="left")
+    numeric = {k for k in columns if any(isinstance(r.get(k), int | float) for r in rows)}
+    for key, header in columns.items():
+        table.add_column(header, justify="right" if key in numeric else "left")
+    for row in rows:
+        table.add_row(*(_cell(row.get(k)) for k in columns))
+    console.print(table)
+
+
+@app.command()
+def stats(
+    dsn: DsnOption = None,
+    namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Only this namespace.")] = None,
+    since: SinceOption = None,
+) -> None:
+    """The main figures from pgmem's analytics views (docs/analytics.md), as tables.
+
+    Messages by namespace, memory, role and action; agents; the action flow; who talks to whom; queue
+    health; logged searches.
+    """
+    from pgmem.errors import translate
+    from pgmem.ops import analytics
+
+    scope = analytics.Scope(namespace, analytics.parse_since(since))
+    resolved = _dsn(dsn)
+    import pgmem
+
+    with pgmem.connect(resolved, namespace=namespace or "default", min_size=0, max_size=1) as client:
+        with translate(), client.connection() as conn:
+            by_memory = analytics.fetch(conn, "messages_by_memory", scope)
+            agents = analytics.fetch(conn, "agents", scope)
+            flow = analytics.fetch(conn, "flow", scope)
+            talk = analytics.fetch(conn, "talk", scope)
+            queues = analytics.fetch(conn, "queues", scope)
+            retrievals = analytics.fetch(conn, "retrievals", scope)
+            summaries = analytics.fetch(conn, "summaries", scope)
+    table = Table(title="messages by namespace, memory, role and action")
+    for column in ("namespace", "memory", "role", "action", "messages"):
+        table.add_column(column, justify="right" if column == "messages" else "left")
+    for r in by_memory:
+        table.add_row(r["namespace"], r["memory"], r["role"], r["action"] or "-", str(r["messages"]))
+    console.print(table)
+    memories = len({(r["namespace"], r["memory"]) for r in by_memory})
+    console.print(f"{sum(r['messages'] for r in by_memory)} message references in {memories} memories")
+    _print_table(
+        "agents (each message once)",
+        agents,
+        {
+            "agent": "agent",
+            "messages": "messages",
+            "characters": "characters",
+            "tokens": "tokens (counted)",
+            "tokens_estimated": "tokens (est.)",
+            "first_seen": "first",
+            "last_seen": "last",
+        },
+    )
+    _print_table(
+        "action flow (largest memory of each namespace)",
+        flow,
+        {"from_action_name": "from", "to_action_name": "to", "edges": "edges", "median_delay_s": "median delay (s)"},
+    )
+    _print_table("who talks to whom", talk, {"sender": "sender", "recipient": "recipient", "messages": "messages"})
+    if queues:
+        _print_table(
+            "queue health (now)",
+            queues,
+            {
+                "namespace": "namespace",
+                "queue": "queue",
+                "depth": "depth",
+                "available": "available",
+                "leased": "leased",
+                "delayed": "delayed",
+                "dead": "dead",
+                "acked": "acked",
+                "oldest_pending_s": "oldest (s)",
+                "retries": "retries",
+                "acked_last_minute": "acked/1m",
+            },
+        )
+    if retrievals:
+        _print_table("logged searches", retrievals, {"label": "label", "searches": "searches", "hits": "hits"})
+    if summaries:
+        _print_table(
+            "summaries (compression per memory and level)",
+            summaries,
+            {
+                "namespace": "namespace",
+                "memory": "memory",
+                "level": "level",
+                "summaries": "summaries",
+                "source_chars": "chars summarised",
+                "char_ratio": "chars ratio",
+                "token_ratio": "tokens ratio",
+            },
+        )
+
+
+@app.command()
+def report(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the HTML page.")] = Path("pgmem-report.html"),
+    dsn: DsnOption = None,
+    namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Only this namespace.")] = None,
+    since: SinceOption = None,
+    memory: Annotated[
+        str | None, typer.Option("--memory", help="Draw this memory's action flow (default: each namespace's largest).")
+    ] = None,
+) -> None:
+    """Write a self-contained HTML report (charts and the SQL behind them); opens offline in any browser."""
+    from pgmem.ops import analytics
+    from pgmem.ops.report import write_report
+
+    written = write_report(_dsn(dsn), out, namespace=namespace, since=analytics.parse_since(since), memory=memory)
+    console.print(
+        f"report on {written.messages} messages written to {written.path.resolve()}", highlight=False, soft_wrap=True
+    )
+
+
+@app.command()
+def embed(
+    dsn: DsnOption = None,
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", "-n", help="Only this namespace (default: every one).")
+    ] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Texts per provider call.")] = 256,
+) -> None:
+    """Fill missing embeddings: embed every queued message (e.g. after the provider was down).
+
+    Uses the configured embedder (PGMEM_EMBEDDER); messages queued for other models are left queued and
+    counted. Earlier backoffs are ignored: a backfill retries everything now.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    import pgmem
+
+    with pgmem.connect(_dsn(dsn), namespace=namespace or "default", min_size=0, max_size=2) as client:
+        if namespace is None:
+            namespaces = [r[0] for r in client.vectors._rows("outbox_namespaces", {}, None)]
+        else:
+            namespaces = [namespace]
+        model = client.embedder.model
+        totals = {ns: client.with_namespace(ns).vectors.pending() for ns in namespaces}
+        todo = sum(p.get(model, 0) for p in totals.values())
+        embedded = failed = 0
+        errors: list[str] = []
+        with Progress(
+            TextColumn("[bold]embedding[/bold] {task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        ) as progress:
+            task = progress.add_task(model, total=todo)
+            for ns in namespaces:
+                scoped = client.with_namespace(ns)
+                report = scoped.vectors.embed_pending(
+                    batch_size=batch_size, retry_now=True, progress=lambda n: progress.advance(task, n)
+                )
+                embedded += report.embedded
+                failed += report.failed
+                errors += report.errors
+        remaining = {ns: client.with_namespace(ns).vectors.pending() for ns in namespaces}
+    left = sum(sum(p.values()) for p in remaining.values())
+    console.print(f"{embedded} embedded with {model}, {failed} failed, {left} still queued", highlight=False)
+    for error in errors[:5]:
+        console.print(f"[red]provider error:[/red] {error}", highlight=False)
+    others = sorted({name for p in remaining.values() for name in p if name != model})
+    if others:
+        console.print(f"queued for other models (set PGMEM_EMBEDDER to embed them): {', '.join(others)}")
+    if failed:
+        raise typer.Exit(code=1)
+
+
+@app.command()
+def demo(
+    dsn: DsnOption = None,
+    namespace: Annotated[str, typer.Option("--namespace", "-n", help="Namespace of the demo run.")] = "demo",
+    idea: Annotated[str, typer.Option("--idea", help="What the team builds.")] = "a 2048 game in the terminal",
+    report: Annotated[
+        Path, typer.Option("--report", help="Where to write the run's HTML report (see `pgmem report`).")
+    ] = Path("pgmem-demo-report.html"),
+) -> None:
+    """Run a small software team as separate processes sharing one memory, then report from SQL."""
+    from pgmem.examples.demo import run
+
+    run(_dsn(dsn), namespace=namespace, console=console, idea=idea, report=report)
+
+
+def main() -> None:
+    try:
+        app()
+    except PgmemError as exc:
+        Console(stderr=True).print(f"[red]error:[/red] {type(exc).__name__}: {exc}", highlight=False)
+        raise SystemExit(1) from None
+
+
+if __name__ == "__main__":
+    main()

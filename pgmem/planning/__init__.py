@@ -1,0 +1,1 @@
+"""I/O-free planning: named SQL statements, row codecs, search statements and psycopg adapters."""
