@@ -13,12 +13,17 @@ from pgmem._sync.messages import MessageRepository
 from pgmem.checks import MAX_BATCH, MAX_CONTENT_BYTES, MAX_JSON_BYTES, MAX_NAME_CHARS
 from pgmem.errors import (
     ClientClosed,
+    ConfigError,
     Conflict,
     ConnectionFailed,
+    DemoIncomplete,
+    EmbeddingError,
     InvalidInput,
+    LeaseLost,
     NotFound,
     PgmemError,
     SchemaOutOfDate,
+    SummaryError,
 )
 from pgmem.models import IGNORED_MESSAGE_ID, MESSAGE_ROUTE_TO_ALL, Message, any_to_str
 
@@ -35,14 +40,19 @@ __all__ = [
     "AsyncMessageRepository",
     "Client",
     "ClientClosed",
+    "ConfigError",
     "Conflict",
     "ConnectionFailed",
+    "DemoIncomplete",
+    "EmbeddingError",
     "InvalidInput",
+    "LeaseLost",
     "Message",
     "MessageRepository",
     "NotFound",
     "PgmemError",
     "SchemaOutOfDate",
+    "SummaryError",
     "aconnect",
     "any_to_str",
     "connect",

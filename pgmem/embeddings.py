@@ -24,13 +24,9 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from pgmem.errors import InvalidInput, PgmemError
+from pgmem.errors import EmbeddingError, InvalidInput
 
 Vectors = npt.NDArray[np.float32]
-
-
-class EmbeddingError(PgmemError):
-    """The embedding provider failed or answered with something unusable."""
 
 
 @runtime_checkable

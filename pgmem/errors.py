@@ -16,12 +16,18 @@ from psycopg import errors as pg_errors
 
 __all__ = [
     "ClientClosed",
+    "ConfigError",
     "Conflict",
     "ConnectionFailed",
+    "DemoIncomplete",
+    "EmbeddingError",
     "InvalidInput",
+    "LeaseLost",
     "NotFound",
     "PgmemError",
     "SchemaOutOfDate",
+    "SummaryError",
+    "redact",
     "translate",
 ]
 
@@ -34,6 +40,11 @@ class InvalidInput(PgmemError, ValueError):
     """The caller passed something pgmem refuses to store or use; nothing was written."""
 
 
+class ConfigError(InvalidInput):
+    """A memory configuration (ChatDev-style YAML) is invalid; the message says where (e.g.
+    ``memory[1].config.top_k``)."""
+
+
 class NotFound(PgmemError, LookupError):
     """The requested row does not exist."""
 
@@ -41,6 +52,10 @@ class NotFound(PgmemError, LookupError):
 class Conflict(PgmemError):
     """The write conflicts with a row that already exists (e.g. same id, different content), or lost a race
     with a concurrent transaction (deadlock, serialization failure) and was rolled back: retry it."""
+
+
+class LeaseLost(Conflict):
+    """A queue item's lease expired and another claim took it (or it was already acknowledged)."""
 
 
 class SchemaOutOfDate(PgmemError):
@@ -53,6 +68,19 @@ class ConnectionFailed(PgmemError, ConnectionError):
 
 class ClientClosed(PgmemError):
     """The client (or its pool) was closed and cannot be used any more."""
+
+
+class EmbeddingError(PgmemError):
+    """The embedding provider failed or answered with something unusable, or a memory's embedding model
+    does not match the embedder given (a name registered with another dimension, another model)."""
+
+
+class SummaryError(PgmemError):
+    """The LLM answered with something that cannot be stored as a summary (e.g. not a string)."""
+
+
+class DemoIncomplete(PgmemError):
+    """The demo team did not finish: a role process died or the deadline passed."""
 
 
 _PASSWORD_RE = re.compile(r"(password\s*=\s*)(\S+)|(://[^:/@\s]*:)([^@\s]+)(@)", re.IGNORECASE)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from pgmem.errors import Conflict, InvalidInput, PgmemError
+from pgmem.errors import Conflict, InvalidInput, SummaryError
 from pgmem.models import Message
 
 __all__ = [
@@ -52,10 +52,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-
-
-class SummaryError(PgmemError):
-    """The LLM answered with something that cannot be stored as a summary (e.g. not a string)."""
 
 
 @runtime_checkable

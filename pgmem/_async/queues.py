@@ -19,7 +19,7 @@ from psycopg.pq import TransactionStatus
 from pgmem._async.base import AsyncRepository
 from pgmem._compat_async import make_lock
 from pgmem.checks import MAX_BATCH, check_key
-from pgmem.errors import InvalidInput, translate
+from pgmem.errors import InvalidInput, LeaseLost, translate
 from pgmem.models import Message, any_to_str
 from pgmem.planning import statements as queries
 from pgmem.planning.queues import (
@@ -31,7 +31,6 @@ from pgmem.planning.queues import (
     MAX_PRIORITY,
     MIN_PRIORITY,
     Delivery,
-    LeaseLost,
     PushResult,
     QueueItem,
     backoff,

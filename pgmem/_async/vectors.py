@@ -18,8 +18,8 @@ from psycopg import AsyncConnection, errors, sql
 from pgmem._async.base import AsyncRepository
 from pgmem._compat_async import Background
 from pgmem.checks import check_key
-from pgmem.embeddings import Embedder, EmbeddingError, Vectors, check_vectors
-from pgmem.errors import InvalidInput, translate
+from pgmem.embeddings import Embedder, Vectors, check_vectors
+from pgmem.errors import EmbeddingError, InvalidInput, translate
 from pgmem.planning import statements as queries
 from pgmem.planning.adapters import register_fast_adapters
 from pgmem.planning.rows import decode

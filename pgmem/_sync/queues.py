@@ -20,7 +20,7 @@ from psycopg.pq import TransactionStatus
 from pgmem._sync.base import Repository
 from pgmem._compat_sync import make_lock
 from pgmem.checks import MAX_BATCH, check_key
-from pgmem.errors import InvalidInput, translate
+from pgmem.errors import InvalidInput, LeaseLost, translate
 from pgmem.models import Message, any_to_str
 from pgmem.planning import statements as queries
 from pgmem.planning.queues import (
@@ -32,7 +32,6 @@ from pgmem.planning.queues import (
     MAX_PRIORITY,
     MIN_PRIORITY,
     Delivery,
-    LeaseLost,
     PushResult,
     QueueItem,
     backoff,

@@ -19,8 +19,8 @@ from psycopg import Connection, errors, sql
 from pgmem._sync.base import Repository
 from pgmem._compat_sync import Background
 from pgmem.checks import check_key
-from pgmem.embeddings import Embedder, EmbeddingError, Vectors, check_vectors
-from pgmem.errors import InvalidInput, translate
+from pgmem.embeddings import Embedder, Vectors, check_vectors
+from pgmem.errors import EmbeddingError, InvalidInput, translate
 from pgmem.planning import statements as queries
 from pgmem.planning.adapters import register_fast_adapters
 from pgmem.planning.rows import decode

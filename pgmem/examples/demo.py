@@ -25,7 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pgmem._sync.client import connect
-from pgmem.errors import PgmemError, redact
+from pgmem.errors import DemoIncomplete, redact
 from pgmem.integrations.metagpt.memory import Memory
 from pgmem.models import MESSAGE_ROUTE_TO_ALL, Message, any_to_str
 from pgmem.planning import statements as queries
@@ -36,10 +36,6 @@ TEAM = "team"
 START_SECONDS = 30.0  # for the role processes to import pgmem and connect
 DEADLINE_SECONDS = 45.0  # for the team's work, once every role is ready
 POLL_SECONDS = 0.05  # LISTEN/NOTIFY wake-ups come with queues; the demo polls
-
-
-class DemoIncomplete(PgmemError):
-    """The team did not finish: a role process died or the deadline passed (the report is printed first)."""
 
 
 # The actions, named like MetaGPT's (cause_by becomes "pgmem.examples.demo.WritePRD" and so on).

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from pgmem.checks import check_key
-from pgmem.errors import Conflict, InvalidInput
+from pgmem.errors import InvalidInput
 from pgmem.models import Message
 from pgmem.planning.rows import decode
 
@@ -27,10 +27,6 @@ MIN_PRIORITY, MAX_PRIORITY = -(2**31), 2**31 - 1
 MAX_ATTEMPTS = 1000
 #: Channel every push notifies (payload: "namespace/queue").
 CHANNEL = "pgmem_queue"
-
-
-class LeaseLost(Conflict):
-    """The item's lease expired and another claim took it (or it was already acknowledged)."""
 
 
 @dataclass(frozen=True, slots=True)

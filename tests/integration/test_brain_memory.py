@@ -15,8 +15,9 @@ import pytest
 from pydantic import BaseModel, Field
 
 import pgmem
+from pgmem.errors import SummaryError
 from pgmem.integrations.metagpt import BrainMemory
-from pgmem.summarizer import CompressionPolicy, OfflineSummarizer, SummaryError
+from pgmem.summarizer import CompressionPolicy, OfflineSummarizer
 from tests.conftest import table_counts
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,7 +17,8 @@ import psycopg
 import pytest
 
 import pgmem
-from pgmem.planning.queues import LeaseLost, QueueItem
+from pgmem.errors import LeaseLost
+from pgmem.planning.queues import QueueItem
 from tests.conftest import table_counts
 
 

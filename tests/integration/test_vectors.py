@@ -14,7 +14,8 @@ import pytest
 
 import pgmem
 from pgmem import Message
-from pgmem.embeddings import EmbeddingError, HashingEmbedder, Vectors
+from pgmem.embeddings import HashingEmbedder, Vectors
+from pgmem.errors import EmbeddingError
 from tests.conftest import table_counts
 
 

@@ -19,8 +19,8 @@ Example:
     >>> manager = MemoryManager([{"name": "convo"}, {"name": "board"}], stores)
 """
 
+from pgmem.errors import ConfigError
 from pgmem.integrations.chatdev.base import (
-    ConfigError,
     MemoryContentSnapshot,
     MemoryItem,
     MemoryRetrievalResult,

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pgmem._sync.client import Client
 from pgmem.checks import check_key, key_for
 from pgmem.connecting import get_default_client
-from pgmem.errors import Conflict, InvalidInput, translate
+from pgmem.errors import ConfigError, Conflict, InvalidInput, translate
 from pgmem.models import Message
 from pgmem.planning import statements as queries
 
@@ -32,10 +32,6 @@ Q = queries.load("stores")
 
 #: The ``metadata`` key of a stored item's message that holds the item's fields.
 ITEM_KEY = "__store_item__"
-
-
-class ConfigError(InvalidInput):
-    """A memory configuration is invalid; the message says where (e.g. ``memory[1].config.top_k``)."""
 
 
 def config_error(exc: ValidationError, where: str) -> ConfigError:

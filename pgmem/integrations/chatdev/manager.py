@@ -6,8 +6,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pgmem.errors import ConfigError
 from pgmem.integrations.chatdev.base import (
-    ConfigError,
     MemoryContentSnapshot,
     MemoryItem,
     MemoryRetrievalResult,

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pgmem._sync.client import Client
-from pgmem.errors import Conflict, InvalidInput
-from pgmem.integrations.chatdev.base import ConfigError, MemoryStore, StoreConfig
+from pgmem.errors import ConfigError, Conflict, InvalidInput
+from pgmem.integrations.chatdev.base import MemoryStore, StoreConfig
 
 __all__ = [
     "MemoryStoreRegistration",
