@@ -42,18 +42,35 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import psycopg
+from pgvector.psycopg import register_vector
 from psycopg import pq, sql
 
-from pgmem._sync.client import Client
-from pgmem._sync.vectors import unpack_vectors
-from pgmem.embeddings import Vectors
-from pgmem.errors import InvalidInput, PgmemError
+from pgmem.checks import check_key
+from pgmem.embeddings import Vectors, check_vectors
+from pgmem.errors import EmbeddingError, InvalidInput, PgmemError
 from pgmem.planning import statements as _queries
-from pgmem.planning.search import EmbeddingModel, SearchHit, as_query_vector, check_k, check_threshold
+from pgmem.planning.rows import decode
+from pgmem.planning.search import (
+    EmbeddingModel,
+    SearchFilters,
+    SearchHit,
+    as_query_vector,
+    check_k,
+    check_threshold,
+    retrieval_params,
+    statement,
+    switched,
+    unpack_vectors,
+    vector_hits,
+)
+
+if TYPE_CHECKING:
+    from pgmem._async.client import AsyncClient
+    from pgmem._sync.client import Client
 
 __all__ = ["CacheStats", "VectorCache"]
 
@@ -61,6 +78,7 @@ log = logging.getLogger("pgmem.cache")
 
 CHANNEL = "pgmem_vectors"
 Q = _queries.load("vectors")
+MESSAGES = _queries.load("messages")
 _HEAD_STATEMENT = b"pgmem_cache_head"
 _TUPLES_OK = pq.ExecStatus.TUPLES_OK
 _ID_BYTES = 120  # a Python str id and its dict slot, roughly
@@ -157,7 +175,7 @@ class VectorCache:
 
     def __init__(
         self,
-        client: Client,
+        client: Client | AsyncClient,
         *,
         budget_bytes: int = 512 * 1024 * 1024,
         mode: Literal["default", "strict"] = "default",
@@ -197,7 +215,9 @@ class VectorCache:
 
         faiss.omp_set_num_threads(faiss_threads)
         self._faiss = faiss
-        client.vectors.on_change = self._own_write
+        # The memory's active model, looked up on the reader once and forgotten on a switch.
+        self._models: dict[str, EmbeddingModel] = {}
+        client.vectors.add_change_listener(self._own_write)
         self._thread = threading.Thread(target=self._listen, name="pgmem-cache-listener", daemon=True)
         self._thread.start()
         if not self._listening.wait(30):
@@ -258,6 +278,7 @@ class VectorCache:
             if rev < 0:  # the memory switched models (pgmem.vectors promote)
                 for stale in [k for k in self._entries if k[0] == memory]:
                     del self._entries[stale]
+                self._models.pop(memory, None)
                 self._client.vectors.forget_model(memory)
             elif rev > self._announced.get(memory, 0):
                 self._announced[memory] = rev
@@ -303,14 +324,17 @@ class VectorCache:
 
     # -- reads --------------------------------------------------------------------------------------
 
-    def _read(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        """Run a named query of sql/vectors.sql on the cache's connection (reconnecting once if it broke)."""
+    def _read(self, name: str, params: dict[str, Any], queries: dict[str, Any] = Q) -> list[tuple[Any, ...]]:
+        """Run a named query (of sql/vectors.sql unless ``queries`` says otherwise) on the cache's own
+        connection, reconnecting once if it broke. The cache reads on its own connections (a listener and
+        this reader), never the client's: it serves a sync and an async client alike."""
         params = {"ns": self._client.namespace, **params}
         with self._reader_lock:
             for attempt in (1, 2):
                 try:
                     reader = self._reader_connection()
-                    return reader.execute(Q[name], params, binary=True, prepare=True).fetchall()
+                    cur = reader.execute(queries[name], params, binary=True, prepare=True)
+                    return cur.fetchall() if cur.pgresult is not None and cur.pgresult.status == _TUPLES_OK else []
                 except psycopg.OperationalError:
                     self._drop_reader()
                     if attempt == 2:
@@ -373,6 +397,7 @@ class VectorCache:
         """The cache's own connection (call with the reader lock held), connected and prepared on demand."""
         if self._reader is None or self._reader.closed:
             self._reader = psycopg.Connection.connect(self._client.conninfo or "", autocommit=True)
+            register_vector(self._reader)  # query vectors of the searches it runs in Postgres
             self._head_prepared = False
             if self._reader.info.encoding == "utf-8":  # the key travels as UTF-8 bytes
                 res = self._reader.pgconn.prepare(_HEAD_STATEMENT, Q["cache_head_libpq"].encode())
@@ -571,22 +596,15 @@ class VectorCache:
             threshold = check_threshold(threshold)
         for _ in range(3):
             # the repository remembers the active model (forgotten on a switch); look it up only when unknown
-            model = self._client.vectors._active.get(memory) or self._client.vectors.active_model(memory)
-            if model is None:
-                raise InvalidInput(f"memory {memory!r} has no embedding model; call client.vectors.enable() first")
+            model = self._model(memory)
             queries, scales = self._queries(vectors, model.dimension)
             try:
                 entry, confirm = self._entry(memory, model)
+                if entry is None:
+                    return self._search_in_postgres(memory, model, queries, k, threshold)
             except _ModelChanged:
-                self.invalidate(memory)
-                self._client.vectors.forget_model(memory)
+                self._model_changed(memory)
                 continue
-            if entry is None:
-                found = [
-                    self._client.vectors.search(vector=q, memory=memory, k=k, threshold=threshold, mode="exact")
-                    for q in queries
-                ]
-                return [[(h.message.id, h.score) for h in hits] for hits in found]
             if confirm:
                 answer = self._top_k_confirmed(memory, entry, queries, scales, k, threshold)
                 if answer is not None:
@@ -597,11 +615,46 @@ class VectorCache:
                     try:
                         self._catch_up(memory, entry, epoch, announced, confirmed=True)
                     except _ModelChanged:
-                        self.invalidate(memory)
-                        self._client.vectors.forget_model(memory)
+                        self._model_changed(memory)
                         continue
                 return self._top_k(entry, queries, scales, k, threshold)
         raise PgmemError(f"memory {memory!r} keeps switching embedding models; try again")
+
+    def _model(self, memory: str) -> EmbeddingModel:
+        """The memory's active model: remembered, else read on the reader (one round trip)."""
+        model = self._models.get(memory)
+        if model is not None:
+            return model
+        rows = self._read("memory_models", {"memory": check_key(memory)})
+        active = [EmbeddingModel(*row[1:]) for row in rows if row[0] == "active"]
+        if not active:
+            raise InvalidInput(f"memory {memory!r} has no embedding model; call client.vectors.enable() first")
+        self._models[memory] = active[0]
+        return active[0]
+
+    def _model_changed(self, memory: str) -> None:
+        """The memory is searched with another model now: drop its entries and look the model up again."""
+        self.invalidate(memory)
+        self._models.pop(memory, None)
+        self._client.vectors.forget_model(memory)
+
+    def _search_in_postgres(
+        self, memory: str, model: EmbeddingModel, queries: Vectors, k: int, threshold: float | None
+    ) -> list[list[tuple[str, float]]]:
+        """An exact search in Postgres, for a memory larger than the whole budget (on the reader)."""
+        filters = SearchFilters(memory=memory)
+        query = statement("vector", model, filters, "exact", k, threshold is not None)
+        out = []
+        for q in queries:
+            params: dict[str, Any] = {"q": q, **filters.params()}
+            if threshold is not None:
+                params["max_distance"] = 1.0 - threshold
+            with self._reader_lock:
+                rows = self._reader_connection().execute(query, {"ns": self._client.namespace, **params}).fetchall()
+            if rows and switched(rows[0]):
+                raise _ModelChanged
+            out.append([(hit.message.id, hit.score) for hit in vector_hits(rows)])
+        return out
 
     @staticmethod
     def _queries(vectors: Any, dimension: int) -> tuple[Vectors, list[float]]:
@@ -684,19 +737,21 @@ class VectorCache:
 
         With the client's retrieval log on, the hits are recorded (kind ``cache``, with ``label``) by one
         more statement; :meth:`search_vectors` never logs."""
-        model = self._client.vectors.active_model(memory)
-        if model is None:
-            raise InvalidInput(f"memory {memory!r} has no embedding model; call client.vectors.enable() first")
+        model = self._model(memory)
         if isinstance(query, str):
-            vector = self._client.vectors._query_vectors(model, [query], None)[0]
+            embedder = self._client.vectors.embedder_for(model.name)
+            if embedder is None:
+                raise EmbeddingError(f"no embedder for model {model.name!r} in this client; search with a vector")
+            vector = check_vectors(embedder.embed([query]), 1, model.dimension, model.name)[0]
         else:
             vector = as_query_vector(query, model.dimension)
         (found,) = self.search_vectors(memory, vector, k, threshold=threshold)
-        messages = {m.id: m for m in self._client.messages.get_messages([i for i, _ in found])}
+        rows = self._read("get_messages", {"ids": [i for i, _ in found]}, MESSAGES)
+        messages = {m.id: m for m in map(decode, rows)}
         if self._client.retrieval_log:
             hits = [(i, s) for i, s in found if i in messages]
             text = query if isinstance(query, str) else None
-            self._client.vectors.log_retrieval("cache", memory, text, k, hits, label=label)
+            self._read("log_retrieval", retrieval_params("cache", memory, text, k, hits, label))
         return [SearchHit(messages[i], s, 1.0 - s) for i, s in found if i in messages]
 
     def close(self) -> None:
@@ -706,8 +761,7 @@ class VectorCache:
             if self._reader is not None:
                 self._reader.close()
                 self._reader = None
-        if self._client.vectors.on_change == self._own_write:
-            self._client.vectors.on_change = None
+        self._client.vectors.remove_change_listener(self._own_write)
         self._thread.join(timeout=5)
         self.invalidate()
 

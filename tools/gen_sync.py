@@ -7,11 +7,13 @@ python tools/gen_sync.py --check  # exit 1 when pgmem/_sync is out of date (run 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 import tempfile
 from pathlib import Path
 
 import unasync
+
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "pgmem" / "_async"
@@ -25,6 +27,13 @@ REPLACEMENTS = {
     "AsyncVectorRepository": "VectorRepository",
     "AsyncSummaryRepository": "SummaryRepository",
     "AsyncBrainRepository": "BrainRepository",
+    "AsyncBackground": "Background",
+    "AsyncSessions": "Sessions",
+    "AsyncModelRegistry": "ModelRegistry",
+    "AsyncEmbeddingOutbox": "EmbeddingOutbox",
+    "AsyncSearchPlanner": "SearchPlanner",
+    "AsyncSearcher": "Searcher",
+    "AsyncRetrievalLog": "RetrievalLog",
     "register_vector_async": "register_vector",
     "AsyncConnection": "Connection",
     "AsyncConnectionPool": "ConnectionPool",
@@ -33,12 +42,26 @@ REPLACEMENTS = {
     "aconnect": "connect",
     "aembed": "embed",
     "_async": "_sync",
-    "_compat_async": "_compat_sync",
     "asynccontextmanager": "contextmanager",
     "AsyncIterator": "Iterator",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
 }
+
+
+def _sync_names() -> dict[str, str]:
+    """The async -> sync pairs of pgmem/_acompat.py, read from the file alone (importing the package would
+    need the generated code this script writes)."""
+    spec = importlib.util.spec_from_file_location("_pgmem_acompat", ROOT / "pgmem" / "_acompat.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses and typing look their module up while it loads
+    spec.loader.exec_module(module)
+    names: dict[str, str] = module.SYNC_NAMES
+    return names
+
+
+REPLACEMENTS.update(_sync_names())
 
 HEADER = "# Generated from pgmem/_async by tools/gen_sync.py: edit the async source, then regenerate.\n"
 

@@ -11,12 +11,13 @@ from psycopg import AsyncConnection
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
+from pgmem._acompat import arun_blocking
 from pgmem._async.brains import AsyncBrainRepository
 from pgmem._async.messages import AsyncMessageRepository
 from pgmem._async.queues import AsyncQueueRepository
+from pgmem._async.sessions import AsyncSessions
 from pgmem._async.summaries import AsyncSummaryRepository
-from pgmem._async.vectors import AsyncVectorRepository, configure_connection
-from pgmem._compat_async import run_blocking
+from pgmem._async.vectors import AsyncVectorRepository
 from pgmem.checks import check_namespace
 from pgmem.embeddings import Embedder, default_embedder
 from pgmem.errors import ClientClosed, ConnectionFailed, InvalidInput, SchemaOutOfDate, redact, translate
@@ -55,6 +56,7 @@ class AsyncClient:
         conninfo: str | None = None,
         embedder: Embedder | None = None,
         retrieval_log: bool | None = None,
+        sessions: AsyncSessions | None = None,
     ) -> None:
         if (pool is None) == (connection is None):
             raise InvalidInput("a client needs exactly one of a pool or a connection")
@@ -67,7 +69,9 @@ class AsyncClient:
         self.messages = AsyncMessageRepository(self)
         self.queues = AsyncQueueRepository(self)
         self._embedder = embedder
-        self.vectors = AsyncVectorRepository(self)
+        # What the client knows of its connections' sessions; shared with the pool's configure hook.
+        self.sessions = sessions if sessions is not None else AsyncSessions()
+        self.vectors = AsyncVectorRepository(self, self.sessions)
         self.summaries = AsyncSummaryRepository(self)
         self.brains = AsyncBrainRepository(self)
         self.retrieval_log = get_settings().retrieval_log if retrieval_log is None else bool(retrieval_log)
@@ -89,6 +93,7 @@ class AsyncClient:
             conninfo=self.conninfo,
             embedder=self._embedder,
             retrieval_log=self.retrieval_log,
+            sessions=self.sessions,
         )
 
     async def search(self, query: str | None = None, **kwargs: Any) -> list[Any]:
@@ -250,12 +255,13 @@ async def aconnect(
     conninfo = _resolve_dsn(dsn)
     await _check_reachable(conninfo)
     await _ensure_schema(conninfo, migrate)
+    sessions = AsyncSessions()
     pool: AsyncConnectionPool[Any] = _LifoAsyncConnectionPool(
         conninfo,
         min_size=min_size,
         max_size=max_size,
         kwargs={"autocommit": True},
-        configure=configure_connection,
+        configure=sessions.configure,
         open=False,
         name="pgmem",
     )
@@ -268,6 +274,7 @@ async def aconnect(
         conninfo=conninfo,
         embedder=embedder,
         retrieval_log=retrieval_log,
+        sessions=sessions,
     )
 
 
@@ -296,4 +303,4 @@ async def _ensure_schema(conninfo: str, migrate: bool) -> None:
             f"database schema is at {current or 'nothing'}, this pgmem needs {_migrate.head_revision()}; "
             "run `pgmem migrate` or connect with migrate=True"
         )
-    await run_blocking(_migrate.upgrade, conninfo)
+    await arun_blocking(_migrate.upgrade, conninfo)

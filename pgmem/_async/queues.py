@@ -16,8 +16,8 @@ import psycopg
 from psycopg import AsyncConnection, sql
 from psycopg.pq import TransactionStatus
 
+from pgmem._acompat import ALock
 from pgmem._async.base import AsyncRepository
-from pgmem._compat_async import make_lock
 from pgmem.checks import MAX_BATCH, check_key
 from pgmem.errors import InvalidInput, LeaseLost, translate
 from pgmem.models import Message, any_to_str
@@ -97,7 +97,7 @@ class AsyncQueueRepository(AsyncRepository):
     def __init__(self, client: AsyncClient) -> None:
         super().__init__(client)
         self._listener: AsyncConnection[Any] | None = None
-        self._listen_lock = make_lock()
+        self._listen_lock = ALock()
 
     async def _claim_rows(
         self, name: str, params: dict[str, Any], connection: AsyncConnection[Any] | None

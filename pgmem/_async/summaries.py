@@ -6,8 +6,8 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
+from pgmem._acompat import adrive
 from pgmem._async.base import AsyncRepository
-from pgmem._compat_async import drive
 from pgmem.checks import check_key, check_text
 from pgmem.errors import Conflict, InvalidInput, NotFound
 from pgmem.models import Message
@@ -178,4 +178,4 @@ class AsyncSummaryRepository(AsyncRepository):
         commits after a later-numbered one is summarised by a later run, never skipped.
         """
         check_key(memory)
-        return await drive(compress(self, memory, llm, policy, force=force))
+        return await adrive(compress(self, memory, llm, policy, force=force))

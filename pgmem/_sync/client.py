@@ -12,12 +12,13 @@ from psycopg import Connection
 from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool
 
+from pgmem._acompat import run_blocking
 from pgmem._sync.brains import BrainRepository
 from pgmem._sync.messages import MessageRepository
 from pgmem._sync.queues import QueueRepository
+from pgmem._sync.sessions import Sessions
 from pgmem._sync.summaries import SummaryRepository
-from pgmem._sync.vectors import VectorRepository, configure_connection
-from pgmem._compat_sync import run_blocking
+from pgmem._sync.vectors import VectorRepository
 from pgmem.checks import check_namespace
 from pgmem.embeddings import Embedder, default_embedder
 from pgmem.errors import ClientClosed, ConnectionFailed, InvalidInput, SchemaOutOfDate, redact, translate
@@ -56,6 +57,7 @@ class Client:
         conninfo: str | None = None,
         embedder: Embedder | None = None,
         retrieval_log: bool | None = None,
+        sessions: Sessions | None = None,
     ) -> None:
         if (pool is None) == (connection is None):
             raise InvalidInput("a client needs exactly one of a pool or a connection")
@@ -68,7 +70,9 @@ class Client:
         self.messages = MessageRepository(self)
         self.queues = QueueRepository(self)
         self._embedder = embedder
-        self.vectors = VectorRepository(self)
+        # What the client knows of its connections' sessions; shared with the pool's configure hook.
+        self.sessions = sessions if sessions is not None else Sessions()
+        self.vectors = VectorRepository(self, self.sessions)
         self.summaries = SummaryRepository(self)
         self.brains = BrainRepository(self)
         self.retrieval_log = get_settings().retrieval_log if retrieval_log is None else bool(retrieval_log)
@@ -90,6 +94,7 @@ class Client:
             conninfo=self.conninfo,
             embedder=self._embedder,
             retrieval_log=self.retrieval_log,
+            sessions=self.sessions,
         )
 
     def search(self, query: str | None = None, **kwargs: Any) -> list[Any]:
@@ -251,12 +256,13 @@ def connect(
     conninfo = _resolve_dsn(dsn)
     _check_reachable(conninfo)
     _ensure_schema(conninfo, migrate)
+    sessions = Sessions()
     pool: ConnectionPool[Any] = _LifoConnectionPool(
         conninfo,
         min_size=min_size,
         max_size=max_size,
         kwargs={"autocommit": True},
-        configure=configure_connection,
+        configure=sessions.configure,
         open=False,
         name="pgmem",
     )
@@ -269,6 +275,7 @@ def connect(
         conninfo=conninfo,
         embedder=embedder,
         retrieval_log=retrieval_log,
+        sessions=sessions,
     )
 
 

@@ -17,8 +17,8 @@ import psycopg
 from psycopg import Connection, sql
 from psycopg.pq import TransactionStatus
 
+from pgmem._acompat import Lock
 from pgmem._sync.base import Repository
-from pgmem._compat_sync import make_lock
 from pgmem.checks import MAX_BATCH, check_key
 from pgmem.errors import InvalidInput, LeaseLost, translate
 from pgmem.models import Message, any_to_str
@@ -98,7 +98,7 @@ class QueueRepository(Repository):
     def __init__(self, client: Client) -> None:
         super().__init__(client)
         self._listener: Connection[Any] | None = None
-        self._listen_lock = make_lock()
+        self._listen_lock = Lock()
 
     def _claim_rows(
         self, name: str, params: dict[str, Any], connection: Connection[Any] | None

@@ -7,8 +7,8 @@ from typing import Any
 
 from psycopg import Connection
 
+from pgmem._acompat import drive
 from pgmem._sync.base import Repository
-from pgmem._compat_sync import drive
 from pgmem.checks import check_key, check_text
 from pgmem.errors import Conflict, InvalidInput, NotFound
 from pgmem.models import Message

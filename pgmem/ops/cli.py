@@ -244,7 +244,7 @@ def embed(
 
     with pgmem.connect(_dsn(dsn), namespace=namespace or "default", min_size=0, max_size=2) as client:
         if namespace is None:
-            namespaces = [r[0] for r in client.vectors._rows("outbox_namespaces", {}, None)]
+            namespaces = client.vectors.namespaces_with_pending()
         else:
             namespaces = [namespace]
         model = client.embedder.model

@@ -26,17 +26,20 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, LiteralString, NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 from psycopg import sql
 
 from pgmem.checks import check_key
 from pgmem.embeddings import check_query_vector
 from pgmem.errors import InvalidInput
 from pgmem.models import Message
+from pgmem.planning.rows import decode
 
 __all__ = [
     "HALFVEC_ABOVE",
@@ -542,3 +545,82 @@ def statement(
 def as_query_vector(vector: Any, dimension: int) -> np.ndarray[Any, np.dtype[np.float32]]:
     """A caller's query vector as a float32 row of ``dimension`` finite values."""
     return check_query_vector(vector, dimension)
+
+
+# -- rows of the search statements ---------------------------------------------------------------------
+# A search row is the message's columns (pgmem.planning.rows.decode), then the distance; a hybrid row has
+# its fused score after the distance; every row ends with ``ok`` (see vector_search_sql).
+
+#: Columns of the message at the start of every search row.
+MESSAGE_WIDTH = 14
+_DISTANCE = MESSAGE_WIDTH
+_SCORE = MESSAGE_WIDTH + 1
+
+
+def switched(row: tuple[Any, ...]) -> bool:
+    """Whether a search row says the memory's active model changed under the search (``ok`` is NULL)."""
+    return row[-1] is None
+
+
+def vector_hit(row: tuple[Any, ...]) -> SearchHit:
+    """The hit of a vector search row."""
+    distance = float(row[_DISTANCE])
+    return SearchHit(decode(row[:MESSAGE_WIDTH]), 1.0 - distance, distance)
+
+
+def vector_hits(rows: list[tuple[Any, ...]]) -> list[SearchHit]:
+    """Hits of vector search rows ordered by distance, ties ordered by message id (the statement leaves
+    them: a second sort key there costs an incremental sort, ~5% of an HNSW search)."""
+    for i in range(1, len(rows)):
+        if rows[i][_DISTANCE] == rows[i - 1][_DISTANCE]:
+            rows = sorted(rows, key=lambda r: (r[_DISTANCE], r[1]))
+            break
+    return [vector_hit(row) for row in rows]
+
+
+def batch_hits(rows: list[tuple[Any, ...]], count: int) -> list[list[SearchHit]]:
+    """Hits per query of batch search rows (``ord`` first, then a vector search row)."""
+    out: list[list[SearchHit]] = [[] for _ in range(count)]
+    for row in rows:
+        out[int(row[0]) - 1].append(vector_hit(row[1:]))
+    return out
+
+
+def hybrid_hit(row: tuple[Any, ...]) -> SearchHit:
+    """The hit of a hybrid search row (``distance`` None for text-only hits)."""
+    distance = row[_DISTANCE]
+    return SearchHit(decode(row[:MESSAGE_WIDTH]), float(row[_SCORE]), None if distance is None else float(distance))
+
+
+def log_text(value: str | None) -> str | None:
+    """A label or query text as the retrieval log stores it: NUL bytes (which Postgres ``text`` rejects)
+    become U+FFFD and lone surrogates ``?``; nothing is cut."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidInput(f"a search label must be a string, not {type(value).__name__}")
+    return value.encode("utf-8", "replace").decode("utf-8").replace("\x00", "\ufffd")
+
+
+def retrieval_params(
+    kind: str, memory: str | None, query: str | None, k: int, hits: Sequence[tuple[str, float]], label: str | None
+) -> dict[str, Any]:
+    """Parameters of ``log_retrieval`` (sql/vectors.sql) for a search answered outside Postgres.
+    ``hits``: ``(message id, score)``, best first."""
+    return {
+        "kind": kind,
+        "memory": memory,
+        "label": log_text(label),
+        "query": log_text(query),
+        "k": k,
+        "ids": [h[0] for h in hits],
+        "scores": [float(h[1]) for h in hits],
+    }
+
+
+def unpack_vectors(blobs: Sequence[bytes], dimension: int) -> npt.NDArray[np.float32]:
+    """pgvector's binary send format (int16 dimension, int16 unused, big-endian float32s) to a matrix."""
+    if not blobs:
+        return np.zeros((0, dimension), np.float32)
+    raw = np.frombuffer(b"".join(blobs), dtype=">f4").reshape(len(blobs), dimension + 1)
+    return np.ascontiguousarray(raw[:, 1:], dtype=np.float32)

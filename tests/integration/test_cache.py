@@ -243,7 +243,7 @@ def test_model_switch_reaches_the_cache(dsn: str, client: pgmem.Client, mode: st
         other.vectors.flush(alt)
         assert other.vectors.models("m") == {"alt-384": "active"}
         deadline = time.monotonic() + 5
-        while mode == "default" and client.vectors._active.get("m") is not None and time.monotonic() < deadline:
+        while mode == "default" and client.vectors.registry._active.get("m") is not None and time.monotonic() < deadline:
             time.sleep(0.001)
         query = alt.embed(["item 4 colour 4 shape 4"])[0]
         assert cache.search_vectors("m", query, 1)[0][0][0] == "m-4"

@@ -200,8 +200,8 @@ def test_model_switch_without_downtime(dsn: str) -> None:
         assert _contents(hits) == ["fact 99 about lemons"]
     # a client that knew the old model notices the switch (the statement's guard) and answers with the new
     with pgmem.connect(dsn, namespace="test", embedder=old) as stale:
-        stale.vectors._embedders[new.model] = new
-        stale.vectors._active["m"] = stale.vectors.model(old)
+        stale.vectors.model(new)  # it can embed queries of the new model too
+        stale.vectors.registry._active["m"] = stale.vectors.model(old)  # and remembers the old one as active
         assert _contents(stale.search("fact 3 about oranges", memory="m", k=1)) == ["fact 3 about oranges"]
         assert stale.vectors.active_model("m").name == new.model  # type: ignore[union-attr]
 

@@ -1,4 +1,4 @@
-"""The background worker behind the embedder (pgmem._compat_sync / _compat_async ``Background``)."""
+"""The background worker behind the embedder (pgmem._async.background, generated into pgmem._sync.background)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from pgmem import _compat_async, _compat_sync
+from pgmem._async.background import AsyncBackground
+from pgmem._sync.background import Background
 
 
 def test_sync_kicks_coalesce_and_wait_sees_every_kick_served() -> None:
@@ -19,7 +20,7 @@ def test_sync_kicks_coalesce_and_wait_sees_every_kick_served() -> None:
         gate.wait(5)
         runs.append(len(runs))
 
-    worker = _compat_sync.Background(job, idle=5.0)
+    worker = Background(job, idle=5.0)
     worker.kick()  # run 1 starts and blocks on the gate
     time.sleep(0.05)
     for _ in range(5):  # all served by one more run
@@ -34,11 +35,11 @@ def test_sync_kicks_coalesce_and_wait_sees_every_kick_served() -> None:
 
 def test_sync_worker_stops_when_idle_and_a_later_kick_starts_it_again() -> None:
     runs: list[str] = []
-    worker = _compat_sync.Background(lambda: runs.append(threading.current_thread().name), idle=0.05)
+    worker = Background(lambda: runs.append(threading.current_thread().name), idle=0.05)
     worker.kick()
     worker.wait()
     time.sleep(0.3)
-    assert worker._thread is None  # the idle thread went away
+    assert worker._worker is None  # the idle thread went away
     worker.kick()
     worker.wait()
     assert len(runs) == 2
@@ -52,7 +53,7 @@ def test_sync_a_failing_job_does_not_leave_waiters_hanging() -> None:
     def job() -> None:
         raise RuntimeError("boom")
 
-    worker = _compat_sync.Background(job, idle=5.0)
+    worker = Background(job, idle=5.0)
     worker.kick()
     done = threading.Event()
     threading.Thread(target=lambda: (worker.wait(), done.set()), daemon=True).start()
@@ -61,14 +62,14 @@ def test_sync_a_failing_job_does_not_leave_waiters_hanging() -> None:
 
 
 def test_sync_wait_from_the_worker_itself_returns() -> None:
-    worker: _compat_sync.Background
+    worker: Background
     seen: list[bool] = []
 
     def job() -> None:
         worker.wait()  # e.g. flush() called from the embedder's own thread
         seen.append(True)
 
-    worker = _compat_sync.Background(job, idle=5.0)
+    worker = Background(job, idle=5.0)
     worker.kick()
     worker.wait()
     assert seen == [True]
@@ -84,7 +85,7 @@ async def test_async_kicks_coalesce_and_wait_sees_every_kick_served() -> None:
         await gate.wait()
         runs.append(len(runs))
 
-    worker = _compat_async.Background(job, idle=5.0)
+    worker = AsyncBackground(job, idle=5.0)
     worker.kick()
     await asyncio.sleep(0.01)
     for _ in range(5):
@@ -104,11 +105,11 @@ async def test_async_worker_stops_when_idle_and_restarts() -> None:
     async def job() -> None:
         runs.append(1)
 
-    worker = _compat_async.Background(job, idle=0.02)
+    worker = AsyncBackground(job, idle=0.02)
     worker.kick()
     await worker.wait()
     await asyncio.sleep(0.1)
-    assert worker._task is not None and worker._task.done()
+    assert worker._worker is None  # the idle task ended
     worker.kick()
     await asyncio.wait_for(worker.wait(), 5)
     assert len(runs) == 2

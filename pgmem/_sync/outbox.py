@@ -1,0 +1,227 @@
+# Generated from pgmem/_async by tools/gen_sync.py: edit the async source, then regenerate.
+"""The embedding outbox: messages queued for embedding in their writing transaction, and the worker that
+embeds them after commit."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from psycopg import Connection
+
+from pgmem._sync.background import Background
+from pgmem._sync.base import Repository
+from pgmem._sync.embedding_models import ModelRegistry
+from pgmem._sync.sessions import Sessions
+from pgmem.checks import check_key
+from pgmem.embeddings import Embedder, check_vectors
+from pgmem.errors import InvalidInput, translate
+from pgmem.planning import statements
+from pgmem.planning.search import EmbeddingModel
+
+if TYPE_CHECKING:
+    from pgmem._sync.client import Client
+
+__all__ = ["EmbeddingOutbox", "EmbedReport"]
+
+Q = statements.load("vectors")
+log = logging.getLogger("pgmem.vectors")
+
+
+@dataclass(slots=True)
+class EmbedReport:
+    """What one :meth:`AsyncEmbeddingOutbox.embed_pending` run did."""
+
+    embedded: int = 0
+    failed: int = 0
+    remaining: int = 0
+    promoted: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+class EmbeddingOutbox(Repository):
+    """``pgmem.embedding_outbox`` of one namespace, and the client's background embedder.
+
+    A write to a memory with models queues its messages in the same transaction; after commit the
+    writing client's worker embeds the queue (:meth:`kick`). A provider failure leaves the messages queued
+    (with a backoff) and is reported, never raised from the worker. Listeners added with
+    :meth:`add_listener` hear, after commit, of every change of a memory's vectors this client made.
+    """
+
+    queries = Q
+
+    def __init__(self, client: Client, registry: ModelRegistry, sessions: Sessions) -> None:
+        super().__init__(client)
+        self._registry = registry
+        self._sessions = sessions
+        self._background = Background(self._drain, name="pgmem-embedder")
+        self._listeners: list[Callable[[str | None], None]] = []
+
+    # -- listeners of this client's own changes ---------------------------------------------------------
+
+    def add_listener(self, listener: Callable[[str | None], None]) -> None:
+        """Call ``listener(memory)`` after this client changed a memory's vectors (``None``: some memory
+        of the namespace). Called on the thread (or task) that made the change; it must be quick."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[str | None], None]) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def _announce(self, memory: str | None) -> None:
+        for listener in list(self._listeners):
+            listener(memory)
+
+    # -- the queue ----------------------------------------------------------------------------------------
+
+    def pending(
+        self, memory: str | None = None, *, connection: Connection[Any] | None = None
+    ) -> dict[str, int]:
+        """Messages waiting for an embedding, per model name (of ``memory``, or of the namespace)."""
+        if memory is not None:
+            check_key(memory)
+        rows = self._rows("pending", {"memory": memory}, connection)
+        return {str(name): int(count) for name, count in rows}
+
+    def namespaces_with_pending(self) -> list[str]:
+        """Every namespace with queued messages (an operator's backfill walks them: ``pgmem embed``)."""
+        return [str(row[0]) for row in self._rows("outbox_namespaces", {}, None)]
+
+    def embed_pending(
+        self,
+        embedder: Embedder | None = None,
+        *,
+        batch_size: int = 256,
+        limit: int | None = None,
+        retry_now: bool = False,
+        progress: Callable[[int], None] | None = None,
+        count_remaining: bool = True,
+    ) -> EmbedReport:
+        """Embed queued messages of this namespace with the models this client has embedders for.
+
+        Each batch is claimed with ``FOR UPDATE SKIP LOCKED`` (many embedders may run at once), embedded,
+        stored and taken off the queue in one transaction. A provider error (or a wrong dimension) puts the
+        batch back with an exponential backoff and is reported, not raised; a database error is raised, the
+        batch left queued as it was. ``retry_now`` ignores earlier backoffs (the backfill of ``pgmem embed``).
+        Finished model switches are promoted at the end. ``count_remaining=False`` skips counting what is
+        left (the background embedder does).
+        """
+        if not isinstance(batch_size, int) or not 1 <= batch_size <= 10_000:
+            raise InvalidInput(f"batch_size must be in [1, 10000], got {batch_size!r}")
+        if embedder is not None:
+            self._registry.embedder(embedder)
+        embedders = self._registry.embedders()
+        report = EmbedReport()
+        rows = self._rows("pending_models", {}, None)
+        switching = any(row[4] for row in rows)
+        for row in rows:
+            model = EmbeddingModel(*row[:4])
+            chosen = embedders.get(model.name)
+            if chosen is None:
+                continue
+            if retry_now:
+                self._rows("outbox_retry_now", {"model": model.id}, None)
+            while limit is None or report.embedded + report.failed < limit:
+                n = batch_size if limit is None else min(batch_size, limit - report.embedded - report.failed)
+                done, error = self._embed_batch(model, chosen, n)
+                if error is not None:
+                    report.failed += done
+                    report.errors.append(error)
+                    break
+                report.embedded += done
+                if progress is not None and done:
+                    progress(done)
+                if done < n:
+                    break  # the queue is drained (for this model, as far as this transaction could see)
+        if rows and report.embedded + report.failed == 0:
+            self._rows("purge_orphans", {}, None)  # queued rows none of which could be claimed
+        if switching or not rows:
+            report.promoted = [r[0] for r in self._rows("promote", {}, None)]
+            for memory in report.promoted:
+                self._registry.forget(memory)
+        if count_remaining:
+            report.remaining = sum((self.pending()).values())
+        return report
+
+    def _embed_batch(self, model: EmbeddingModel, embedder: Embedder, n: int) -> tuple[int, str | None]:
+        """Claim, embed and store one batch. Returns (messages, error or None)."""
+        failure: str | None = None
+        with translate():
+            with self._client.transaction() as conn:
+                cur = conn.execute(Q["claim_outbox"], {"ns": self.namespace, "model": model.id, "n": n})
+                claimed = cur.fetchall()
+                if not claimed:
+                    return 0, None
+                ids = [r[0] for r in claimed]
+                try:
+                    vectors = check_vectors(
+                        embedder.embed([r[1] for r in claimed]), len(claimed), model.dimension, model.name
+                    )
+                except Exception as exc:  # noqa: BLE001 - whatever the provider raises leaves the batch queued
+                    failure = f"{type(exc).__name__}: {exc}"
+                else:
+                    # The database's own errors are raised (the batch stays queued as it was, no backoff).
+                    self._sessions.ready(conn)
+                    query = Q["store_vectors"] if model.kind == "vector" else Q["store_halfvecs"]
+                    conn.execute(
+                        query,
+                        {"ns": self.namespace, "model": model.id, "ids": ids, "vectors": list(vectors)},
+                    )
+        if failure is not None:
+            log.warning("embedding %d messages with %s failed: %s", len(ids), model.name, failure)
+            self._rows("outbox_failed", {"model": model.id, "ids": ids, "error": failure}, None)
+            return len(ids), failure
+        self._announce(None)
+        return len(ids), None
+
+    # -- after a write ------------------------------------------------------------------------------------
+
+    def written(self, connection: Connection[Any] | None) -> None:
+        """Messages were added to a memory with models: embed them after commit, in the background.
+
+        Within the caller's transaction nothing is committed yet; the outbox keeps them for the next run.
+        """
+        if connection is None:
+            self.kick()
+
+    def changed(self, memory: str, connection: Connection[Any] | None) -> None:
+        """Entries left ``memory``: tell the listeners (after commit; in the caller's transaction the
+        commit's notification does it)."""
+        if connection is None:
+            self._announce(memory)
+
+    # -- the background worker ----------------------------------------------------------------------------
+
+    def kick(self) -> None:
+        """Have the background embedder run over the outbox (again) soon; returns at once.
+
+        Only on a client with its own pool: a client built on the caller's connection never works on it
+        from another thread (nor inside the caller's transaction); its outbox waits for
+        :meth:`embed_pending` or :meth:`flush` (or ``pgmem embed``). The embedder is a worker that stays
+        up while writes keep coming; writes made while it runs are embedded together by its next run.
+        """
+        if self._client.closed or not self._client.owns_transactions:
+            return
+        self._background.kick()
+
+    def _drain(self) -> None:
+        if self._client.closed:
+            return
+        try:
+            self.embed_pending(count_remaining=False)
+        except Exception as exc:  # noqa: BLE001 - a background job logs; the outbox keeps the work
+            log.warning("background embedding failed: %s: %s", type(exc).__name__, exc)
+
+    def wait(self) -> None:
+        """Wait for the background embedding of this client's writes (no round trip when idle)."""
+        self._background.wait()
+
+    def flush(self, embedder: Embedder | None = None) -> EmbedReport:
+        """Wait for background embedding, then embed what is still queued."""
+        self._background.wait()
+        return self.embed_pending(embedder)
+
+    def close(self) -> None:
+        self._background.close()

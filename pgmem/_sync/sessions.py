@@ -1,0 +1,63 @@
+# Generated from pgmem/_async by tools/gen_sync.py: edit the async source, then regenerate.
+"""Session state of the connections a client searches on: pgvector's types and the HNSW settings."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from pgvector.psycopg import register_vector
+from psycopg import Connection
+
+from pgmem.planning.adapters import register_fast_adapters
+
+__all__ = ["SESSION_EF_SEARCH", "Sessions"]
+
+#: The session's ``hnsw.ef_search`` on the client's own connections; searches with a larger k raise it
+#: for their transaction.
+SESSION_EF_SEARCH = 40
+
+
+class Sessions:
+    """What a client knows of each connection's session, kept by the client (shared by the clients of one
+    pool, see ``with_namespace``), not by the module: which connections have pgvector's types registered,
+    which are the pool's own (set up by :meth:`configure`, so their session settings are pgmem's to change)
+    and, on those, whether ``hnsw.iterative_scan`` is on. Entries go with their connections (weak keys)."""
+
+    def __init__(self) -> None:
+        self._typed: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._own: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._iterative: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+    def configure(self, conn: Connection[Any]) -> None:
+        """The pool's ``configure`` hook: pgvector's types (and pgmem's faster adapters,
+        :mod:`pgmem.planning.adapters`), and iterative HNSW scans for filtered searches."""
+        register_vector(conn)
+        register_fast_adapters(conn)
+        conn.execute(
+            "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', false), set_config('hnsw.ef_search', %s, false)",
+            (str(SESSION_EF_SEARCH),),
+        )
+        self._typed.add(conn)
+        self._own.add(conn)
+        self._iterative[conn] = True
+
+    def ready(self, conn: Connection[Any]) -> None:
+        """Register pgvector's types on a connection pgmem did not set up (the caller's), once."""
+        if conn not in self._typed:
+            register_vector(conn)
+            self._typed.add(conn)
+
+    def own(self, conn: Connection[Any]) -> bool:
+        """Whether the connection's session settings are pgmem's (a pool connection it configured)."""
+        return conn in self._own
+
+    def iterative(self, conn: Connection[Any]) -> bool | None:
+        """Whether ``hnsw.iterative_scan`` is on in the session (None: unknown)."""
+        return self._iterative.get(conn)
+
+    def set_iterative(self, conn: Connection[Any], value: bool | None) -> None:
+        if value is None:
+            self._iterative.pop(conn, None)
+        else:
+            self._iterative[conn] = value
