@@ -69,8 +69,7 @@ from pgmem.planning.search import (
 )
 
 if TYPE_CHECKING:
-    from pgmem._async.client import AsyncClient
-    from pgmem._sync.client import Client
+    from pgmem import AsyncClient, Client
 
 __all__ = ["CacheStats", "VectorCache"]
 

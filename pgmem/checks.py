@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from pgmem.errors import InvalidInput
-from pgmem.models import IGNORED_MESSAGE_ID
+from pgmem.models import IGNORED_MESSAGE_ID, Message
 
 #: Largest message content accepted, in UTF-8 bytes.
 MAX_CONTENT_BYTES = 1 << 20
@@ -25,6 +25,8 @@ MAX_JSON_BYTES = 1 << 20
 MAX_NAME_CHARS = 1000
 #: Largest batch ``add_many`` accepts in one call.
 MAX_BATCH = 1_000_000
+#: Longest TTL a brain accepts, in seconds (ten years).
+MAX_TTL = 10 * 365 * 24 * 3600
 
 _NAMESPACE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}")
 _KEY_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@/+=#\-]{0,254}")
@@ -113,3 +115,39 @@ def check_message_id(message_id: str, where: str = "") -> str:
             f"{where}invalid message id {message_id!r}: use 1-128 characters from A-Z a-z 0-9 _ . : @ / + = # - "
         )
     return message_id
+
+
+def check_message(message: Message, index: int | None = None) -> str:
+    """Validate ``message`` for storage (``index``: its place in a batch, named in the error); return the
+    prefix errors about it carry."""
+    if not isinstance(message, Message):
+        raise InvalidInput(f"expected a pgmem.Message, got {type(message).__name__}")
+    where = "" if index is None else f"message {index}: "
+    check_message_id(message.id, where)
+    check_text(message.content, "content", where, max_chars=None)
+    for field in ("role", "cause_by", "sent_from"):
+        check_text(getattr(message, field), field, where)
+    for field in ("name", "tool_call_id"):
+        value = getattr(message, field)
+        if value is not None:
+            check_text(value, field, where)
+    for name in message.send_to:
+        check_text(name, "send_to", where)
+    return where
+
+
+def check_ttl(ttl: Any) -> float | None:
+    """A TTL in seconds: a positive number up to :data:`MAX_TTL`, or None (never expires)."""
+    if ttl is None:
+        return None
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl <= MAX_TTL or ttl != ttl:
+        raise InvalidInput(f"timeout must be a number of seconds in (0, {MAX_TTL}], got {ttl!r}")
+    return float(ttl)
+
+
+def check_brain_key(redis_key: Any) -> str:
+    """A brain's key (MetaGPT's Redis key): a non-empty string Postgres text can store."""
+    if not isinstance(redis_key, str) or not redis_key:
+        raise InvalidInput(f"a brain key must be a non-empty string, got {redis_key!r}")
+    check_text(redis_key, "key", "brain ")
+    return redis_key

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import sys
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -115,3 +117,43 @@ class Message(BaseModel):
     def seq(self) -> int | None:
         """The message's position in the memory it was read from (None for a message not read back)."""
         return self._seq
+
+
+# -- how messages are identified in storage -------------------------------------------------------------
+# Messages that carry MetaGPT's ignored id are stored under an id derived from their content, so that
+# "the same message" (by content) is stored once. '~' is not allowed in caller ids, so these never clash.
+_CONTENT_ID_PREFIX = IGNORED_MESSAGE_ID + "~"
+
+
+def storage_id(message: Message) -> str:
+    """The id ``message`` is stored under (see :func:`storage_id_of`)."""
+    return storage_id_of(message.id, message.content)
+
+
+def storage_id_of(message_id: str, content: str) -> str:
+    """The id a message is stored under: its own, or one derived from its content for MetaGPT's ignored id."""
+    if message_id == IGNORED_MESSAGE_ID:
+        return _CONTENT_ID_PREFIX + hashlib.sha256(content.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+    return message_id
+
+
+def public_id(stored: str) -> str:
+    """The id a stored message is given back under (MetaGPT's ignored id for content-derived ones)."""
+    return IGNORED_MESSAGE_ID if stored.startswith(_CONTENT_ID_PREFIX) else stored
+
+
+def resolve_class(path: str) -> type | None:
+    """Find an already imported class by ``module.QualName``; never imports (the path comes from the DB)."""
+    module_name, _, qualname = path.rpartition(".")
+    while module_name:
+        module = sys.modules.get(module_name)
+        if module is not None:
+            obj: Any = module
+            for part in qualname.split("."):
+                obj = getattr(obj, part, None)
+                if obj is None:
+                    return None
+            return obj if isinstance(obj, type) else None
+        module_name, _, head = module_name.rpartition(".")
+        qualname = f"{head}.{qualname}"
+    return None

@@ -9,8 +9,9 @@ Compression works on a memory's messages in Postgres (``client.summaries``) and 
 * **incremental** — a new summary covers only what no summary of its level covers yet; a partial chunk
   waits for more messages (unless ``force``).
 
-The LLM is anything with an async ``aask(prompt) -> str`` (MetaGPT's LLMs qualify). It is called before
-anything is written: when it raises, the exception propagates, the summaries stored so far stay (each is
+The LLM is anything with an async ``aask(prompt) -> str`` (MetaGPT's LLMs qualify); the compression
+itself runs in the core (``client.summaries.compress``, :mod:`pgmem._async.compression`). The LLM is
+called before anything is written: when it raises, the exception propagates, the summaries stored so far stay (each is
 complete) and no message is lost or hidden. :class:`OfflineSummarizer` is deterministic and needs no
 network (tests, demos); :class:`OpenAISummarizer` calls a chat-completions API.
 
@@ -26,15 +27,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import inspect
 import math
 import os
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from pgmem.errors import Conflict, InvalidInput, SummaryError
+from pgmem.errors import InvalidInput, SummaryError
 from pgmem.models import Message
 
 __all__ = [
@@ -45,7 +44,6 @@ __all__ = [
     "Summary",
     "SummaryError",
     "Tokenizer",
-    "compress",
     "count_tokens",
     "get_tokenizer",
     "summary_prompt",
@@ -245,106 +243,6 @@ class CompressionPolicy:
 def message_line(message: Message) -> str:
     """How a message appears in the text given to the summariser."""
     return f"{message.role}: {message.content}"
-
-
-async def maybe_await(value: T | Awaitable[T]) -> T:
-    """Await ``value`` if it is awaitable: facades run on a sync or an async client alike."""
-    if inspect.isawaitable(value):
-        return await value
-    return value
-
-
-async def compress(
-    repo: Any,
-    memory: str,
-    llm: Any,
-    policy: CompressionPolicy | None = None,
-    *,
-    force: bool = False,
-    after_seq: int = 0,
-    on_summary: Callable[[Summary], Any] | None = None,
-) -> list[Summary]:
-    """Summarise what is not summarised yet in ``memory`` (see the module doc); return the new summaries.
-
-    Args:
-        repo: ``client.summaries`` of a sync or an async client.
-        memory: the memory key.
-        llm: anything with ``async aask(prompt) -> str``.
-        policy: grouping and length (default :class:`CompressionPolicy`).
-        force: also summarise a last partial chunk of messages (at level 1 only).
-        after_seq: ignore messages at or before this sequence number.
-        on_summary: called with each summary once it is stored.
-    """
-    policy = policy or CompressionPolicy()
-    created: list[Summary] = []
-    conflicted: set[tuple[int, int]] = set()
-    # Entries numbered past this may still be in flight in other writers' transactions: leave them for later.
-    settled = await maybe_await(repo.settled(memory))
-    while True:
-        pending = await maybe_await(
-            repo.unsummarized(memory, limit=policy.chunk, after_seq=after_seq, upto_seq=settled)
-        )
-        if not pending or (len(pending) < policy.chunk and not force):
-            break
-        text = "\n".join(message_line(m) for m in pending)
-        summary = await _summarise(llm, text, policy)
-        try:
-            stored = await maybe_await(
-                repo.add(
-                    memory,
-                    level=1,
-                    first_seq=pending[0].seq,
-                    last_seq=pending[-1].seq,
-                    content=summary,
-                    source_chars=len(text),
-                    source_tokens=count_tokens(text),
-                )
-            )
-        except Conflict:
-            _once(conflicted, 1, pending[0].seq)  # another summariser stored this range: read what is left
-            continue
-        created.append(stored)
-        if on_summary is not None:
-            await maybe_await(on_summary(stored))
-        if len(pending) < policy.chunk:
-            break
-    for level in range(1, policy.max_level):
-        children: list[Summary] = await maybe_await(repo.unrolled(memory, level))
-        while len(children) >= policy.fanout:
-            group, children = children[: policy.fanout], children[policy.fanout :]
-            text = "\n".join(c.content for c in group)
-            summary = await _summarise(llm, text, policy)
-            try:
-                stored = await maybe_await(
-                    repo.add(
-                        memory,
-                        level=level + 1,
-                        first_seq=group[0].first_seq,
-                        last_seq=group[-1].last_seq,
-                        content=summary,
-                        source_chars=len(text),
-                        source_tokens=count_tokens(text),
-                    )
-                )
-            except Conflict:
-                _once(conflicted, level + 1, group[0].first_seq)
-                children = await maybe_await(repo.unrolled(memory, level))
-                continue
-            created.append(stored)
-            if on_summary is not None:
-                await maybe_await(on_summary(stored))
-    return created
-
-
-def _once(seen: set[tuple[int, int]], level: int, first_seq: int) -> None:
-    """A range may lose a race once (then the summaries are read again); twice means it cannot be stored."""
-    if (level, first_seq) in seen:
-        raise Conflict(f"the level-{level} summary starting at seq {first_seq} cannot be stored")
-    seen.add((level, first_seq))
-
-
-async def _summarise(llm: Any, text: str, policy: CompressionPolicy) -> str:
-    return await ask(llm, summary_prompt(text, policy.max_words, policy.keep_language))
 
 
 def split_windows(text: str, window: int, overlap: int = 20) -> list[str]:

@@ -15,8 +15,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel
 
 from pgmem.errors import InvalidInput
-from pgmem.models import Message
-from pgmem.planning.rows import _resolve_class
+from pgmem.models import Message, resolve_class
 
 T = TypeVar("T")
 
@@ -114,7 +113,7 @@ class MessageCodec(Generic[T]):
         if self.message_class is not None:
             return self.message_class
         if message._source_class:
-            found = _resolve_class(message._source_class)
+            found = resolve_class(message._source_class)
             if found is not None:
                 return found
         return Message

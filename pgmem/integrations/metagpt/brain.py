@@ -8,20 +8,17 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from pgmem._async.brains import check_brain_key, check_ttl
-from pgmem.checks import check_text
+from pgmem.checks import check_brain_key, check_message, check_text, check_ttl
 from pgmem.connecting import get_default_client
 from pgmem.errors import InvalidInput
+from pgmem.integrations._facade import call
 from pgmem.integrations.codec import MessageCodec
-from pgmem.models import Message
-from pgmem.planning.rows import encode, storage_id
+from pgmem.models import Message, storage_id
 from pgmem.summarizer import (
     CompressionPolicy,
     Summary,
     ask,
-    compress,
     count_tokens,
-    maybe_await,
     summarize_text,
 )
 
@@ -48,8 +45,9 @@ class BrainMemory(BaseModel):
 
     ``knowledge`` is appended to like the history. After ``dumps`` the object keeps its own view; talks
     other processes dumped meanwhile appear on the next ``loads`` (or summary). With a sync
-    :class:`pgmem.Client` the database calls run on the event loop's thread (a few milliseconds each);
-    in an async server pass a :class:`pgmem.AsyncClient`.
+    :class:`pgmem.Client` the database calls run in a worker thread (the event loop is never blocked; a
+    compression's LLM calls then run on a private loop in that thread); with a :class:`pgmem.AsyncClient`
+    everything runs on the caller's loop.
 
     Args (keywords, as MetaGPT's): ``history``, ``knowledge``, ``historical_summary``,
     ``last_history_id``, ``is_dirty``, ``last_talk``, ``cacheable``, ``llm``; plus ``client`` (a
@@ -110,7 +108,7 @@ class BrainMemory(BaseModel):
 
     def _to_core(self, message: Any) -> Message:
         core = self._codec.to_core(message)
-        encode(core)
+        check_message(core)
         return core
 
     def _from_core(self, messages: list[Message]) -> list[Any]:
@@ -183,7 +181,7 @@ class BrainMemory(BaseModel):
         if not redis_key:
             return fresh
         check_brain_key(redis_key)
-        state = await maybe_await(self.db.brains.load(redis_key))
+        state = await call(self.db, lambda c: c.brains.load(redis_key))
         fresh._bind(redis_key)
         if state is None:
             return fresh
@@ -227,8 +225,9 @@ class BrainMemory(BaseModel):
         new_knowledge = [m for m in knowledge if storage_id(m) not in self._stored_knowledge]
         current = self._fields()
         changed = {k: v for k, v in current.items() if k not in self._saved or self._saved[k] != v}
-        await maybe_await(
-            self.db.brains.dump(
+        await call(
+            self.db,
+            lambda c: c.brains.dump(
                 redis_key,
                 history=new_history,
                 knowledge=new_knowledge,
@@ -236,7 +235,7 @@ class BrainMemory(BaseModel):
                 last_history_id=changed.get("last_history_id"),
                 ttl=ttl,
                 **({"last_talk": current["last_talk"]} if "last_talk" in changed else {}),
-            )
+            ),
         )
         self._bind(redis_key)
         self._ttl = ttl
@@ -270,7 +269,7 @@ class BrainMemory(BaseModel):
             else:
                 await self._flush()
             covered = [self._to_core(m) for m in self.history]
-            _, rest = await maybe_await(self.db.brains.set_summary(key, history_summary, covered=covered))
+            _, rest = await call(self.db, lambda c: c.brains.set_summary(key, history_summary, covered=covered))
             self.history = self._from_core(rest)
             self._stored = {storage_id(self._to_core(m)) for m in self.history}
             self.historical_summary = history_summary
@@ -297,7 +296,7 @@ class BrainMemory(BaseModel):
         self.llm = llm
         if self._key is not None and self.cacheable:
             await self._flush()
-            stored = await maybe_await(self.db.brains.history_for_summary(self._key))
+            stored = await call(self.db, lambda c: c.brains.history_for_summary(self._key))
             self.history = self._from_core(stored)
             self._stored.update(storage_id(m) for m in stored)
         texts = [self.historical_summary] if self.historical_summary else []
@@ -342,13 +341,13 @@ class BrainMemory(BaseModel):
         key, _ = db.brains.keys(self._key)
         # Appends to a brain's history are serialised by its row lock and commit in seq order, so the
         # unsummarised messages compression reads are a gapless prefix.
-        created = await compress(db.summaries, key, llm, policy)
-        level1 = [s.last_seq for s in await maybe_await(db.summaries.list(key, level=1))]
+        created: list[Summary] = await call(db, lambda c: c.summaries.compress(key, llm, policy))
+        level1 = [s.last_seq for s in await call(db, lambda c: c.summaries.list(key, level=1))]
         if not level1:
             return created
-        frontier = await maybe_await(db.summaries.frontier(key))
+        frontier = await call(db, lambda c: c.summaries.frontier(key))
         summary = "\n".join(s.content for s in frontier)
-        _, rest = await maybe_await(db.brains.set_summary(self._key, summary, summarized_seq=max(level1)))
+        _, rest = await call(db, lambda c: c.brains.set_summary(self._key, summary, summarized_seq=max(level1)))
         self.historical_summary = summary
         self.history = self._from_core(rest)
         self._saved = self._fields()

@@ -9,16 +9,16 @@ default) without ever blocking a write on it.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from pgmem._sync.client import Client
+from pgmem import Client
 from pgmem.checks import key_for
 from pgmem.connecting import get_default_client
 from pgmem.embeddings import Embedder
 from pgmem.errors import InvalidInput
+from pgmem.integrations._facade import call
 from pgmem.integrations.codec import MessageCodec
 from pgmem.integrations.metagpt.memory import Memory
 from pgmem.models import any_to_str
@@ -127,12 +127,13 @@ class MemoryStorage:
 
     async def search_similar(self, message: Any, k: int = 4) -> list[Any]:
         """Stored messages similar to ``message`` (above the threshold), most similar first, at most ``k``."""
-        (found,) = await asyncio.to_thread(self._similar_many, [message], k)
-        return found
+        found: list[list[Any]] = await call(self.client, lambda _: self._similar_many([message], k))
+        return found[0]
 
     async def search_similar_many(self, messages: Sequence[Any], k: int = 4) -> list[list[Any]]:
         """:meth:`search_similar` for many messages in one embedding call and one statement."""
-        return await asyncio.to_thread(self._similar_many, list(messages), k)
+        found: list[list[Any]] = await call(self.client, lambda _: self._similar_many(list(messages), k))
+        return found
 
     def persist(self) -> None:
         """Messages are durable already; this embeds what is still queued so every one is searchable."""
