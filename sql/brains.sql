@@ -63,15 +63,6 @@ RETURNING version;
 -- The newest history entry (0 when empty).
 SELECT coalesce(max(seq), 0) FROM pgmem.memory_entries WHERE namespace = %(ns)s AND memory = %(memory)s;
 
--- name: expired
--- Up to %(limit)s expired brains of every namespace (the retention job's batch), oldest first.
-SELECT namespace, key, redis_key
-FROM pgmem.brain_memories
-WHERE expires_at IS NOT NULL AND expires_at <= now()
-ORDER BY expires_at
-LIMIT %(limit)s
-FOR UPDATE SKIP LOCKED;
-
 -- name: delete_memories
 -- Drop memories (their entries, summaries and brain rows cascade). Returns how many were dropped.
 WITH gone AS (

@@ -241,30 +241,6 @@ WHERE namespace = %(ns)s AND queue = %(queue)s AND status = 'dead'
   AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
 RETURNING id;
 
--- name: purge_archive
--- Retention: drop archived items acknowledged more than %(older_than)s seconds ago (all queues when
--- %(queue)s is NULL), and the messages that nothing refers to any more. Returns the items removed.
-WITH gone AS (
-    DELETE FROM pgmem.queue_archive_batches
-    WHERE namespace = %(ns)s AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-      AND acked_at < now() - %(older_than)s * interval '1 second'
-    RETURNING message_ids
-), orphan AS (
-    DELETE FROM pgmem.messages AS m
-    USING (SELECT DISTINCT unnest(message_ids) AS message_id FROM gone) AS g
-    WHERE m.namespace = %(ns)s AND m.id = g.message_id
-      AND NOT EXISTS (SELECT 1 FROM pgmem.memory_entries AS e
-                      WHERE e.namespace = %(ns)s AND e.message_id = g.message_id)
-      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_items AS q
-                      WHERE q.namespace = %(ns)s AND q.message_id = g.message_id)
-      -- archived rows this statement keeps (the statement's snapshot still shows the ones it deletes)
-      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive_batches AS a
-                      WHERE a.message_ids @> ARRAY[g.message_id] AND a.namespace = %(ns)s
-                        AND (a.acked_at >= now() - %(older_than)s * interval '1 second'
-                             OR a.queue <> %(queue)s::text))
-)
-SELECT coalesce(sum(cardinality(message_ids)), 0) FROM gone;
-
 -- name: clear_queue
 -- Remove every live item of a queue (ready, leased and dead). Returns how many. The status condition
 -- (every status there is: queue_items_status_check) lets it find them on the two partial indexes.

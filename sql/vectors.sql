@@ -207,10 +207,6 @@ SELECT vec_rev FROM pgmem.memories WHERE namespace = $1::text AND key = $2::text
 -- name: head_rev
 SELECT vec_rev FROM pgmem.memories WHERE namespace = %(ns)s AND key = %(memory)s;
 
--- name: purge_vector_log
--- Retention: log rows older than the cutoff (caches behind them reload).
-DELETE FROM pgmem.vector_log WHERE logged_at < now() - %(older_than)s::interval;
-
 -- name: vector_rows
 -- How many vectors are stored (planner statistics: no scan), for the exact-or-index choice.
 SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = 'pgmem.embeddings'::regclass;

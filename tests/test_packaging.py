@@ -1,4 +1,5 @@
-"""The wheel carries the SQL files, the migrations and the typing marker, and works once installed.
+"""The wheel carries the SQL files, the migrations, the report's assets and the typing marker, and works
+once installed.
 
 The wheel is built from this checkout (``python -m build``; with ``--no-isolation`` when hatchling is
 importable here, else in an isolated environment that installs hatchling from the package index), then
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -21,6 +23,8 @@ import pytest
 from pgmem.ops import migrate
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The report's template, style and script: package data (pgmem.ops.report reads them at run time).
+REPORT_ASSETS = ("page.html", "report.css", "report.js")
 
 
 def _run(*args: str | Path, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -47,6 +51,9 @@ def test_wheel_contains_the_resources(wheel: Path) -> None:
         "pgmem/_resources/alembic.ini",
         "pgmem/py.typed",
         "pgmem/_sync/messages.py",
+        "pgmem/_sync/retention.py",
+        "pgmem/_resources/sql/retention.sql",
+        *(f"pgmem/ops/report_assets/{asset}" for asset in REPORT_ASSETS),
     ):
         assert required in names
     assert any(n.startswith("pgmem/_resources/migrations/versions/0001_") and n.endswith(".py") for n in names)
@@ -105,3 +112,17 @@ def test_installed_wheel_finds_its_resources_and_migrates(wheel: Path, tmp_path:
     # The installed console script migrates an empty database with the packaged migrations.
     done = _run(venv / "bin" / "pgmem", "migrate", "--dsn", empty_dsn, cwd=tmp_path, env=env)
     assert f"schema at revision {head}" in done.stdout
+
+    # The installed report reads its template, style and script from the installed package.
+    page = tmp_path / "report.html"
+    done = _run(venv / "bin" / "pgmem", "report", "--dsn", empty_dsn, "--out", page, cwd=tmp_path, env=env)
+    assert "report on 0 messages" in done.stdout
+    text = page.read_text()
+    for asset in REPORT_ASSETS:
+        body = (ROOT / "pgmem" / "ops" / "report_assets" / asset).read_text()
+        if asset == "page.html":
+            placeholders = re.findall(r"\$(\w+)", body)
+            assert placeholders and not [p for p in placeholders if f"${p}" in text]
+            assert text.startswith(body.partition("$")[0])
+        else:
+            assert body.strip() in text

@@ -34,6 +34,7 @@ REPLACEMENTS = {
     "AsyncSearchPlanner": "SearchPlanner",
     "AsyncSearcher": "Searcher",
     "AsyncRetrievalLog": "RetrievalLog",
+    "AsyncRetention": "Retention",
     "register_vector_async": "register_vector",
     "AsyncConnection": "Connection",
     "AsyncConnectionPool": "ConnectionPool",

@@ -15,6 +15,7 @@ from pgmem._acompat import arun_blocking
 from pgmem._async.brains import AsyncBrainRepository
 from pgmem._async.messages import AsyncMessageRepository
 from pgmem._async.queues import AsyncQueueRepository
+from pgmem._async.retention import AsyncRetention
 from pgmem._async.sessions import AsyncSessions
 from pgmem._async.summaries import AsyncSummaryRepository
 from pgmem._async.vectors import AsyncVectorRepository
@@ -74,6 +75,7 @@ class AsyncClient:
         self.vectors = AsyncVectorRepository(self, self.sessions)
         self.summaries = AsyncSummaryRepository(self)
         self.brains = AsyncBrainRepository(self)
+        self.retention = AsyncRetention(self)
         self.retrieval_log = get_settings().retrieval_log if retrieval_log is None else bool(retrieval_log)
 
     @property

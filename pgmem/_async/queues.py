@@ -9,7 +9,7 @@ import os
 import socket
 import time
 from collections.abc import AsyncIterator, Iterable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -456,17 +456,15 @@ class AsyncQueueRepository(AsyncRepository):
 
     async def purge_archive(
         self,
-        older_than: float | timedelta,
+        older_than: float | timedelta | datetime,
         *,
         queue: str | None = None,
         connection: AsyncConnection[Any] | None = None,
     ) -> int:
-        """Retention: delete archived (acknowledged) items older than ``older_than`` seconds, and the
-        messages nothing else refers to. Returns the items deleted."""
-        age = seconds(older_than, "older_than", maximum=100 * 366 * 24 * 3600.0)
-        params = {"queue": None if queue is None else check_queue(queue), "older_than": age}
-        rows = await self._rows("purge_archive", params, connection)
-        return int(rows[0][0])
+        """Retention: delete archived (acknowledged) items older than ``older_than`` (seconds, a timedelta
+        or an aware datetime), and the messages nothing else refers to. Returns the items deleted.
+        The same as :meth:`AsyncRetention.purge_queue_archive <pgmem._async.retention.AsyncRetention>`."""
+        return await self._client.retention.purge_queue_archive(older_than, queue=queue, connection=connection)
 
     async def clear(self, queue: str, *, connection: AsyncConnection[Any] | None = None) -> int:
         """Delete every live item of the queue (ready, leased and dead); return how many."""

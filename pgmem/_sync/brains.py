@@ -290,22 +290,7 @@ class BrainRepository(Repository):
         return int(row[0]) if row else 0
 
     def purge_expired(self, *, batch_size: int = 500, connection: Connection[Any] | None = None) -> int:
-        """The retention job: delete expired brains of every namespace (their history and knowledge
-        messages no other memory refers to, and their summaries). Returns how many brains were purged.
-
-        Batches are claimed with ``SKIP LOCKED``: several purgers can run at once, and a brain being
-        dumped right now is left for the next run.
-        """
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= 100_000:
-            raise InvalidInput(f"batch_size must be an integer in [1, 100000], got {batch_size!r}")
-        purged = 0
-        while True:
-            with translate():
-                with self._client.transaction(connection) as conn:
-                    cur = conn.execute(Q["expired"], {"limit": batch_size})
-                    rows = cur.fetchall()
-                    for namespace, key, redis_key in rows:
-                        self._drop(conn, namespace, [key, key_for("brain-knowledge:", redis_key)])
-            purged += len(rows)
-            if len(rows) < batch_size:
-                return purged
+        """The retention job: delete the namespace's expired brains (their history and knowledge messages
+        no other memory refers to, and their summaries). Returns how many brains were purged. The same as
+        :meth:`AsyncRetention.purge_expired_brains <pgmem._async.retention.AsyncRetention>`."""
+        return self._client.retention.purge_expired_brains(batch_size=batch_size, connection=connection)

@@ -16,6 +16,7 @@ from pgmem._acompat import run_blocking
 from pgmem._sync.brains import BrainRepository
 from pgmem._sync.messages import MessageRepository
 from pgmem._sync.queues import QueueRepository
+from pgmem._sync.retention import Retention
 from pgmem._sync.sessions import Sessions
 from pgmem._sync.summaries import SummaryRepository
 from pgmem._sync.vectors import VectorRepository
@@ -75,6 +76,7 @@ class Client:
         self.vectors = VectorRepository(self, self.sessions)
         self.summaries = SummaryRepository(self)
         self.brains = BrainRepository(self)
+        self.retention = Retention(self)
         self.retrieval_log = get_settings().retrieval_log if retrieval_log is None else bool(retrieval_log)
 
     @property

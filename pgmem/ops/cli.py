@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import re
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from pgmem.errors import PgmemError, redact
+from pgmem.checks import check_key, check_namespace
+from pgmem.errors import InvalidInput, PgmemError, redact
 from pgmem.ops import server as _server
 from pgmem.settings import get_settings
 
@@ -59,9 +62,9 @@ def server_status(home: HomeOption = None) -> None:
 
 
 def _dsn(dsn: str | None) -> str:
-    from pgmem._sync.client import _resolve_dsn
+    from pgmem.connecting import resolve_dsn
 
-    return _resolve_dsn(dsn)
+    return resolve_dsn(dsn)
 
 
 @app.command()
@@ -79,9 +82,97 @@ def purge_brains(dsn: DsnOption = None) -> None:
     """Retention job: delete expired BrainMemory rows (every namespace) with their history and summaries."""
     import pgmem
 
+    purged = 0
     with pgmem.connect(_dsn(dsn), min_size=0, max_size=1) as client:
-        purged = client.brains.purge_expired()
+        for namespace in client.retention.namespaces():
+            purged += client.with_namespace(namespace).retention.purge_expired_brains()
     console.print(f"purged {purged} expired brain{'' if purged == 1 else 's'}", highlight=False)
+
+
+_AGE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$", re.IGNORECASE)
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def _cutoff(text: str | None, option: str) -> timedelta | datetime | None:
+    """A purge's cutoff: an age (``90s``, ``15m``, ``2h``, ``7d``, ``1w``; measured on the server's clock) or
+    an ISO 8601 time (UTC when it has no offset)."""
+    if text is None:
+        return None
+    match = _AGE_RE.match(text)
+    if match:
+        return timedelta(seconds=float(match.group(1)) * _AGE_UNITS[match.group(2).lower()])
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidInput(f"{option} takes an age (90s, 15m, 2h, 7d, 1w) or an ISO 8601 time, got {text!r}") from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _age_option(name: str, what: str) -> Any:
+    return typer.Option(name, help=f"Delete {what} older than this: an age (90s, 15m, 2h, 7d, 1w) or an ISO time.")
+
+
+@app.command()
+def purge(
+    dsn: DsnOption = None,
+    namespace: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--namespace", "-n", help="This namespace (repeatable; default: every one holding something to purge)."
+        ),
+    ] = None,
+    queue_archive: Annotated[str | None, _age_option("--queue-archive", "acknowledged queue items")] = None,
+    queue: Annotated[str | None, typer.Option("--queue", help="Only this queue's archive.")] = None,
+    vector_log: Annotated[str | None, _age_option("--vector-log", "vector log rows (FAISS caches' replay)")] = None,
+    retrieval_log: Annotated[str | None, _age_option("--retrieval-log", "logged searches")] = None,
+    brains: Annotated[bool, typer.Option("--brains", help="Delete expired BrainMemory state.")] = False,
+) -> None:
+    """Retention: purge what pgmem keeps only for a while, with explicit cutoffs, namespace by namespace.
+
+    Clients sweep the vector log (and the retrieval log, when PGMEM_RETRIEVAL_LOG_RETENTION is set) on
+    their own; this command is for the rest and for one-off clean-ups. Prints the rows removed.
+    """
+    import pgmem
+
+    cutoffs = {
+        "queue archive": _cutoff(queue_archive, "--queue-archive"),
+        "vector log": _cutoff(vector_log, "--vector-log"),
+        "retrieval log": _cutoff(retrieval_log, "--retrieval-log"),
+    }
+    if queue is not None and queue_archive is None:
+        raise InvalidInput("--queue selects the archive of one queue: give --queue-archive too")
+    if not brains and all(c is None for c in cutoffs.values()):
+        raise InvalidInput("nothing to purge: give --queue-archive, --vector-log, --retrieval-log or --brains")
+    # Every name is checked before the first purge: a bad one further down the list must not stop the
+    # command half-way.
+    for ns in namespace or ():
+        check_namespace(ns)
+    if queue is not None:
+        check_key(queue, "queue name")
+    headers = {
+        "queue archive": "queue items",
+        "brains": "expired brains",
+        "vector log": "vector log rows",
+        "retrieval log": "logged searches",
+    }
+    removed: dict[str, dict[str, int]] = {}
+    with pgmem.connect(_dsn(dsn), min_size=0, max_size=1) as client:
+        for ns in namespace or client.retention.namespaces():
+            retention = client.with_namespace(ns).retention
+            counts = removed[ns] = {}
+            if (age := cutoffs["queue archive"]) is not None:
+                counts["queue archive"] = retention.purge_queue_archive(age, queue=queue)
+            if brains:
+                counts["brains"] = retention.purge_expired_brains()
+            if (age := cutoffs["vector log"]) is not None:
+                counts["vector log"] = retention.purge_vector_log(age)
+            if (age := cutoffs["retrieval log"]) is not None:
+                counts["retrieval log"] = retention.purge_retrieval_log(age)
+    kinds = [k for k in headers if cutoffs.get(k) is not None or (k == "brains" and brains)]
+    rows: list[dict[str, object]] = [{"namespace": ns, **counts} for ns, counts in removed.items()]
+    _print_table("purged", rows, {"namespace": "namespace", **{k: headers[k] for k in kinds}})
+    totals = ", ".join(f"{headers[k]} {sum(c[k] for c in removed.values())}" for k in kinds)
+    console.print(f"purged in {len(removed)} namespace{'' if len(removed) == 1 else 's'}: {totals}", highlight=False)
 
 
 SinceOption = Annotated[

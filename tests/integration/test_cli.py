@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
 import pytest
 
 import pgmem
+from tests.conftest import table_counts
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -75,3 +77,62 @@ def test_unreachable_dsn_is_a_clear_error_without_password() -> None:
     assert result.returncode == 1
     assert "ConnectionFailed" in result.stderr and "127.0.0.1" in result.stderr
     assert "hunter2secret" not in result.stderr + result.stdout
+
+
+def _purgeable(dsn: str) -> None:
+    """Two namespaces, each with an archived queue batch of 3 and 3 vector log rows, all two hours old."""
+    with pgmem.connect(dsn, namespace="alpha") as client:
+        for ns in ("alpha", "beta"):
+            scoped = client.with_namespace(ns)
+            q = scoped.queues
+            q.push_many("jobs", [pgmem.Message(content=f"{ns} job {i}") for i in range(3)])
+            q.ack(q.claim("jobs", 3))
+            scoped.vectors.enable("m")
+            scoped.messages.add_many("m", [pgmem.Message(content=f"{ns} note {i}") for i in range(3)])
+            scoped.vectors.flush()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE pgmem.queue_archive_batches SET acked_at = acked_at - interval '2 hours'")
+        conn.execute("UPDATE pgmem.vector_log SET logged_at = logged_at - interval '2 hours'")
+
+
+def _rows_of(dsn: str, table: str) -> dict[str, int]:
+    with psycopg.connect(dsn) as conn:
+        query = f"SELECT namespace, count(*) FROM pgmem.{table} GROUP BY 1"
+        return {ns: n for ns, n in conn.execute(query).fetchall()}
+
+
+def test_purge_runs_the_purges_with_explicit_cutoffs_namespace_by_namespace(dsn: str) -> None:
+    _purgeable(dsn)
+    out = run_cli(
+        "purge", "--dsn", dsn, "-n", "alpha", "--queue-archive", "1h", "--vector-log", "90m", "--brains"
+    ).stdout
+    assert "purged in 1 namespace: queue items 3, expired brains 0, vector log rows 2" in out
+    assert _rows_of(dsn, "queue_archive_batches") == {"beta": 1}
+    assert _rows_of(dsn, "vector_log") == {"alpha": 1, "beta": 3}  # each memory keeps its newest revision
+    # No namespace: every one holding something to purge; a cutoff may be a moment.
+    later = (datetime.now(UTC) + timedelta(minutes=1)).isoformat()
+    out = run_cli("purge", "--dsn", dsn, "--queue-archive", later).stdout
+    assert "purged in 2 namespaces: queue items 3" in out
+    assert _rows_of(dsn, "queue_archive_batches") == {}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("-n", "alpha", "--vector-log", "yesterday"),
+        ("-n", "alpha", "-n", "not a namespace", "--vector-log", "1h"),
+        ("-n", "alpha", "--queue", "jobs"),
+        ("-n", "alpha", "--queue", "no spaces", "--queue-archive", "1h"),
+        (
+            "-n",
+            "alpha",
+        ),
+    ],
+    ids=["bad age", "bad namespace", "queue without archive", "bad queue", "nothing to purge"],
+)
+def test_purge_rejects_bad_input_before_deleting_anything(dsn: str, args: tuple[str, ...]) -> None:
+    _purgeable(dsn)
+    before = table_counts(dsn)
+    result = run_cli("purge", "--dsn", dsn, *args, check=False)
+    assert result.returncode == 1 and "InvalidInput" in result.stderr, result.stderr
+    assert table_counts(dsn) == before

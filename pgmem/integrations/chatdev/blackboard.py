@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
+from psycopg import Connection
 from pydantic import Field
 
 from pgmem.integrations.chatdev.base import (
@@ -75,28 +77,18 @@ class BlackboardMemoryStore(MemoryStore):
         client = self.client
         with client.transaction() as conn:
             client.messages.add(self.memory_key, message, connection=conn)
-            client.messages.trim(self.memory_key, self.config.max_items, connection=conn)
-            if self.config.max_age_seconds is not None:
-                self._rows(
-                    "remove_entries",
-                    {"memory": self.memory_key, "ids": None, "seconds": self.config.max_age_seconds},
-                    conn,
-                )
+            self._trim(conn)
         return True
 
     def trim(self) -> int:
         """Apply the count and age limits now (writes do it too); return how many entries were removed."""
-        client = self.client
-        with client.transaction() as conn:
-            removed = client.messages.trim(self.memory_key, self.config.max_items, connection=conn)
-            if self.config.max_age_seconds is not None:
-                rows = self._rows(
-                    "remove_entries",
-                    {"memory": self.memory_key, "ids": None, "seconds": self.config.max_age_seconds},
-                    conn,
-                )
-                removed += int(rows[0][0])
-        return removed
+        return self._trim(None)
+
+    def _trim(self, connection: Connection[Any] | None) -> int:
+        limits = self.config
+        return self.client.retention.trim(
+            self.memory_key, limits.max_items, older_than=limits.max_age_seconds, connection=connection
+        )
 
     def retrieve(
         self,

@@ -111,8 +111,8 @@ class Memory:
         self.client.messages.clear(self.key)
 
     def purge(self) -> int:
-        """Delete the messages older than the window; return how many."""
-        return self.client.messages.trim(self.key, self.max_messages)
+        """Delete the messages older than the window; return how many (``client.retention.trim``)."""
+        return self.client.retention.trim(self.key, self.max_messages)
 
     @property
     def messages(self) -> list[Message]:

@@ -1,0 +1,292 @@
+"""Retention (``client.retention``): each purge removes exactly the old rows of its own namespace, bad input
+deletes nothing, and the sweep keeps the vector log bounded without a round trip when it is not due.
+
+Rows are made old by moving their timestamps back with plain SQL (instead of waiting an hour).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+
+import pgmem
+from pgmem import Message
+from pgmem.cache import VectorCache
+from tests.conftest import table_counts
+from tests.integration.cache_workers import same
+
+NAMESPACES = ("test", "other")
+
+
+def _sql(dsn: str, query: str, params: Any = None) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        cur = conn.execute(query, params)  # type: ignore[arg-type]
+        return cur.fetchall() if cur.description else []
+
+
+def _count(dsn: str, table: str, namespace: str) -> int:
+    return int(_sql(dsn, f"SELECT count(*) FROM pgmem.{table} WHERE namespace = %s", (namespace,))[0][0])
+
+
+def _age(dsn: str, table: str, column: str, where: str, params: Any = ()) -> None:
+    """Move the rows matching ``where`` two hours back."""
+    _sql(dsn, f"UPDATE pgmem.{table} SET {column} = {column} - interval '2 hours' WHERE {where}", params)
+
+
+def _vectors(client: pgmem.Client, memory: str, n: int, start: int = 0) -> None:
+    batch = [Message(id=f"{memory}-{i}", content=f"item {i} colour {i % 11} shape {i % 7}") for i in range(start, n)]
+    client.messages.add_many(memory, batch)
+    client.vectors.flush()
+
+
+def _log(dsn: str, namespace: str, memory: str = "m") -> list[int]:
+    rows = _sql(
+        dsn, "SELECT rev FROM pgmem.vector_log WHERE namespace = %s AND memory = %s ORDER BY rev", (namespace, memory)
+    )
+    return [int(r[0]) for r in rows]
+
+
+def test_queue_archive_purge_takes_the_old_items_of_its_namespace_and_queue(dsn: str) -> None:
+    with pgmem.connect(dsn, namespace="test") as client:
+        for ns in NAMESPACES:
+            q = client.with_namespace(ns).queues
+            for queue, n in (("a", 3), ("b", 2)):
+                q.push_many(queue, [Message(content=f"{ns} {queue} {i}") for i in range(n)])
+                q.ack(q.claim(queue, n))
+            q.push("a", Message(content=f"{ns} a late"))
+            q.ack(q.claim("a"))  # a second, young archive row of queue a
+            _age(dsn, "queue_archive_batches", "acked_at", "namespace = %s AND cardinality(message_ids) > 1", (ns,))
+        retention = client.retention
+        assert retention.purge_queue_archive(3600, queue="b") == 2
+        assert retention.purge_queue_archive(timedelta(hours=1)) == 3  # queue a's old row; b's is gone
+        assert retention.purge_queue_archive(3600) == 0
+        assert _count(dsn, "queue_archive_batches", "test") == 1  # the young one
+        # A cutoff may be a moment; the young row goes with one after it.
+        assert retention.purge_queue_archive(datetime.now(UTC) + timedelta(minutes=1)) == 1
+        assert _count(dsn, "messages", "test") == 0  # nothing else referred to them
+        assert _count(dsn, "queue_archive_batches", "other") == 3
+        assert _count(dsn, "messages", "other") == 6
+
+
+def test_expired_brain_purge_is_scoped_to_its_namespace(dsn: str) -> None:
+    with pgmem.connect(dsn, namespace="test") as client:
+        for ns in NAMESPACES:
+            brains = client.with_namespace(ns).brains
+            for key in ("chat:1", "chat:2", "chat:3"):
+                brains.dump(key, history=[Message(content=f"{ns} {key}")], ttl=3600)
+            brains.dump("chat:forever", history=[Message(content="kept")], ttl=None)
+            _sql(
+                dsn,
+                "UPDATE pgmem.brain_memories SET expires_at = now() - interval '1 second' "
+                "WHERE namespace = %s AND redis_key <> 'chat:3' AND expires_at IS NOT NULL",
+                (ns,),
+            )
+        assert client.retention.purge_expired_brains(batch_size=1) == 2  # two batches of one, then an empty one
+        assert client.retention.purge_expired_brains() == 0
+        left = _sql(dsn, "SELECT redis_key FROM pgmem.brain_memories WHERE namespace = 'test' ORDER BY 1")
+        assert [r[0] for r in left] == ["chat:3", "chat:forever"]
+        assert _count(dsn, "messages", "test") == 2  # the purged brains' history went with them
+        assert _count(dsn, "brain_memories", "other") == 4 and _count(dsn, "messages", "other") == 4
+        # The old method delegates to retention (same namespace scope).
+        assert client.with_namespace("other").brains.purge_expired() == 2
+
+
+def test_vector_log_purge_removes_a_prefix_of_each_memory_and_keeps_its_head(dsn: str) -> None:
+    with pgmem.connect(dsn, namespace="test") as client:
+        for ns in NAMESPACES:
+            scoped = client.with_namespace(ns)
+            scoped.vectors.enable("m")
+            _vectors(scoped, "m", 5)
+        assert _log(dsn, "test") == [1, 2, 3, 4, 5]
+        _age(dsn, "vector_log", "logged_at", "true")  # every namespace's rows are old
+        _vectors(client, "m", 7, start=5)  # revisions 6 and 7, young
+        retention = client.retention
+        assert retention.purge_vector_log(3600) == 5
+        assert _log(dsn, "test") == [6, 7]
+        assert retention.purge_vector_log(3600) == 0
+        # Everything old: the newest revision stays (a cache behind it sees the purge by the gap).
+        assert retention.purge_vector_log(0) == 1
+        assert _log(dsn, "test") == [7]
+        # A revision logged after the cutoff keeps every later one, even an older-stamped one (a long
+        # transaction logs the time it began).
+        _vectors(client, "m", 10, start=7)
+        _age(dsn, "vector_log", "logged_at", "namespace = 'test' AND rev <> 8")
+        assert retention.purge_vector_log(3600) == 1
+        assert _log(dsn, "test") == [8, 9, 10]
+        assert _log(dsn, "other") == [1, 2, 3, 4, 5]  # untouched
+
+
+def test_retrieval_log_purge_is_scoped_to_its_namespace(dsn: str) -> None:
+    with pgmem.connect(dsn, namespace="test", retrieval_log=True) as client:
+        for ns in NAMESPACES:
+            scoped = client.with_namespace(ns)
+            scoped.vectors.enable("m")
+            _vectors(scoped, "m", 3)
+            for i in range(3):
+                scoped.vectors.search(f"item {i}", memory="m", k=2, label=f"q{i}")
+        _age(dsn, "retrieval_log", "logged_at", "label <> 'q2'")
+        assert client.retention.purge_retrieval_log(3600) == 2
+        assert client.retention.purge_retrieval_log(3600) == 0
+        assert [r[0] for r in _sql(dsn, "SELECT label FROM pgmem.retrieval_log WHERE namespace = 'test'")] == ["q2"]
+        assert _count(dsn, "retrieval_log", "other") == 3
+
+
+def test_trim_by_count_and_age(client: pgmem.Client, dsn: str) -> None:
+    client.messages.add_many("m", [Message(content=str(i)) for i in range(6)])
+    client.with_namespace("other").messages.add_many("m", [Message(content=str(i)) for i in range(6)])
+    assert client.retention.trim("m", 4) == 2
+    assert [m.content for m in client.messages.last("m")] == ["2", "3", "4", "5"]
+    _age(dsn, "memory_entries", "added_at", "namespace = 'test' AND seq IN (SELECT min(seq) FROM pgmem.memory_entries)")
+    assert client.retention.trim("m", older_than=3600) == 1
+    assert client.retention.trim("m", 10, older_than=3600) == 0
+    assert client.retention.trim("m", 0) == 3
+    assert client.messages.count("m") == 0 and _count(dsn, "messages", "test") == 0
+    assert client.with_namespace("other").messages.count("m") == 6
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [-1, -0.5, math.nan, math.inf, True, "3600", None, datetime(2026, 1, 1), timedelta(seconds=-1), 1e12],
+    ids=repr,
+)
+def test_bad_cutoffs_raise_invalid_input_and_delete_nothing(client: pgmem.Client, dsn: str, bad: Any) -> None:
+    client.vectors.enable("m")
+    _vectors(client, "m", 3)
+    q = client.queues
+    q.push("a", Message(content="x"))
+    q.ack(q.claim("a"))
+    _age(dsn, "vector_log", "logged_at", "true")
+    _age(dsn, "queue_archive_batches", "acked_at", "true")
+    before = table_counts(dsn)
+    retention = client.retention
+    for purge in (
+        lambda: retention.purge_queue_archive(bad),
+        lambda: retention.purge_vector_log(bad),
+        lambda: retention.purge_retrieval_log(bad),
+        lambda: q.purge_archive(bad),
+    ):
+        with pytest.raises(pgmem.InvalidInput):
+            purge()
+    if bad is not None:
+        with pytest.raises(pgmem.InvalidInput):
+            retention.trim("m", 1, older_than=bad)
+    assert table_counts(dsn) == before
+
+
+def test_other_bad_input_deletes_nothing(client: pgmem.Client, dsn: str) -> None:
+    client.messages.add_many("m", [Message(content=str(i)) for i in range(3)])
+    before = table_counts(dsn)
+    retention = client.retention
+    with pytest.raises(pgmem.InvalidInput, match="keep_last, older_than or both"):
+        retention.trim("m")
+    for keep in (-1, 1.5, True, "2", 2**63):
+        with pytest.raises(pgmem.InvalidInput):
+            retention.trim("m", keep)
+    with pytest.raises(pgmem.InvalidInput):
+        retention.trim("bad key!", 1)
+    with pytest.raises(pgmem.InvalidInput):
+        retention.purge_queue_archive(0, queue="no spaces")
+    for batch in (0, -1, 100_001, True):
+        with pytest.raises(pgmem.InvalidInput):
+            retention.purge_expired_brains(batch_size=batch)
+    assert table_counts(dsn) == before
+
+
+def test_sweep_if_due_sweeps_once_per_interval_without_a_round_trip_in_between(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PGMEM_SWEEP_INTERVAL", "3600")
+    monkeypatch.setenv("PGMEM_VECTOR_LOG_RETENTION", "60")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        client = pgmem.connect(conn, namespace="test")  # on one connection: closing it cuts the client off
+        client.vectors.enable("m")
+        _vectors(client, "m", 4)
+        _age(dsn, "vector_log", "logged_at", "true")
+        assert client.retention.due()
+        assert _swept(client.retention.sweep_if_due()) == (3, None)
+        assert not client.retention.due()
+        _vectors(client, "m", 8, start=4)
+        _age(dsn, "vector_log", "logged_at", "true")
+        assert client.retention.sweep_if_due() is None  # not due: the old rows stay
+        assert _log(dsn, "test") == [4, 5, 6, 7, 8]
+        # sweep() itself runs whenever asked.
+        assert _swept(client.retention.sweep()) == (4, None)
+    # The connection is closed: a round trip would raise ClientClosed. Not due, none is made.
+    assert client.retention.sweep_if_due() is None
+    with pytest.raises(pgmem.ClientClosed):
+        client.retention.sweep()
+
+
+def _swept(swept: Any) -> tuple[int, int | None]:
+    assert swept is not None
+    return swept.vector_log, swept.retrieval_log
+
+
+def test_sweep_purges_the_retrieval_log_only_when_its_retention_is_set(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PGMEM_SWEEP_INTERVAL", "0")
+    with pgmem.connect(dsn, namespace="test", retrieval_log=True) as client:
+        client.vectors.enable("m")
+        _vectors(client, "m", 2)
+        client.vectors.search("item 1", memory="m", k=1)
+        _age(dsn, "retrieval_log", "logged_at", "true")
+        swept = client.retention.sweep_if_due()
+        assert swept is not None and swept.retrieval_log is None
+        assert _count(dsn, "retrieval_log", "test") == 1
+        monkeypatch.setenv("PGMEM_RETRIEVAL_LOG_RETENTION", "3600")
+        swept = client.retention.sweep_if_due()  # interval 0: due at every call
+        assert swept is not None and swept.retrieval_log == 1
+        assert _count(dsn, "retrieval_log", "test") == 0
+
+
+def test_vector_log_stays_bounded_under_repeated_writes_once_sweeps_run(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PGMEM_SWEEP_INTERVAL", "0")
+    monkeypatch.setenv("PGMEM_VECTOR_LOG_RETENTION", "0")
+    with pgmem.connect(dsn, namespace="test") as client:
+        for memory in ("a", "b"):
+            client.vectors.enable(memory)
+        sizes = []
+        for i in range(30):
+            memory = "ab"[i % 2]
+            client.messages.add(memory, Message(content=f"note {i}"))
+            client.vectors.flush()
+            client.retention.sweep_if_due()
+            sizes.append(_count(dsn, "vector_log", "test"))
+        # Each sweep leaves one revision per memory (its newest): the log does not grow with the writes.
+        assert max(sizes[1:]) == 2, sizes
+        assert client.vectors.head_rev("a") == 15
+
+
+@pytest.mark.parametrize("mode", ["default", "strict"])
+def test_a_cache_behind_a_purged_log_reloads_and_answers_exactly(client: pgmem.Client, mode: str) -> None:
+    client.vectors.enable("m")
+    _vectors(client, "m", 20)
+    with VectorCache(client, mode=mode) as cache:  # type: ignore[arg-type]
+        query = np.asarray(client.embedder.embed(["item 2 colour 2 shape 2"])[0])
+        cache.search_vectors("m", query, 3)
+        loads = cache.stats.loads
+        _vectors(client, "m", 40, start=20)
+        assert client.retention.purge_vector_log(0) == 39  # the cache's revision (20) is gone from the log
+        got = cache.search_vectors("m", query, 10)[0]
+        exact = [(h.message.id, h.score) for h in client.search(vector=query, memory="m", k=10, mode="exact")]
+        assert same(got, exact) and len(got) == 10
+        assert cache.stats.loads == loads  # caught up by a reload inside the entry, not a new entry
+
+
+async def test_the_async_flavour_sweeps_too(aclient: pgmem.AsyncClient, dsn: str) -> None:
+    await aclient.vectors.enable("m")
+    await aclient.messages.add_many("m", [Message(content=f"item {i}") for i in range(3)])
+    await aclient.vectors.flush()
+    _age(dsn, "vector_log", "logged_at", "true")
+    swept = await aclient.retention.sweep_if_due()
+    assert swept is not None and swept.vector_log == 2
+    assert await aclient.retention.sweep_if_due() is None
+    assert await aclient.retention.trim("m", 1) == 2
