@@ -543,8 +543,9 @@ class VectorCache:
                 return
         head, floor, changes = self._changes(memory, entry.model, entry.rev)
         self.stats.catch_ups += 1
-        if head < entry.rev or (changes and changes[0][0] != entry.rev + 1 and (floor or 0) > entry.rev + 1):
-            # The memory was recreated, or the log was purged past this entry: start over.
+        purged = floor is None or floor > entry.rev + 1  # revisions after this entry's are gone from the log
+        if head < entry.rev or (head > entry.rev and purged):
+            # The memory was recreated, or the log was purged past this entry (or emptied): start over.
             with self._lock:
                 seen = self._announcements.get(memory, 0)
             rev, ids, matrix = self._memory_vectors(memory, entry.model)

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import unasync
 
-
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "pgmem" / "_async"
 DST = ROOT / "pgmem" / "_sync"

@@ -212,6 +212,12 @@ class AsyncEmbeddingOutbox(AsyncRepository):
             await self.embed_pending(count_remaining=False)
         except Exception as exc:  # noqa: BLE001 - a background job logs; the outbox keeps the work
             log.warning("background embedding failed: %s: %s", type(exc).__name__, exc)
+        try:
+            # The namespace's routine purges (the vector log this worker's writes grow), at most once per
+            # PGMEM_SWEEP_INTERVAL; no round trip when not due.
+            await self._client.retention.sweep_if_due()
+        except Exception as exc:  # noqa: BLE001 - retention is retried at the next interval
+            log.warning("retention sweep failed: %s: %s", type(exc).__name__, exc)
 
     async def wait(self) -> None:
         """Wait for the background embedding of this client's writes (no round trip when idle)."""

@@ -243,7 +243,9 @@ def test_model_switch_reaches_the_cache(dsn: str, client: pgmem.Client, mode: st
         other.vectors.flush(alt)
         assert other.vectors.models("m") == {"alt-384": "active"}
         deadline = time.monotonic() + 5
-        while mode == "default" and client.vectors.registry._active.get("m") is not None and time.monotonic() < deadline:
+        while (
+            mode == "default" and client.vectors.registry._active.get("m") is not None and time.monotonic() < deadline
+        ):
             time.sleep(0.001)
         query = alt.embed(["item 4 colour 4 shape 4"])[0]
         assert cache.search_vectors("m", query, 1)[0][0][0] == "m-4"
@@ -383,3 +385,42 @@ def test_a_shared_kth_place_goes_to_the_smallest_ids(client: pgmem.Client, faiss
         assert [i for i, _ in eight[:6]] == [f"twin-{c}" for c in "abcdef"]
         # the next place is shared by the 14 "other" rows closest to the twins: the two smallest ids
         assert [(i, s) for i, s in eight[6:]] == [("other-00", 0.75), ("other-03", 0.75)]
+
+
+@pytest.mark.parametrize("mode", ["default", "strict"])
+def test_a_log_emptied_after_a_peers_write_reloads(dsn: str, client: pgmem.Client, mode: str) -> None:
+    """A peer writes, then the whole vector log is purged before the cache catches up: the cache cannot
+    replay the change, so it reloads (before the fix it jumped to the new revision and answered stale)."""
+    client.vectors.enable("m")
+    _fill(client, "m", 20)
+    query = client.embedder.embed(["item 25 colour 3 shape 4"])[0]
+    with VectorCache(client, mode=mode) as cache, pgmem.connect(dsn, namespace="test") as peer:
+        cache.search_vectors("m", query, 3)  # loaded at the current revision
+        _fill(peer, "m", 30, start=20)
+        rev = peer.vectors.head_rev("m")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("DELETE FROM pgmem.vector_log")
+        assert cache.wait_announced("m", rev)
+        assert same(cache.search_vectors("m", query, 5)[0], _exact(client, "m", query, 5))
+        assert "m-25" in [i for i, _ in cache.search_vectors("m", query, 5)[0]]
+
+
+async def test_the_cache_serves_an_async_client(dsn: str) -> None:
+    """The cache reads on its own connections: an AsyncClient's own writes reach it and its answers equal
+    Postgres's exact search."""
+    async with await pgmem.aconnect(dsn, namespace="test") as aclient:
+        await aclient.vectors.enable("m")
+        await aclient.messages.add_many(
+            "m", [Message(id=f"m-{i}", content=f"item {i} colour {i % 11}") for i in range(30)]
+        )
+        await aclient.vectors.flush()
+        query = aclient.embedder.embed(["item 7 colour 7"])[0]
+        with VectorCache(aclient) as cache:
+            first = cache.search("m", "item 7 colour 7", 3)
+            assert first[0].message.id == "m-7"
+            await aclient.messages.add("m", Message(id="m-new", content="item 7 colour 7"))
+            await aclient.vectors.flush()
+            got = cache.search_vectors("m", query, 5)[0]
+            exact = await aclient.vectors.search(vector=query, memory="m", k=5, mode="exact")
+            assert same(got, [(h.message.id, h.score) for h in exact])
+            assert "m-new" in [i for i, _ in got]
