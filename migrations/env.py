@@ -17,7 +17,8 @@ config = context.config
 
 
 def _include_object(obj, name, type_, reflected, compare_to):  # type: ignore[no-untyped-def]
-    # Only pgmem's own schema is ours to compare; views are created from sql/ by migrations.
+    # Only pgmem's own schema is ours to compare. Alembic compares tables, not views, functions or
+    # triggers: tests/migrations/test_database_code.py checks those against sql/.
     if type_ == "table" and getattr(obj, "schema", None) not in (SCHEMA, None):
         return False
     if type_ == "table" and name == "alembic_version":
