@@ -1,12 +1,12 @@
 -- pgmem's analytics views: part of the public interface, documented column by column in docs/analytics.md.
--- Migration 0006 creates them in the order of this file (one `-- name: x` block per view, named like the
--- view) and drops them on downgrade. Every view carries `namespace`; filter on it (and on `memory` where
+-- One `-- name: x` block per view, named like the view. Migrations create the views with their text
+-- copied in (the baseline 0001 as of 2026-11-24). Every view carries `namespace`; filter on it (and on `memory` where
 -- there is one) and the planner pushes the filter down to the tables' (namespace, …) indexes.
 -- Actions (`cause_by`) are kept as stored (e.g. `metagpt.actions.write_prd.WritePRD`); `action_name` is
 -- the part after the last dot.
--- Changing a view: add a migration that re-creates it (CREATE OR REPLACE VIEW; new columns only at the
--- end, the columns are public). A view that needs a table from a later migration goes in its own file
--- (as sql/views_summaries.sql), created by that migration: 0006 runs this file as it is today.
+-- Changing a view: add a migration that re-creates it with the new text copied in (CREATE OR REPLACE
+-- VIEW; new columns only at the end, the columns are public); tests/migrations/test_database_code.py
+-- fails until the migrated database's view equals the one declared here.
 -- Tokens: `tokens` is the count a writer stored (NULL when nobody counted); `tokens_estimated` falls back
 -- to ceil(characters / 4), OpenAI's rule of thumb for English text.
 

@@ -82,7 +82,7 @@ messages = Table(
         Computed(f"to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, left(content, {FTS_MAX_CHARS}))", persisted=True),
     ),
     PrimaryKeyConstraint("namespace", "id", name="messages_pkey"),
-    # Messages looked up one by one (a claim's items): one bucket page, no text comparisons (migration 0015).
+    # Messages looked up one by one (a claim's items): one bucket page, no text comparisons (pre-baseline migration 0015).
     Index("messages_id_hash_idx", "id", postgresql_using="hash"),
     Index("messages_namespace_seq_key", "namespace", "seq", unique=True),
     Index("messages_cause_by_idx", "namespace", "cause_by", "seq"),
@@ -91,7 +91,7 @@ messages = Table(
     Index("messages_content_hash_idx", "namespace", "content_hash"),
     Index("messages_send_to_idx", "send_to", postgresql_using="gin"),
     Index("messages_tsv_idx", "tsv", postgresql_using="gin"),
-    # Analytics (migration 0006): time windows of one namespace (pgmem stats --since, the report).
+    # Analytics (pre-baseline migration 0006): time windows of one namespace (pgmem stats --since, the report).
     Index("messages_created_idx", "namespace", "created_at"),
     comment="Every message, stored once per namespace; memories refer to it through memory_entries.",
 )
@@ -120,7 +120,7 @@ memory_entries = Table(
     ),
     Index("memory_entries_order_key", "namespace", "memory", "seq", unique=True),
     Index("memory_entries_cause_by_idx", "namespace", "memory", "cause_by", "seq"),
-    # Covering: a filtered HNSW search probes it per candidate, index-only (migration 0009).
+    # Covering: a filtered HNSW search probes it per candidate, index-only (pre-baseline migration 0009).
     Index("memory_entries_message_idx", "namespace", "message_id", postgresql_include=["memory"]),
     comment="Which messages a memory holds, in the order they were added.",
 )
@@ -156,7 +156,7 @@ queue_items = Table(
         ["pgmem.messages.namespace", "pgmem.messages.id"],
         name="queue_items_message_fkey",
     ),
-    CheckConstraint("status IN ('ready', 'dead')", name="queue_items_status_check"),  # migration 0016
+    CheckConstraint("status IN ('ready', 'dead')", name="queue_items_status_check"),  # pre-baseline migration 0016
     Index(
         "queue_items_claim_idx",
         "namespace",
@@ -176,7 +176,7 @@ queue_items = Table(
     Index("queue_items_message_idx", "namespace", "message_id"),
     Index("queue_items_dead_idx", "namespace", "queue", "died_at", postgresql_where=text("status = 'dead'")),
     comment="Live queue items (ready, leased or dead); acknowledged items move to queue_archive.",
-    # Free space for HOT updates on claim (migrations 0003, 0008), eager autovacuum (0003), unthrottled (0007).
+    # Free space for HOT updates on claim (pre-baseline migrations 0003, 0008), eager autovacuum (0003), unthrottled (0007).
     postgresql_with={
         "fillfactor": "45",
         "autovacuum_vacuum_scale_factor": "0.01",
@@ -217,7 +217,7 @@ queue_archive_batches = Table(
     # Rows up to ~80 items stay inline and uncompressed: no pglz, no TOAST insert on acknowledgement (0014).
     postgresql_with={"toast_tuple_target": "8160"},
 )
-# pgmem.queue_archive, one row per acknowledged item, is a view over it (migration 0013).
+# pgmem.queue_archive, one row per acknowledged item, is a view over it (pre-baseline migration 0013).
 
 subscriptions = Table(
     "subscriptions",
@@ -302,7 +302,7 @@ embedding_outbox = Table(
     # embedder has locked (that wait closed a deadlock cycle). Embedders skip and purge rows whose message
     # is gone.
     ForeignKeyConstraint(["model_id"], ["pgmem.embedding_models.id"], name="embedding_outbox_model_fkey"),
-    # Claims take batches in this order, reading only available rows (migration 0011).
+    # Claims take batches in this order, reading only available rows (pre-baseline migration 0011).
     Index("embedding_outbox_claim_idx", "namespace", "model_id", "available_at", "message_id"),
     comment="Messages waiting for an embedding, queued in the transaction that stored them (no FK to messages).",
 )
@@ -322,7 +322,7 @@ vector_log = Table(
     comment="Changes to the set of vectors of each memory, written by triggers; FAISS caches replay it.",
 )
 
-# -- Issue 5: summaries, BrainMemory, ChatDev-style stores (migration 0005) ------------------------------
+# -- Issue 5: summaries, BrainMemory, ChatDev-style stores (pre-baseline migration 0005) ------------------------------
 
 summaries = Table(
     "summaries",
@@ -427,7 +427,7 @@ store_files = Table(
     comment="Files indexed by a file store, with the hash they were indexed at (re-indexed when it changes).",
 )
 
-# -- analytics (migration 0006) ------------------------------------------------------------------------
+# -- analytics (pre-baseline migration 0006) ------------------------------------------------------------------------
 # The views over these tables are defined in sql/views.sql (created by the migration, documented in
 # docs/analytics.md); alembic does not compare views.
 

@@ -152,7 +152,7 @@ def test_a_lost_ack_leaves_the_callers_transaction_usable(client: pgmem.Client, 
 def test_claim_with_ack_claims_before_it_waits_on_an_acknowledgement(client: pgmem.Client, dsn: str) -> None:
     """The claim half of claim(ack=) reads the queue as the statement starts, before the acknowledgements
     (which may wait for a row lock): a claim on a stale snapshot locks rows other consumers took meanwhile,
-    and their next acknowledgement then waits for it (sql/queues.sql, migration 0012)."""
+    and their next acknowledgement then waits for it (sql/queues.sql, pre-baseline migration 0012)."""
     q = client.queues
     q.push_many("jobs", [m("a"), m("b"), m("c")])
     (a,) = q.claim("jobs")
@@ -257,7 +257,7 @@ def test_claims_and_acks_use_one_plan_per_prepared_statement(client: pgmem.Clien
 
 
 def test_claims_find_their_messages_through_the_hash_index(client: pgmem.Client, dsn: str) -> None:
-    """Each claimed item's message is looked up by id through messages_id_hash_idx (migration 0015), not by
+    """Each claimed item's message is looked up by id through messages_id_hash_idx (pre-baseline migration 0015), not by
     a descent of messages_pkey: at batch 50 those descents were a fifth of a consumer backend's CPU. (Under
     about 5,000 messages the planner reads them all in one sequential scan instead, which is cheaper.)"""
     q = client.queues
@@ -289,7 +289,7 @@ def test_claims_find_their_messages_through_the_hash_index(client: pgmem.Client,
 
 def test_claims_are_hot_updates(client: pgmem.Client, dsn: str) -> None:
     """Claiming every item of full pages rewrites each row once: the page's free space (fillfactor,
-    migration 0008) must hold them all, so that no claim adds entries to the table's indexes."""
+    pre-baseline migration 0008) must hold them all, so that no claim adds entries to the table's indexes."""
     q = client.queues
     q.push_many("jobs", [m("x" * 40 + str(i), metadata={"i": i}) for i in range(600)], max_attempts=3)
     with psycopg.connect(dsn) as conn:  # one transaction: its own counters, no stats delay
@@ -395,7 +395,7 @@ def test_ack_archives_and_retention_purges(client: pgmem.Client, dsn: str) -> No
 
 def test_an_archived_batch_of_50_stays_inline_and_uncompressed(client: pgmem.Client, dsn: str) -> None:
     """Past 2 kB Postgres would compress the row's arrays and move them to TOAST inside the acknowledging
-    statement; toast_tuple_target (migration 0014) keeps rows of up to ~80 items as they are."""
+    statement; toast_tuple_target (pre-baseline migration 0014) keeps rows of up to ~80 items as they are."""
     q = client.queues
     q.push_many("jobs", [m(f"j{i}") for i in range(50)])
     q.ack(q.claim("jobs", n=50))
@@ -406,7 +406,7 @@ def test_an_archived_batch_of_50_stays_inline_and_uncompressed(client: pgmem.Cli
         ).fetchone()
     assert row is not None
     size, toast = row
-    assert size > 2100 and toast == 0, row  # before 0014: compressed, then partly moved to TOAST
+    assert size > 2100 and toast == 0, row  # before pre-baseline migration 0014: compressed, then partly moved to TOAST
 
 
 def test_archived_messages_outlive_their_memory_until_every_queue_purges_them(client: pgmem.Client, dsn: str) -> None:

@@ -312,7 +312,7 @@ def test_stored_vectors_find_their_memories_by_message_id(client: pgmem.Client, 
     """Storing vectors logs them per memory for the caches (trigger ``embeddings_added``), which looks up the
     memories holding each message. Planned from statistics taken while memory_entries held one row, the join
     read the whole table (here: 1,500 rows to log 3 vectors; elsewhere it walked the memory's entries), so
-    the trigger's cost grew with the data; each vector probes the message index instead (migration 0010)."""
+    the trigger's cost grew with the data; each vector probes the message index instead (pre-baseline migration 0010)."""
     with client.transaction() as conn:
         conn.execute("ALTER TABLE pgmem.memory_entries SET (autovacuum_enabled = off)")
     client.vectors.enable("big")
@@ -349,7 +349,7 @@ def test_stored_vectors_find_their_memories_by_message_id(client: pgmem.Client, 
 
 
 def test_embedding_batches_read_their_rows_not_the_backlog(client: pgmem.Client, dsn: str) -> None:
-    """An embedder claims its batch in index order (migration 0011): it reads the rows it takes, not a
+    """An embedder claims its batch in index order (pre-baseline migration 0011): it reads the rows it takes, not a
     backlog of 3,000 messages waiting out a retry backoff; it takes the available ones first, and the
     backfill (``retry_now``) then embeds the rest."""
     client.vectors.enable("m")
