@@ -6,11 +6,13 @@
 ...     client.messages.last("role:Alice", 10)
 """
 
-from pgmem._async.client import AsyncClient, aconnect
-from pgmem._async.messages import AsyncMessageRepository
-from pgmem._sync.client import Client, connect
-from pgmem._sync.messages import MessageRepository
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from pgmem.checks import MAX_BATCH, MAX_CONTENT_BYTES, MAX_JSON_BYTES, MAX_NAME_CHARS
+from pgmem.connecting import aconnect, connect
 from pgmem.errors import (
     ClientClosed,
     ConfigError,
@@ -26,6 +28,31 @@ from pgmem.errors import (
     SummaryError,
 )
 from pgmem.models import IGNORED_MESSAGE_ID, MESSAGE_ROUTE_TO_ALL, Message, any_to_str
+
+if TYPE_CHECKING:
+    from pgmem._async.client import AsyncClient
+    from pgmem._async.messages import AsyncMessageRepository
+    from pgmem._sync.client import Client
+    from pgmem._sync.messages import MessageRepository
+
+#: The classes of each flavour, imported on first use (PEP 562): a sync agent process never loads the
+#: async flavour, nor an async one the sync flavour (``pgmem.connect`` / ``pgmem.aconnect`` load theirs).
+_LAZY = {
+    "AsyncClient": "pgmem._async.client",
+    "AsyncMessageRepository": "pgmem._async.messages",
+    "Client": "pgmem._sync.client",
+    "MessageRepository": "pgmem._sync.messages",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pgmem' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __version__ = "0.1.0"
 

@@ -1,7 +1,21 @@
-"""The process-wide default client that facades use when given ``client=None``.
+"""Connecting: where the core meets its environment (the composition root).
 
-It is created on first use from the environment (``PGMEM_DSN``, else the embedded server under
-``PGMEM_HOME``; namespace ``PGMEM_NAMESPACE``) and recreated in a child process after ``fork``.
+:func:`connect` and :func:`aconnect` find the server (:func:`resolve_dsn`: the argument, else
+``PGMEM_DSN``, else the embedded server under ``PGMEM_HOME``), open the client through the core
+(``Client.from_conninfo``: one connection, the schema revision checked on it with one query before the pool
+takes it) and migrate when the schema is behind and migrating is allowed. Only here does the library reach
+into operations (``pgmem.ops.server``, ``pgmem.ops.migrate``), and only when it must: ``import pgmem`` and a
+connect to an up-to-date database load neither alembic nor SQLAlchemy, which cost more than the rest of a
+cold start together (``benchmarks/startup.py``).
+
+The two flavours are written out here (the sync one is not generated: ``tools/gen_sync.py`` covers the
+core); they differ only in their awaits, and in the async one sending blocking work (starting the embedded
+server, running alembic) to a worker thread. Each imports its flavour of the core when first called, so a
+sync agent never loads the async flavour, nor an async one the sync flavour.
+
+This module also holds the process-wide default client that facades use when given ``client=None``. It is
+created on first use from the environment (``PGMEM_DSN``, else the embedded server under ``PGMEM_HOME``;
+namespace ``PGMEM_NAMESPACE``) and recreated in a child process after ``fork``.
 """
 
 from __future__ import annotations
@@ -9,9 +23,190 @@ from __future__ import annotations
 import atexit
 import os
 import threading
+from typing import TYPE_CHECKING, Any
 
-from pgmem._sync.client import Client, connect
+from psycopg import AsyncConnection, Connection
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from pgmem._acompat import arun_blocking
+from pgmem.checks import check_namespace
+from pgmem.errors import InvalidInput, SchemaOutOfDate
 from pgmem.settings import get_settings
+
+if TYPE_CHECKING:
+    from pgmem._async.client import AsyncClient
+    from pgmem._sync.client import Client
+    from pgmem.embeddings import Embedder
+
+__all__ = [
+    "aconnect",
+    "connect",
+    "get_default_client",
+    "reset_default_client",
+    "resolve_dsn",
+    "set_default_client",
+]
+
+
+def resolve_dsn(dsn: str | None = None) -> str:
+    """The DSN pgmem connects to: ``dsn``, else ``PGMEM_DSN``, else the embedded server under
+    ``PGMEM_HOME`` (started on first use and shared by every process; this call waits for it)."""
+    return _configured_dsn(dsn) or _embedded_dsn()
+
+
+def _configured_dsn(dsn: str | None) -> str | None:
+    return dsn or get_settings().dsn or None
+
+
+def _embedded_dsn() -> str:
+    from pgmem.ops.server import ensure_server
+
+    return ensure_server(get_settings().home)
+
+
+def _upgrade(conninfo: str) -> None:
+    from pgmem.ops.migrate import upgrade
+
+    upgrade(conninfo)
+
+
+def _check_dsn(dsn: object) -> None:
+    if dsn is not None and not isinstance(dsn, str):
+        raise InvalidInput(f"dsn must be a string, a psycopg connection or pool, not {type(dsn).__name__}")
+
+
+def connect(
+    dsn: str | Connection[Any] | ConnectionPool[Any] | None = None,
+    *,
+    namespace: str = "default",
+    migrate: bool = True,
+    min_size: int = 1,
+    max_size: int = 10,
+    embedder: Embedder | None = None,
+    retrieval_log: bool | None = None,
+) -> Client:
+    """Connect to pgmem.
+
+    Args:
+        dsn: a libpq DSN (URL or key=value), an open psycopg connection, or a psycopg pool. ``None``: the
+            ``PGMEM_DSN`` environment variable, else the embedded server under ``PGMEM_HOME`` (started on
+            first use and shared by every process).
+        namespace: the tenant boundary every operation of the client is scoped to.
+        migrate: bring the schema up to date (under an advisory lock; safe from many processes at once).
+            With ``False`` an out-of-date schema raises :class:`pgmem.SchemaOutOfDate`.
+        embedder: the embedding provider for semantic memory (default: ``PGMEM_EMBEDDER``, else the
+            offline hashing embedder).
+        retrieval_log: record every search's hits in ``pgmem.retrieval_log`` (default:
+            ``PGMEM_RETRIEVAL_LOG``, off).
+
+    Example:
+        >>> with pgmem.connect(namespace="demo") as client:
+        ...     client.messages.add("role:Alice", pgmem.Message(content="hi"))
+    """
+    from pgmem._sync.client import Client, check_pool_size, check_schema, conninfo_of
+
+    check_namespace(namespace)
+    options: dict[str, Any] = {"namespace": namespace, "embedder": embedder, "retrieval_log": retrieval_log}
+    if isinstance(dsn, Connection):
+        conninfo = conninfo_of(dsn)
+        try:
+            check_schema(dsn)
+        except SchemaOutOfDate:
+            if not migrate:
+                raise
+            _upgrade(conninfo)
+        return Client(connection=dsn, conninfo=conninfo, **options)
+    if isinstance(dsn, ConnectionPool):
+        with dsn.connection() as conn:
+            conninfo = conninfo_of(conn)
+            try:
+                check_schema(conn)
+                behind = False
+            except SchemaOutOfDate:
+                if not migrate:
+                    raise
+                behind = True
+        if behind:
+            _upgrade(conninfo)
+        return Client(pool=dsn, conninfo=conninfo, **options)
+    _check_dsn(dsn)
+    check_pool_size(min_size, max_size)
+    conninfo = resolve_dsn(dsn)
+    try:
+        return Client.from_conninfo(conninfo, min_size=min_size, max_size=max_size, **options)
+    except SchemaOutOfDate:
+        if not migrate:
+            raise
+    _upgrade(conninfo)  # alembic is loaded only now, when there is something to migrate
+    return Client.from_conninfo(conninfo, min_size=min_size, max_size=max_size, **options)
+
+
+async def aconnect(
+    dsn: str | AsyncConnection[Any] | AsyncConnectionPool[Any] | None = None,
+    *,
+    namespace: str = "default",
+    migrate: bool = True,
+    min_size: int = 1,
+    max_size: int = 10,
+    embedder: Embedder | None = None,
+    retrieval_log: bool | None = None,
+) -> AsyncClient:
+    """Connect to pgmem (the async flavour of :func:`connect`, same arguments).
+
+    Args:
+        dsn: a libpq DSN (URL or key=value), an open psycopg connection, or a psycopg pool. ``None``: the
+            ``PGMEM_DSN`` environment variable, else the embedded server under ``PGMEM_HOME`` (started on
+            first use and shared by every process).
+        namespace: the tenant boundary every operation of the client is scoped to.
+        migrate: bring the schema up to date (under an advisory lock; safe from many processes at once).
+            With ``False`` an out-of-date schema raises :class:`pgmem.SchemaOutOfDate`.
+        embedder: the embedding provider for semantic memory (default: ``PGMEM_EMBEDDER``, else the
+            offline hashing embedder).
+        retrieval_log: record every search's hits in ``pgmem.retrieval_log`` (default:
+            ``PGMEM_RETRIEVAL_LOG``, off).
+
+    Example:
+        >>> async with await pgmem.aconnect(namespace="demo") as client:
+        ...     await client.messages.add("role:Alice", pgmem.Message(content="hi"))
+    """
+    from pgmem._async.client import AsyncClient, check_pool_size, check_schema, conninfo_of
+
+    check_namespace(namespace)
+    options: dict[str, Any] = {"namespace": namespace, "embedder": embedder, "retrieval_log": retrieval_log}
+    if isinstance(dsn, AsyncConnection):
+        conninfo = conninfo_of(dsn)
+        try:
+            await check_schema(dsn)
+        except SchemaOutOfDate:
+            if not migrate:
+                raise
+            await arun_blocking(_upgrade, conninfo)
+        return AsyncClient(connection=dsn, conninfo=conninfo, **options)
+    if isinstance(dsn, AsyncConnectionPool):
+        async with dsn.connection() as conn:
+            conninfo = conninfo_of(conn)
+            try:
+                await check_schema(conn)
+                behind = False
+            except SchemaOutOfDate:
+                if not migrate:
+                    raise
+                behind = True
+        if behind:
+            await arun_blocking(_upgrade, conninfo)
+        return AsyncClient(pool=dsn, conninfo=conninfo, **options)
+    _check_dsn(dsn)
+    check_pool_size(min_size, max_size)
+    configured = _configured_dsn(dsn)
+    conninfo = configured if configured else await arun_blocking(_embedded_dsn)  # starting it blocks
+    try:
+        return await AsyncClient.from_conninfo(conninfo, min_size=min_size, max_size=max_size, **options)
+    except SchemaOutOfDate:
+        if not migrate:
+            raise
+    await arun_blocking(_upgrade, conninfo)  # alembic is loaded only now, when there is something to migrate
+    return await AsyncClient.from_conninfo(conninfo, min_size=min_size, max_size=max_size, **options)
+
 
 _lock = threading.Lock()
 _client: Client | None = None

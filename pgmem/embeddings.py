@@ -19,14 +19,17 @@ import hashlib
 import math
 import re
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
 from pgmem.errors import EmbeddingError, InvalidInput
 
-Vectors = npt.NDArray[np.float32]
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+# numpy is imported where it is used, not here: it is ~100 ms of CPU, most of what ``import pgmem`` costs
+# beyond psycopg (benchmarks/startup.py), and a process that never embeds or searches never needs it.
+Vectors: TypeAlias = "npt.NDArray[np.float32]"
 
 
 @runtime_checkable
@@ -47,6 +50,8 @@ class Embedder(Protocol):
 
 def check_vectors(vectors: Any, count: int, dimension: int, model: str) -> Vectors:
     """Validate a provider's answer: ``count`` finite vectors of ``dimension``; return them as float32."""
+    import numpy as np
+
     array = np.asarray(vectors, dtype=np.float32)
     if array.ndim != 2 or array.shape[0] != count:
         raise EmbeddingError(f"{model}: expected {count} vectors, got an array of shape {array.shape}")
@@ -59,6 +64,8 @@ def check_vectors(vectors: Any, count: int, dimension: int, model: str) -> Vecto
 
 def check_query_vector(vector: Any, dimension: int) -> Vectors:
     """A caller's query vector: one row of ``dimension`` finite floats."""
+    import numpy as np
+
     try:
         array = np.asarray(vector, dtype=np.float32).reshape(-1)
     except (TypeError, ValueError) as exc:
@@ -73,6 +80,8 @@ def check_query_vector(vector: Any, dimension: int) -> Vectors:
 
 
 def normalize(vectors: Vectors) -> Vectors:
+    import numpy as np
+
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
     result: Vectors = (vectors / norms).astype(np.float32, copy=False)
@@ -119,6 +128,8 @@ class HashingEmbedder:
         return features
 
     def embed(self, texts: Sequence[str]) -> Vectors:
+        import numpy as np
+
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
         for row, text in enumerate(texts):
             if not isinstance(text, str):
@@ -163,6 +174,7 @@ class OpenAIEmbedder:
         self._aclient = openai.AsyncOpenAI(api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout)
 
     def embed(self, texts: Sequence[str]) -> Vectors:
+        import numpy as np
         import openai
 
         rows: list[list[float]] = []
@@ -180,6 +192,7 @@ class OpenAIEmbedder:
         )
 
     async def aembed(self, texts: Sequence[str]) -> Vectors:
+        import numpy as np
         import openai
 
         rows: list[list[float]] = []

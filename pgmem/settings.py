@@ -1,20 +1,40 @@
-"""Settings read from the environment (``PGMEM_*``), with pydantic-settings."""
+"""Settings read from the environment (``PGMEM_*``).
+
+A plain frozen dataclass parsed from ``os.environ`` at each :func:`get_settings` call (a few microseconds).
+It was a pydantic-settings model: that package (with python-dotenv) cost about 45 ms of CPU at every
+``import pgmem``, a fifth of what pgmem adds to a cold start over raw psycopg (``benchmarks/startup.py``),
+for a dozen scalar variables.
+"""
 
 from __future__ import annotations
 
+import math
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any, TypeAlias
 
-import platformdirs
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pgmem.errors import InvalidInput
+
+__all__ = ["Seconds", "Settings", "get_settings"]
+
+#: A duration in seconds, finite and >= 0 (the annotation names the parser, see ``_PARSERS``).
+Seconds: TypeAlias = float
+
+PREFIX = "PGMEM_"
 
 
 def _default_home() -> Path:
+    import platformdirs  # only when PGMEM_HOME is unset
+
     return Path(platformdirs.user_data_dir("pgmem", appauthor=False))
 
 
-class Settings(BaseSettings):
-    """Process-wide settings.
+@dataclass(frozen=True)
+class Settings:
+    """Process-wide settings, each from ``PGMEM_<NAME>`` (the name in upper case; the variable's name is
+    matched without regard to case, as before).
 
     ``PGMEM_DSN``: the PostgreSQL server to use; unset means the embedded server under ``PGMEM_HOME``.
     ``PGMEM_HOME``: where the embedded server keeps its data (default: the user's data directory).
@@ -31,12 +51,12 @@ class Settings(BaseSettings):
     sweep purges it (default unset: the sweep leaves the retrieval log alone).
     ``PGMEM_SWEEP_INTERVAL``: a client sweeps its namespace at most this often, in seconds (default 300).
     See ``client.retention`` and the README's "Retention".
+
+    A value that does not parse raises :class:`pgmem.InvalidInput` naming the variable.
     """
 
-    model_config = SettingsConfigDict(env_prefix="PGMEM_", extra="ignore")
-
-    dsn: str | None = None
-    home: Path = Field(default_factory=_default_home)
+    dsn: str | None = field(default=None, repr=False)  # it may hold a password
+    _home: Path | None = field(default=None, repr=False)  # PGMEM_HOME, see home
     namespace: str = "default"
     pool_min_size: int = 1
     pool_max_size: int = 10
@@ -44,10 +64,79 @@ class Settings(BaseSettings):
     openai_embedding_model: str = "text-embedding-3-small"
     openai_embedding_dimension: int = 1536
     retrieval_log: bool = False
-    vector_log_retention: float = Field(default=3600.0, ge=0, allow_inf_nan=False)
-    retrieval_log_retention: float | None = Field(default=None, ge=0, allow_inf_nan=False)
-    sweep_interval: float = Field(default=300.0, ge=0, allow_inf_nan=False)
+    vector_log_retention: Seconds = 3600.0
+    retrieval_log_retention: Seconds | None = None
+    sweep_interval: Seconds = 300.0
+
+    @property
+    def home(self) -> Path:
+        """``PGMEM_HOME``, else the user's data directory (platformdirs is imported only then: ~5 ms)."""
+        return self._home if self._home is not None else _default_home()
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """The settings given by ``environ`` (default: ``os.environ``); unset variables keep their defaults."""
+        env = os.environ if environ is None else environ
+        given = {name.upper(): value for name, value in env.items() if name.upper().startswith(PREFIX)}
+        values: dict[str, Any] = {}
+        for spec in fields(cls):
+            name = PREFIX + spec.name.strip("_").upper()
+            if name not in given:
+                continue
+            parse = _PARSERS[str(spec.type)]
+            try:
+                values[spec.name] = parse(given[name])
+            except ValueError as exc:
+                raise InvalidInput(f"{name}={given[name]!r}: {exc}") from None
+        return cls(**values)
+
+
+_TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
+_FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
+
+
+def _bool(text: str) -> bool:
+    word = text.strip().lower()
+    if word in _TRUE:
+        return True
+    if word in _FALSE:
+        return False
+    raise ValueError("expected a boolean (1/0, true/false, yes/no, on/off)")
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise ValueError("expected an integer") from None
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ValueError("expected a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise ValueError("expected a finite number of seconds >= 0")
+    return value
+
+
+def _optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    return lambda text: None if text.strip() == "" else parse(text)
+
+
+# One parser per annotation used above (the annotations are strings: ``from __future__ import annotations``).
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    "str": str,
+    "str | None": _optional(str),
+    "Path | None": _optional(Path),
+    "int": _int,
+    "bool": _bool,
+    "Seconds": _seconds,
+    "Seconds | None": _optional(_seconds),
+}
 
 
 def get_settings() -> Settings:
-    return Settings()
+    """The settings of the environment as it is now."""
+    return Settings.from_env()

@@ -8,10 +8,10 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
+from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
-from pgmem._acompat import arun_blocking
 from pgmem._async.brains import AsyncBrainRepository
 from pgmem._async.messages import AsyncMessageRepository
 from pgmem._async.queues import AsyncQueueRepository
@@ -22,10 +22,10 @@ from pgmem._async.vectors import AsyncVectorRepository
 from pgmem.checks import check_namespace
 from pgmem.embeddings import Embedder, default_embedder
 from pgmem.errors import ClientClosed, ConnectionFailed, InvalidInput, SchemaOutOfDate, redact, translate
-from pgmem.ops import migrate as _migrate
+from pgmem.revision import SCHEMA_REVISION
 from pgmem.settings import get_settings
 
-__all__ = ["AsyncClient", "aconnect"]
+__all__ = ["AsyncClient", "check_pool_size", "check_schema", "conninfo_of"]
 
 
 class AsyncClient:
@@ -77,6 +77,68 @@ class AsyncClient:
         self.brains = AsyncBrainRepository(self)
         self.retention = AsyncRetention(self)
         self.retrieval_log = get_settings().retrieval_log if retrieval_log is None else bool(retrieval_log)
+
+    @classmethod
+    async def from_conninfo(
+        cls,
+        conninfo: str,
+        *,
+        namespace: str = "default",
+        min_size: int = 1,
+        max_size: int = 10,
+        embedder: Embedder | None = None,
+        retrieval_log: bool | None = None,
+    ) -> AsyncClient:
+        """Open a pool on ``conninfo`` and return a client that owns it (closing the client closes it).
+
+        The schema revision is checked on the pool's first connection before the pool takes it: one
+        connection and one query before the client is ready. :func:`pgmem.aconnect` is the usual way in
+        (it finds the DSN and migrates when asked); this is the core's part of it.
+
+        Raises:
+            ConnectionFailed: the server cannot be reached (the message names the host and port, never the
+                password).
+            SchemaOutOfDate: the database is not at the schema revision this pgmem needs.
+        """
+        check_namespace(namespace)
+        check_pool_size(min_size, max_size)
+        first = await _open_connection(conninfo)
+        try:
+            await check_schema(first)
+        except BaseException:
+            await first.close()
+            raise
+        spare = [first]
+        sessions = AsyncSessions()
+        pool = _LifoAsyncConnectionPool(
+            conninfo,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={"autocommit": True},
+            connection_class=_handing_out(spare),
+            configure=sessions.configure,
+            open=False,
+            name="pgmem",
+        )
+        try:
+            with translate():
+                await pool.open(wait=True, timeout=30)
+        finally:
+            while spare:  # min_size 0: the pool opens its first connection when first asked
+                await spare.pop().close()
+        try:
+            return cls(
+                namespace=namespace,
+                pool=pool,
+                owns_pool=True,
+                conninfo=conninfo,
+                embedder=embedder,
+                retrieval_log=retrieval_log,
+                sessions=sessions,
+            )
+        except BaseException:
+            await pool.close()
+            raise
 
     @property
     def embedder(self) -> Embedder:
@@ -181,20 +243,17 @@ class _LifoAsyncConnectionPool(AsyncConnectionPool[Any]):
         return await super()._get_ready_connection(timeout)
 
 
-def _resolve_dsn(dsn: str | None) -> str:
-    if dsn:
-        return dsn
-    settings = get_settings()
-    if settings.dsn:
-        return settings.dsn
-    from pgmem.ops.server import ensure_server
-
-    return ensure_server(settings.home)
+def check_pool_size(min_size: int, max_size: int) -> None:
+    """Raise :class:`InvalidInput` unless ``0 <= min_size <= max_size`` and ``max_size >= 1``."""
+    if min_size < 0 or max_size < 1 or min_size > max_size:
+        raise InvalidInput(f"invalid pool size min_size={min_size} max_size={max_size}")
 
 
-async def _check_reachable(conninfo: str) -> None:
+async def _open_connection(conninfo: str) -> AsyncConnection[Any]:
+    """A new autocommit connection (as the pool's are) to ``conninfo``, or :class:`ConnectionFailed` naming
+    the host and port and the cause, never the password."""
     try:
-        conn = await AsyncConnection.connect(conninfo, autocommit=True, connect_timeout=10)
+        return await AsyncConnection.connect(conninfo, autocommit=True, connect_timeout=10)
     except psycopg.OperationalError as exc:
         params = psycopg.conninfo.conninfo_to_dict(conninfo)
         where = params.get("host") or "localhost"
@@ -202,107 +261,55 @@ async def _check_reachable(conninfo: str) -> None:
         raise ConnectionFailed(
             f"cannot connect to PostgreSQL at {where}{':' + str(port) if port else ''}: {redact(str(exc)).strip()}"
         ) from None
-    await conn.close()
 
 
-async def aconnect(
-    dsn: str | AsyncConnection[Any] | AsyncConnectionPool[Any] | None = None,
-    *,
-    namespace: str = "default",
-    migrate: bool = True,
-    min_size: int = 1,
-    max_size: int = 10,
-    embedder: Embedder | None = None,
-    retrieval_log: bool | None = None,
-) -> AsyncClient:
-    """Connect to pgmem.
+def _handing_out(spare: list[AsyncConnection[Any]]) -> type[AsyncConnection[Any]]:
+    """A connection class for the pool whose ``connect`` hands out the connections in ``spare`` (already
+    open, the schema checked on them) before it opens new ones: the pool's first connection is the one
+    the schema check ran on, not a second one."""
 
-    Args:
-        dsn: a libpq DSN (URL or key=value), an open psycopg connection, or a psycopg pool. ``None``: the
-            ``PGMEM_DSN`` environment variable, else the embedded server under ``PGMEM_HOME`` (started on
-            first use and shared by every process).
-        namespace: the tenant boundary every operation of the client is scoped to.
-        migrate: bring the schema up to date (under an advisory lock; safe from many processes at once).
-            With ``False`` an out-of-date schema raises :class:`pgmem.SchemaOutOfDate`.
-        embedder: the embedding provider for semantic memory (default: ``PGMEM_EMBEDDER``, else the
-            offline hashing embedder).
-        retrieval_log: record every search's hits in ``pgmem.retrieval_log`` (default:
-            ``PGMEM_RETRIEVAL_LOG``, off).
+    class _PoolConnection(AsyncConnection[Any]):
+        @classmethod
+        async def connect(cls, conninfo: str = "", **kwargs: Any) -> Any:
+            try:
+                return spare.pop()  # atomic: pool workers are threads in the sync flavour
+            except IndexError:
+                return await super().connect(conninfo, **kwargs)
 
-    Example:
-        >>> async with await pgmem.aconnect(namespace="demo") as client:
-        ...     await client.messages.add("role:Alice", pgmem.Message(content="hi"))
+    return _PoolConnection
+
+
+#: The revision the database is at: one query, no alembic (``pgmem.alembic_version`` is alembic's table).
+_SCHEMA_REVISION_SQL = "SELECT version_num FROM pgmem.alembic_version"
+
+
+async def check_schema(conn: AsyncConnection[Any]) -> None:
+    """Raise :class:`SchemaOutOfDate` unless the database at ``conn`` is at :data:`SCHEMA_REVISION`.
+
+    One query. On a connection outside autocommit, or inside a transaction (the caller's), it runs in a
+    transaction block of its own (a savepoint inside the caller's transaction), so that a database without
+    pgmem's tables never aborts the caller's work.
     """
-    check_namespace(namespace)
-    if isinstance(dsn, AsyncConnection):
-        await _ensure_schema(_conninfo_of(dsn), migrate)
-        return AsyncClient(
-            namespace=namespace,
-            connection=dsn,
-            conninfo=_conninfo_of(dsn),
-            embedder=embedder,
-            retrieval_log=retrieval_log,
-        )
-    if isinstance(dsn, AsyncConnectionPool):
-        async with dsn.connection() as conn:
-            conninfo = _conninfo_of(conn)
-        await _ensure_schema(conninfo, migrate)
-        return AsyncClient(
-            namespace=namespace, pool=dsn, conninfo=conninfo, embedder=embedder, retrieval_log=retrieval_log
-        )
-    if dsn is not None and not isinstance(dsn, str):
-        raise InvalidInput(f"dsn must be a string, a psycopg connection or pool, not {type(dsn).__name__}")
-    if min_size < 0 or max_size < 1 or min_size > max_size:
-        raise InvalidInput(f"invalid pool size min_size={min_size} max_size={max_size}")
-    conninfo = _resolve_dsn(dsn)
-    await _check_reachable(conninfo)
-    await _ensure_schema(conninfo, migrate)
-    sessions = AsyncSessions()
-    pool: AsyncConnectionPool[Any] = _LifoAsyncConnectionPool(
-        conninfo,
-        min_size=min_size,
-        max_size=max_size,
-        kwargs={"autocommit": True},
-        configure=sessions.configure,
-        open=False,
-        name="pgmem",
-    )
     with translate():
-        await pool.open(wait=True, timeout=30)
-    return AsyncClient(
-        namespace=namespace,
-        pool=pool,
-        owns_pool=True,
-        conninfo=conninfo,
-        embedder=embedder,
-        retrieval_log=retrieval_log,
-        sessions=sessions,
-    )
-
-
-def _conninfo_of(conn: AsyncConnection[Any]) -> str:
-    info = conn.info
-    return psycopg.conninfo.make_conninfo(info.dsn, password=info.password or None)
-
-
-async def _ensure_schema(conninfo: str, migrate: bool) -> None:
-    with translate():
-        conn = await AsyncConnection.connect(conninfo, autocommit=True)
         try:
-            cur = await conn.execute("SELECT to_regclass('pgmem.alembic_version') IS NOT NULL")
-            row = await cur.fetchone()
-            current = None
-            if row is not None and row[0]:
-                cur = await conn.execute("SELECT version_num FROM pgmem.alembic_version")
-                found = await cur.fetchone()
-                current = None if found is None else str(found[0])
-        finally:
-            await conn.close()
-    if current == _migrate.head_revision():
-        return
-    if not migrate:
+            if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
+                cur = await conn.execute(_SCHEMA_REVISION_SQL)
+                row = await cur.fetchone()
+            else:
+                async with conn.transaction():
+                    cur = await conn.execute(_SCHEMA_REVISION_SQL)
+                    row = await cur.fetchone()
+        except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName):
+            row = None  # an empty database: nothing migrated yet
+    current = None if row is None else str(row[0])
+    if current != SCHEMA_REVISION:
         raise SchemaOutOfDate(
-            f"database schema is at {current or 'nothing'}, this pgmem needs {_migrate.head_revision()}; "
+            f"database schema is at {current or 'nothing'}, this pgmem needs {SCHEMA_REVISION}; "
             "run `pgmem migrate` or connect with migrate=True"
         )
-    await arun_blocking(_migrate.upgrade, conninfo)
+
+
+def conninfo_of(conn: AsyncConnection[Any]) -> str:
+    """The conninfo of an open connection, its password included (to open more connections like it)."""
+    info = conn.info
+    return psycopg.conninfo.make_conninfo(info.dsn, password=info.password or None)

@@ -9,10 +9,10 @@ from typing import Any
 
 import psycopg
 from psycopg import Connection
+from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool
 
-from pgmem._acompat import run_blocking
 from pgmem._sync.brains import BrainRepository
 from pgmem._sync.messages import MessageRepository
 from pgmem._sync.queues import QueueRepository
@@ -23,10 +23,10 @@ from pgmem._sync.vectors import VectorRepository
 from pgmem.checks import check_namespace
 from pgmem.embeddings import Embedder, default_embedder
 from pgmem.errors import ClientClosed, ConnectionFailed, InvalidInput, SchemaOutOfDate, redact, translate
-from pgmem.ops import migrate as _migrate
+from pgmem.revision import SCHEMA_REVISION
 from pgmem.settings import get_settings
 
-__all__ = ["Client", "connect"]
+__all__ = ["Client", "check_pool_size", "check_schema", "conninfo_of"]
 
 
 class Client:
@@ -78,6 +78,68 @@ class Client:
         self.brains = BrainRepository(self)
         self.retention = Retention(self)
         self.retrieval_log = get_settings().retrieval_log if retrieval_log is None else bool(retrieval_log)
+
+    @classmethod
+    def from_conninfo(
+        cls,
+        conninfo: str,
+        *,
+        namespace: str = "default",
+        min_size: int = 1,
+        max_size: int = 10,
+        embedder: Embedder | None = None,
+        retrieval_log: bool | None = None,
+    ) -> Client:
+        """Open a pool on ``conninfo`` and return a client that owns it (closing the client closes it).
+
+        The schema revision is checked on the pool's first connection before the pool takes it: one
+        connection and one query before the client is ready. :func:`pgmem.aconnect` is the usual way in
+        (it finds the DSN and migrates when asked); this is the core's part of it.
+
+        Raises:
+            ConnectionFailed: the server cannot be reached (the message names the host and port, never the
+                password).
+            SchemaOutOfDate: the database is not at the schema revision this pgmem needs.
+        """
+        check_namespace(namespace)
+        check_pool_size(min_size, max_size)
+        first = _open_connection(conninfo)
+        try:
+            check_schema(first)
+        except BaseException:
+            first.close()
+            raise
+        spare = [first]
+        sessions = Sessions()
+        pool = _LifoConnectionPool(
+            conninfo,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={"autocommit": True},
+            connection_class=_handing_out(spare),
+            configure=sessions.configure,
+            open=False,
+            name="pgmem",
+        )
+        try:
+            with translate():
+                pool.open(wait=True, timeout=30)
+        finally:
+            while spare:  # min_size 0: the pool opens its first connection when first asked
+                spare.pop().close()
+        try:
+            return cls(
+                namespace=namespace,
+                pool=pool,
+                owns_pool=True,
+                conninfo=conninfo,
+                embedder=embedder,
+                retrieval_log=retrieval_log,
+                sessions=sessions,
+            )
+        except BaseException:
+            pool.close()
+            raise
 
     @property
     def embedder(self) -> Embedder:
@@ -182,20 +244,17 @@ class _LifoConnectionPool(ConnectionPool[Any]):
         return super()._get_ready_connection(timeout)
 
 
-def _resolve_dsn(dsn: str | None) -> str:
-    if dsn:
-        return dsn
-    settings = get_settings()
-    if settings.dsn:
-        return settings.dsn
-    from pgmem.ops.server import ensure_server
-
-    return ensure_server(settings.home)
+def check_pool_size(min_size: int, max_size: int) -> None:
+    """Raise :class:`InvalidInput` unless ``0 <= min_size <= max_size`` and ``max_size >= 1``."""
+    if min_size < 0 or max_size < 1 or min_size > max_size:
+        raise InvalidInput(f"invalid pool size min_size={min_size} max_size={max_size}")
 
 
-def _check_reachable(conninfo: str) -> None:
+def _open_connection(conninfo: str) -> Connection[Any]:
+    """A new autocommit connection (as the pool's are) to ``conninfo``, or :class:`ConnectionFailed` naming
+    the host and port and the cause, never the password."""
     try:
-        conn = Connection.connect(conninfo, autocommit=True, connect_timeout=10)
+        return Connection.connect(conninfo, autocommit=True, connect_timeout=10)
     except psycopg.OperationalError as exc:
         params = psycopg.conninfo.conninfo_to_dict(conninfo)
         where = params.get("host") or "localhost"
@@ -203,107 +262,55 @@ def _check_reachable(conninfo: str) -> None:
         raise ConnectionFailed(
             f"cannot connect to PostgreSQL at {where}{':' + str(port) if port else ''}: {redact(str(exc)).strip()}"
         ) from None
-    conn.close()
 
 
-def connect(
-    dsn: str | Connection[Any] | ConnectionPool[Any] | None = None,
-    *,
-    namespace: str = "default",
-    migrate: bool = True,
-    min_size: int = 1,
-    max_size: int = 10,
-    embedder: Embedder | None = None,
-    retrieval_log: bool | None = None,
-) -> Client:
-    """Connect to pgmem.
+def _handing_out(spare: list[Connection[Any]]) -> type[Connection[Any]]:
+    """A connection class for the pool whose ``connect`` hands out the connections in ``spare`` (already
+    open, the schema checked on them) before it opens new ones: the pool's first connection is the one
+    the schema check ran on, not a second one."""
 
-    Args:
-        dsn: a libpq DSN (URL or key=value), an open psycopg connection, or a psycopg pool. ``None``: the
-            ``PGMEM_DSN`` environment variable, else the embedded server under ``PGMEM_HOME`` (started on
-            first use and shared by every process).
-        namespace: the tenant boundary every operation of the client is scoped to.
-        migrate: bring the schema up to date (under an advisory lock; safe from many processes at once).
-            With ``False`` an out-of-date schema raises :class:`pgmem.SchemaOutOfDate`.
-        embedder: the embedding provider for semantic memory (default: ``PGMEM_EMBEDDER``, else the
-            offline hashing embedder).
-        retrieval_log: record every search's hits in ``pgmem.retrieval_log`` (default:
-            ``PGMEM_RETRIEVAL_LOG``, off).
+    class _PoolConnection(Connection[Any]):
+        @classmethod
+        def connect(cls, conninfo: str = "", **kwargs: Any) -> Any:
+            try:
+                return spare.pop()  # atomic: pool workers are threads in the sync flavour
+            except IndexError:
+                return super().connect(conninfo, **kwargs)
 
-    Example:
-        >>> async with await pgmem.aconnect(namespace="demo") as client:
-        ...     await client.messages.add("role:Alice", pgmem.Message(content="hi"))
+    return _PoolConnection
+
+
+#: The revision the database is at: one query, no alembic (``pgmem.alembic_version`` is alembic's table).
+_SCHEMA_REVISION_SQL = "SELECT version_num FROM pgmem.alembic_version"
+
+
+def check_schema(conn: Connection[Any]) -> None:
+    """Raise :class:`SchemaOutOfDate` unless the database at ``conn`` is at :data:`SCHEMA_REVISION`.
+
+    One query. On a connection outside autocommit, or inside a transaction (the caller's), it runs in a
+    transaction block of its own (a savepoint inside the caller's transaction), so that a database without
+    pgmem's tables never aborts the caller's work.
     """
-    check_namespace(namespace)
-    if isinstance(dsn, Connection):
-        _ensure_schema(_conninfo_of(dsn), migrate)
-        return Client(
-            namespace=namespace,
-            connection=dsn,
-            conninfo=_conninfo_of(dsn),
-            embedder=embedder,
-            retrieval_log=retrieval_log,
-        )
-    if isinstance(dsn, ConnectionPool):
-        with dsn.connection() as conn:
-            conninfo = _conninfo_of(conn)
-        _ensure_schema(conninfo, migrate)
-        return Client(
-            namespace=namespace, pool=dsn, conninfo=conninfo, embedder=embedder, retrieval_log=retrieval_log
-        )
-    if dsn is not None and not isinstance(dsn, str):
-        raise InvalidInput(f"dsn must be a string, a psycopg connection or pool, not {type(dsn).__name__}")
-    if min_size < 0 or max_size < 1 or min_size > max_size:
-        raise InvalidInput(f"invalid pool size min_size={min_size} max_size={max_size}")
-    conninfo = _resolve_dsn(dsn)
-    _check_reachable(conninfo)
-    _ensure_schema(conninfo, migrate)
-    sessions = Sessions()
-    pool: ConnectionPool[Any] = _LifoConnectionPool(
-        conninfo,
-        min_size=min_size,
-        max_size=max_size,
-        kwargs={"autocommit": True},
-        configure=sessions.configure,
-        open=False,
-        name="pgmem",
-    )
     with translate():
-        pool.open(wait=True, timeout=30)
-    return Client(
-        namespace=namespace,
-        pool=pool,
-        owns_pool=True,
-        conninfo=conninfo,
-        embedder=embedder,
-        retrieval_log=retrieval_log,
-        sessions=sessions,
-    )
-
-
-def _conninfo_of(conn: Connection[Any]) -> str:
-    info = conn.info
-    return psycopg.conninfo.make_conninfo(info.dsn, password=info.password or None)
-
-
-def _ensure_schema(conninfo: str, migrate: bool) -> None:
-    with translate():
-        conn = Connection.connect(conninfo, autocommit=True)
         try:
-            cur = conn.execute("SELECT to_regclass('pgmem.alembic_version') IS NOT NULL")
-            row = cur.fetchone()
-            current = None
-            if row is not None and row[0]:
-                cur = conn.execute("SELECT version_num FROM pgmem.alembic_version")
-                found = cur.fetchone()
-                current = None if found is None else str(found[0])
-        finally:
-            conn.close()
-    if current == _migrate.head_revision():
-        return
-    if not migrate:
+            if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
+                cur = conn.execute(_SCHEMA_REVISION_SQL)
+                row = cur.fetchone()
+            else:
+                with conn.transaction():
+                    cur = conn.execute(_SCHEMA_REVISION_SQL)
+                    row = cur.fetchone()
+        except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName):
+            row = None  # an empty database: nothing migrated yet
+    current = None if row is None else str(row[0])
+    if current != SCHEMA_REVISION:
         raise SchemaOutOfDate(
-            f"database schema is at {current or 'nothing'}, this pgmem needs {_migrate.head_revision()}; "
+            f"database schema is at {current or 'nothing'}, this pgmem needs {SCHEMA_REVISION}; "
             "run `pgmem migrate` or connect with migrate=True"
         )
-    run_blocking(_migrate.upgrade, conninfo)
+
+
+def conninfo_of(conn: Connection[Any]) -> str:
+    """The conninfo of an open connection, its password included (to open more connections like it)."""
+    info = conn.info
+    return psycopg.conninfo.make_conninfo(info.dsn, password=info.password or None)
