@@ -1,21 +1,20 @@
--- Named queries of the BrainMemory repository (pgmem.brain_memories), loaded once by pgmem.queries.
+-- Named queries of the BrainMemory repository (pgmem._async.brains), loaded once by
+-- pgmem.planning.statements.
 --
 -- A brain's history is the memory `key` (messages appended by `dumps`, never rewritten), its knowledge
 -- the memory `knowledge_key`. Every `dumps` and every summary takes the brain row lock (FOR UPDATE), so
 -- history entries are appended in lock order: a summary read under the lock covers a gapless prefix.
 
 -- name: load
--- The live brain row (an expired row reads as missing: its TTL is honoured on read).
+-- The live brain row (an expired row reads as missing: its TTL is honoured on read): a rows.BrainRow.
 SELECT redis_key, historical_summary, summarized_seq, last_history_id, last_talk, version, expires_at
 FROM pgmem.brain_memories
 WHERE namespace = %(ns)s AND key = %(key)s AND (expires_at IS NULL OR expires_at > now());
 
 -- name: history
 -- The history after the summarised prefix, oldest first.
-SELECT e.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
-       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
-FROM pgmem.memory_entries AS e
-JOIN pgmem.messages AS m ON m.namespace = e.namespace AND m.id = e.message_id
+SELECT e.seq, {{message_columns}}
+FROM {{entry_messages}}
 WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND e.seq > %(after)s
 ORDER BY e.seq;
 
@@ -32,7 +31,7 @@ INSERT INTO pgmem.brain_memories (namespace, key, redis_key) VALUES (%(ns)s, %(k
 ON CONFLICT DO NOTHING;
 
 -- name: lock
--- The brain row, locked until commit, with whether it has expired.
+-- The brain row, locked until commit, with whether it has expired: a rows.BrainLockRow.
 SELECT summarized_seq, version, expires_at IS NOT NULL AND expires_at <= now() AS expired
 FROM pgmem.brain_memories
 WHERE namespace = %(ns)s AND key = %(key)s
@@ -61,7 +60,7 @@ RETURNING version;
 
 -- name: last_seq
 -- The newest history entry (0 when empty).
-SELECT coalesce(max(seq), 0) FROM pgmem.memory_entries WHERE namespace = %(ns)s AND memory = %(memory)s;
+SELECT coalesce(max(seq), 0) AS seq FROM pgmem.memory_entries WHERE namespace = %(ns)s AND memory = %(memory)s;
 
 -- name: delete_memories
 -- Drop memories (their entries, summaries and brain rows cascade). Returns how many were dropped.

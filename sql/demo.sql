@@ -6,8 +6,7 @@ SELECT m.sent_from AS role,
        regexp_replace(m.cause_by, '^.*\.', '') AS action,
        count(*) AS messages,
        sum(length(m.content)) AS characters
-FROM pgmem.memory_entries AS e
-JOIN pgmem.messages AS m ON m.namespace = e.namespace AND m.id = e.message_id
+FROM {{entry_messages}}
 WHERE e.namespace = %(ns)s AND e.memory = %(memory)s
 GROUP BY 1, 2
 ORDER BY min(e.seq);
@@ -20,8 +19,7 @@ SELECT regexp_replace(src.cause_by, '^.*\.', '') AS from_action,
        count(*) AS edges,
        round(percentile_cont(0.5) WITHIN GROUP (
            ORDER BY extract(epoch FROM m.created_at - src.created_at))::numeric, 3) AS median_delay_s
-FROM pgmem.memory_entries AS e
-JOIN pgmem.messages AS m ON m.namespace = e.namespace AND m.id = e.message_id
+FROM {{entry_messages}}
 JOIN pgmem.messages AS src ON src.namespace = m.namespace AND src.id = m.metadata ->> 'reply_to'
 WHERE e.namespace = %(ns)s AND e.memory = %(memory)s
 GROUP BY 1, 2
@@ -31,7 +29,6 @@ ORDER BY min(e.seq);
 -- The team's conversation in order.
 SELECT e.seq, m.sent_from, regexp_replace(m.cause_by, '^.*\.', '') AS action,
        array_to_string(m.send_to, ',') AS send_to, left(replace(m.content, E'\n', ' '), 70) AS content
-FROM pgmem.memory_entries AS e
-JOIN pgmem.messages AS m ON m.namespace = e.namespace AND m.id = e.message_id
+FROM {{entry_messages}}
 WHERE e.namespace = %(ns)s AND e.memory = %(memory)s
 ORDER BY e.seq;

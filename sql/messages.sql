@@ -1,57 +1,37 @@
--- Named queries of the message repository, loaded once by pgmem.queries (one `-- name: x` block each).
--- Parameters are psycopg named placeholders; every statement is scoped to one namespace (%(ns)s).
--- Selects of messages return the columns in the order pgmem._rows.decode expects:
---   seq, id, content, instruct_content, role, cause_by, sent_from, send_to, metadata, tool_calls,
---   name, tool_call_id, message_class, created_at
+-- Named queries of the message repository, loaded once by pgmem.planning.statements (one `-- name: x`
+-- block each; {{x}} includes a fragment of sql/fragments.sql). Parameters are psycopg named
+-- placeholders; every statement is scoped to one namespace (%(ns)s).
+-- Selects of messages return `seq, {{message_columns}}`: a pgmem.planning.rows.MessageRow, which
+-- rows.decode turns into a Message.
 
 -- name: add_one
 -- One statement: register the memory, store the message once (a known id is kept as stored), and
 -- reference it from the memory. Returns the entry's sequence number, or nothing when the memory already
 -- held the message; and whether the memory has embedding models.
--- `settle`: a shared advisory lock on the memory, taken before the entry's sequence number is drawn and
--- held to commit; pgmem.summaries' `settle` takes it exclusively to learn which numbers are final (a
--- summariser never skips an entry that commits after a later-numbered one).
-WITH settle AS MATERIALIZED (
-    SELECT pg_advisory_xact_lock_shared(28781, hashtext(%(ns)s || '/' || %(memory)s))
-), memory AS (
-    INSERT INTO pgmem.memories (namespace, key) VALUES (%(ns)s, %(memory)s)
-    ON CONFLICT DO NOTHING
+-- `settle`: the writers' shared lock on the memory (see the fragment settle_lock_key).
+-- Returns an AddedRow.
+WITH {{settle_shared}}, memory AS (
+    {{register_memory}}
 ), message AS (
-    INSERT INTO pgmem.messages (namespace, id, content, content_hash, instruct_content, role, cause_by,
-                                sent_from, send_to, metadata, tool_calls, name, tool_call_id,
-                                message_class, created_at)
-    VALUES (%(ns)s, %(id)s, %(content)s, %(content_hash)s, %(instruct_content)s::jsonb, %(role)s,
-            %(cause_by)s, %(sent_from)s, %(send_to)s::text[], %(metadata)s::jsonb, %(tool_calls)s::jsonb,
-            %(name)s, %(tool_call_id)s, %(message_class)s, %(created_at)s)
-    ON CONFLICT (namespace, id) DO NOTHING
+    {{insert_message}}
 )
 INSERT INTO pgmem.memory_entries (namespace, memory, message_id, cause_by)
 SELECT %(ns)s, %(memory)s, %(id)s, %(cause_by)s FROM settle
 ON CONFLICT DO NOTHING
-RETURNING seq,
-          -- whether the memory has embedding models (the writer then embeds the outbox after commit)
-          EXISTS (SELECT 1 FROM pgmem.memory_models WHERE namespace = %(ns)s AND memory = %(memory)s);
+RETURNING seq, {{memory_embeds}} AS embeds;
 
 -- name: add_many
 -- The batch arrives as one array per column, sent in binary (one round trip); send_to travels as a JSON array per
 -- message (arrays of arrays must be rectangular in Postgres). Entries are numbered in batch order; a
 -- message repeated in the batch or already in the memory is skipped (the first occurrence counts).
--- Returns the number of entries added and whether the memory has embedding models.
+-- Returns an AddedManyRow: the number of entries added and whether the memory has embedding models.
 -- Rows are inserted in id order, not batch order: two batches holding the same messages in different
 -- orders then take their row locks in one global order and cannot deadlock. The entries' sequence
 -- numbers are drawn in batch order first (`numbered`), so the memory still keeps the batch order.
-WITH settle AS MATERIALIZED (  -- see add_one
-    SELECT pg_advisory_xact_lock_shared(28781, hashtext(%(ns)s || '/' || %(memory)s))
-), batch AS (
+WITH {{settle_shared}}, batch AS (
     SELECT *
-    FROM unnest(%(id)b::text[], %(content)b::text[], %(content_hash)b::bytea[],
-                %(instruct_content)b::text[], %(role)b::text[], %(cause_by)b::text[],
-                %(sent_from)b::text[], %(send_to)b::text[], %(metadata)b::text[], %(tool_calls)b::text[],
-                %(name)b::text[], %(tool_call_id)b::text[], %(message_class)b::text[],
-                %(created_at)b::timestamptz[])
-         WITH ORDINALITY AS b(id, content, content_hash, instruct_content, role, cause_by, sent_from,
-                             send_to, metadata, tool_calls, name, tool_call_id, message_class,
-                             created_at, ord)
+    FROM unnest({{message_arrays}})
+         WITH ORDINALITY AS b({{message_fields}}, ord)
 ), numbered AS (
     SELECT first.id, first.cause_by, first.ord,
            nextval(pg_get_serial_sequence('pgmem.memory_entries', 'seq')) AS seq
@@ -59,17 +39,10 @@ WITH settle AS MATERIALIZED (  -- see add_one
     CROSS JOIN settle
     ORDER BY first.ord
 ), memory AS (
-    INSERT INTO pgmem.memories (namespace, key) VALUES (%(ns)s, %(memory)s)
-    ON CONFLICT DO NOTHING
+    {{register_memory}}
 ), message AS (
-    INSERT INTO pgmem.messages (namespace, id, content, content_hash, instruct_content, role, cause_by,
-                                sent_from, send_to, metadata, tool_calls, name, tool_call_id,
-                                message_class, created_at)
-    SELECT DISTINCT ON (id)
-           %(ns)s, id, content, content_hash, instruct_content::jsonb, role, cause_by, sent_from,
-           ARRAY(SELECT jsonb_array_elements_text(send_to::jsonb)), metadata::jsonb, tool_calls::jsonb,
-           name, tool_call_id, message_class,
-           created_at
+    {{insert_message_head}}
+    SELECT DISTINCT ON (id) {{message_from_batch}}
     FROM batch ORDER BY id, ord
     ON CONFLICT (namespace, id) DO NOTHING
 ), entry AS (
@@ -78,14 +51,12 @@ WITH settle AS MATERIALIZED (  -- see add_one
     ON CONFLICT DO NOTHING
     RETURNING 1
 )
-SELECT count(*),
-       EXISTS (SELECT 1 FROM pgmem.memory_models WHERE namespace = %(ns)s AND memory = %(memory)s)
+SELECT count(*) AS added, {{memory_embeds}} AS embeds
 FROM entry;
 
 -- name: last_k
 -- The last k messages of a memory, oldest first (k NULL: all). Walks memory_entries_order_key backwards.
-SELECT e.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
-       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
+SELECT e.seq, {{message_columns}}
 FROM (SELECT seq, message_id FROM pgmem.memory_entries
       WHERE namespace = %(ns)s AND memory = %(memory)s
       ORDER BY seq DESC LIMIT %(k)s) AS e
@@ -95,60 +66,47 @@ ORDER BY e.seq;
 -- name: by_action
 -- Messages caused by one action, in memory order: an index range scan of memory_entries_cause_by_idx
 -- that already yields seq order (no sort).
-SELECT e.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
-       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
-FROM pgmem.memory_entries AS e
-JOIN pgmem.messages AS m ON m.namespace = e.namespace AND m.id = e.message_id
+SELECT e.seq, {{message_columns}}
+FROM {{entry_messages}}
 WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND e.cause_by = %(action)s
 ORDER BY e.seq;
 
 -- name: by_actions
 -- Messages caused by any of the actions, in memory order (memory_entries_cause_by_idx).
-SELECT e.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
-       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
-FROM pgmem.memory_entries AS e
-JOIN pgmem.messages AS m ON m.namespace = e.namespace AND m.id = e.message_id
+SELECT e.seq, {{message_columns}}
+FROM {{entry_messages}}
 WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND e.cause_by = ANY(%(actions)s::text[])
 ORDER BY e.seq;
 
 -- name: by_role
-SELECT e.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
-       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
-FROM pgmem.memory_entries AS e
-JOIN pgmem.messages AS m ON m.namespace = e.namespace AND m.id = e.message_id
+SELECT e.seq, {{message_columns}}
+FROM {{entry_messages}}
 WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND m.role = %(role)s
 ORDER BY e.seq;
 
 -- name: by_sender
-SELECT e.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
-       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
-FROM pgmem.memory_entries AS e
-JOIN pgmem.messages AS m ON m.namespace = e.namespace AND m.id = e.message_id
+SELECT e.seq, {{message_columns}}
+FROM {{entry_messages}}
 WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND m.sent_from = %(sender)s
 ORDER BY e.seq;
 
 -- name: by_recipient
 -- Messages addressed to any of the names (the caller adds '<all>' to include broadcasts).
-SELECT e.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
-       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
-FROM pgmem.memory_entries AS e
-JOIN pgmem.messages AS m ON m.namespace = e.namespace AND m.id = e.message_id
+SELECT e.seq, {{message_columns}}
+FROM {{entry_messages}}
 WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND m.send_to && %(names)s::text[]
 ORDER BY e.seq;
 
 -- name: by_content
 -- Messages whose content contains the string (exact substring, as MetaGPT's `in`).
-SELECT e.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
-       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
-FROM pgmem.memory_entries AS e
-JOIN pgmem.messages AS m ON m.namespace = e.namespace AND m.id = e.message_id
+SELECT e.seq, {{message_columns}}
+FROM {{entry_messages}}
 WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND strpos(m.content, %(needle)s) > 0
 ORDER BY e.seq;
 
 -- name: search_text
 -- Full-text search (websearch syntax) ranked by ts_rank_cd, best first.
-SELECT e.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
-       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
+SELECT e.seq, {{message_columns}}
 FROM pgmem.messages AS m
 JOIN pgmem.memory_entries AS e ON e.namespace = m.namespace AND e.message_id = m.id
 WHERE m.namespace = %(ns)s AND e.memory = %(memory)s
@@ -158,30 +116,26 @@ LIMIT %(limit)s;
 
 -- name: at_position
 -- The message at a 0-based position (negative: from the end), like a Python list index.
-SELECT e.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
-       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
+SELECT e.seq, {{message_columns}}
 FROM (SELECT seq, message_id FROM pgmem.memory_entries
       WHERE namespace = %(ns)s AND memory = %(memory)s
       ORDER BY seq ASC OFFSET %(offset)s LIMIT 1) AS e
 JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = e.message_id;
 
 -- name: at_position_from_end
-SELECT e.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
-       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
+SELECT e.seq, {{message_columns}}
 FROM (SELECT seq, message_id FROM pgmem.memory_entries
       WHERE namespace = %(ns)s AND memory = %(memory)s
       ORDER BY seq DESC OFFSET %(offset)s LIMIT 1) AS e
 JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = e.message_id;
 
 -- name: get_messages
-SELECT m.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
-       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
+SELECT m.seq, {{message_columns}}
 FROM pgmem.messages m
 WHERE m.namespace = %(ns)s AND m.id = ANY(%(ids)s::text[]);
 
 -- name: get_message
-SELECT NULL::bigint, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
-       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
+SELECT NULL::bigint AS seq, {{message_columns}}
 FROM pgmem.messages AS m
 WHERE m.namespace = %(ns)s AND m.id = %(id)s;
 
@@ -227,15 +181,7 @@ WITH entry AS (
     WHERE namespace = %(ns)s AND memory = %(memory)s AND message_id = %(id)s
     RETURNING message_id
 ), orphan AS (
-    DELETE FROM pgmem.messages AS m USING entry
-    WHERE m.namespace = %(ns)s AND m.id = entry.message_id
-      AND NOT EXISTS (SELECT 1 FROM pgmem.memory_entries AS o
-                      WHERE o.namespace = %(ns)s AND o.message_id = entry.message_id
-                        AND o.memory <> %(memory)s)
-      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_items AS q
-                      WHERE q.namespace = %(ns)s AND q.message_id = entry.message_id)
-      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive_batches AS a
-                      WHERE a.message_ids @> ARRAY[entry.message_id] AND a.namespace = %(ns)s)
+    {{delete_orphans}}
 )
 SELECT count(*) FROM entry;
 
@@ -252,18 +198,9 @@ WITH newest AS (
     WHERE e.namespace = newest.namespace AND e.memory = newest.memory AND e.message_id = newest.message_id
     RETURNING e.message_id, e.seq
 ), orphan AS (
-    DELETE FROM pgmem.messages AS m USING entry
-    WHERE m.namespace = %(ns)s AND m.id = entry.message_id
-      AND NOT EXISTS (SELECT 1 FROM pgmem.memory_entries AS o
-                      WHERE o.namespace = %(ns)s AND o.message_id = entry.message_id
-                        AND o.memory <> %(memory)s)
-      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_items AS q
-                      WHERE q.namespace = %(ns)s AND q.message_id = entry.message_id)
-      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive_batches AS a
-                      WHERE a.message_ids @> ARRAY[entry.message_id] AND a.namespace = %(ns)s)
+    {{delete_orphans}}
 )
-SELECT entry.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
-       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
+SELECT entry.seq, {{message_columns}}
 FROM entry JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = entry.message_id;
 
 -- name: clear
@@ -273,15 +210,7 @@ WITH entry AS (
     WHERE namespace = %(ns)s AND memory = %(memory)s
     RETURNING message_id
 ), orphan AS (
-    DELETE FROM pgmem.messages AS m USING entry
-    WHERE m.namespace = %(ns)s AND m.id = entry.message_id
-      AND NOT EXISTS (SELECT 1 FROM pgmem.memory_entries AS o
-                      WHERE o.namespace = %(ns)s AND o.message_id = entry.message_id
-                        AND o.memory <> %(memory)s)
-      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_items AS q
-                      WHERE q.namespace = %(ns)s AND q.message_id = entry.message_id)
-      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive_batches AS a
-                      WHERE a.message_ids @> ARRAY[entry.message_id] AND a.namespace = %(ns)s)
+    {{delete_orphans}}
 )
 SELECT count(*) FROM entry;
 
@@ -291,8 +220,7 @@ SELECT key FROM pgmem.memories WHERE namespace = %(ns)s ORDER BY key;
 -- name: stats
 -- Message counts by namespace, memory, role and action (all namespaces when %(ns)s is NULL).
 SELECT e.namespace, e.memory, m.role, m.cause_by, count(*) AS messages
-FROM pgmem.memory_entries AS e
-JOIN pgmem.messages AS m ON m.namespace = e.namespace AND m.id = e.message_id
+FROM {{entry_messages}}
 WHERE %(ns)s::text IS NULL OR e.namespace = %(ns)s::text
 GROUP BY 1, 2, 3, 4
 ORDER BY 1, 2, 3, 4;
@@ -309,14 +237,6 @@ WITH boundary AS (
     WHERE namespace = %(ns)s AND memory = %(memory)s AND seq <= (SELECT seq FROM boundary)
     RETURNING message_id
 ), orphan AS (
-    DELETE FROM pgmem.messages AS m USING entry
-    WHERE m.namespace = %(ns)s AND m.id = entry.message_id
-      AND NOT EXISTS (SELECT 1 FROM pgmem.memory_entries AS o
-                      WHERE o.namespace = %(ns)s AND o.message_id = entry.message_id
-                        AND o.memory <> %(memory)s)
-      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_items AS q
-                      WHERE q.namespace = %(ns)s AND q.message_id = entry.message_id)
-      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive_batches AS a
-                      WHERE a.message_ids @> ARRAY[entry.message_id] AND a.namespace = %(ns)s)
+    {{delete_orphans}}
 )
 SELECT count(*) FROM entry;

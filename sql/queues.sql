@@ -12,22 +12,61 @@
 -- Postgres planned claim(ack=) at batch 1 and 2 anew on every call (pg_prepared_statements: 0 generic
 -- plans). `LIMIT cardinality(ids)` cuts no row (it is the arrays' length) but is costed, being no
 -- constant, as 10% of its input: the generic plan counts one row and is kept at every batch size.
--- Item rows are returned as:
---   id, queue, priority, attempts, max_attempts, enqueued_at, available_at, lease_until, dedup_key,
---   then the message columns of sql/messages.sql (seq, id, content, ... created_at), the jsonb ones as
---   text: they are parsed when the item's message is first read (pgmem.queueing), not for every item.
+-- Item rows are {{queue_item_row}}: a pgmem.planning.rows.QueueItemRow, then a MessageRow (the
+-- message's jsonb columns as text: they are parsed when the item's message is first read, not for every
+-- item; see pgmem.planning.queues).
+
+-- fragment: queue_item_columns
+-- The item's columns of a queue item row (rows.QueueItemRow), for the alias q: pgmem.queue_items, or a
+-- CTE that returned these columns (and message_id) from it.
+q.id, q.queue, q.priority, q.attempts, q.max_attempts, q.enqueued_at, q.available_at, q.lease_until,
+q.dedup_key
+
+-- fragment: queue_item_row
+-- An item row: the item (alias q), then its message (alias m), read outside any memory (seq NULL).
+{{queue_item_columns}},
+NULL::bigint AS seq, {{message_columns}}
+
+-- fragment: claim_items
+-- The claim of `candidate` (the item ids a statement chose and locked): the lease is the new
+-- available_at; attempts + 1 is the fencing token the worker must present to ack, nack or extend.
+claimed AS (
+    UPDATE pgmem.queue_items AS q
+    SET attempts = q.attempts + 1,
+        available_at = now() + %(lease)s * interval '1 second',
+        lease_until = now() + %(lease)s * interval '1 second',
+        claimed_at = now(),
+        claimed_by = %(worker)s
+    FROM candidate
+    WHERE q.namespace = %(ns)s AND q.id = candidate.id
+    RETURNING {{queue_item_columns}}, q.message_id
+)
+
+-- fragment: acknowledge
+-- Two CTEs: `done` deletes the items %(ids)s whose lease the caller still holds (same attempt, %(attempts)s,
+-- and the lease not yet taken by another claim; the ids are distinct), `archived` stores them in the
+-- archive, one row per queue.
+done AS (
+    DELETE FROM pgmem.queue_items AS q
+    USING (SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) LIMIT cardinality(%(ids)s::bigint[]))
+          AS a(id, attempts)  -- LIMIT: see the header
+    WHERE q.namespace = %(ns)s AND q.id = a.id AND q.attempts = a.attempts AND q.status = 'ready'
+    RETURNING q.id, q.queue, q.message_id, q.priority, q.enqueued_at, q.claimed_at, q.attempts,
+              q.claimed_by, q.dedup_key
+), archived AS (
+    INSERT INTO pgmem.queue_archive_batches (namespace, queue, ids, message_ids, priorities, enqueued_at,
+                                             claimed_at, attempts, claimed_by, dedup_keys)
+    SELECT %(ns)s, queue, array_agg(id), array_agg(message_id), array_agg(priority), array_agg(enqueued_at),
+           array_agg(claimed_at), array_agg(attempts), array_agg(claimed_by), array_agg(dedup_key)
+    FROM done
+    GROUP BY queue
+)
 
 -- name: push
 -- Store the message once, enqueue it (unless a ready item of the queue has the same dedup key), and
 -- wake waiting consumers: NOTIFY is sent at commit, with the transaction.
 WITH message AS (
-    INSERT INTO pgmem.messages (namespace, id, content, content_hash, instruct_content, role, cause_by,
-                                sent_from, send_to, metadata, tool_calls, name, tool_call_id,
-                                message_class, created_at)
-    VALUES (%(ns)s, %(id)s, %(content)s, %(content_hash)s, %(instruct_content)s::jsonb, %(role)s,
-            %(cause_by)s, %(sent_from)s, %(send_to)s::text[], %(metadata)s::jsonb, %(tool_calls)s::jsonb,
-            %(name)s, %(tool_call_id)s, %(message_class)s, %(created_at)s)
-    ON CONFLICT (namespace, id) DO NOTHING
+    {{insert_message}}
 ), item AS (
     INSERT INTO pgmem.queue_items (namespace, queue, message_id, priority, available_at, max_attempts,
                                    dedup_key)
@@ -38,27 +77,18 @@ WITH message AS (
 ), wake AS (
     SELECT pg_notify('pgmem_queue', %(ns)s || '/' || %(queue)s) FROM item
 )
-SELECT (SELECT id FROM item), (SELECT count(*) FROM wake);
+SELECT (SELECT id FROM item) AS id, (SELECT count(*) FROM wake) AS woken;
 
 -- name: push_many
 -- A batch, one array per column; items are numbered in batch order. Returns the ids of the new items.
+-- Messages are stored in batch order (messages.sql add_many stores them in id order: see there).
 WITH batch AS (
     SELECT *
-    FROM unnest(%(id)b::text[], %(content)b::text[], %(content_hash)b::bytea[],
-                %(instruct_content)b::text[], %(role)b::text[], %(cause_by)b::text[],
-                %(sent_from)b::text[], %(send_to)b::text[], %(metadata)b::text[], %(tool_calls)b::text[],
-                %(name)b::text[], %(tool_call_id)b::text[], %(message_class)b::text[],
-                %(created_at)b::timestamptz[], %(dedup_key)b::text[])
-         WITH ORDINALITY AS b(id, content, content_hash, instruct_content, role, cause_by, sent_from,
-                             send_to, metadata, tool_calls, name, tool_call_id, message_class,
-                             created_at, dedup_key, ord)
+    FROM unnest({{message_arrays}}, %(dedup_key)b::text[])
+         WITH ORDINALITY AS b({{message_fields}}, dedup_key, ord)
 ), message AS (
-    INSERT INTO pgmem.messages (namespace, id, content, content_hash, instruct_content, role, cause_by,
-                                sent_from, send_to, metadata, tool_calls, name, tool_call_id,
-                                message_class, created_at)
-    SELECT %(ns)s, id, content, content_hash, instruct_content::jsonb, role, cause_by, sent_from,
-           ARRAY(SELECT jsonb_array_elements_text(send_to::jsonb)), metadata::jsonb, tool_calls::jsonb,
-           name, tool_call_id, message_class, created_at
+    {{insert_message_head}}
+    SELECT {{message_from_batch}}
     FROM batch ORDER BY ord
     ON CONFLICT (namespace, id) DO NOTHING
 ), item AS (
@@ -72,37 +102,22 @@ WITH batch AS (
 ), wake AS (
     SELECT pg_notify('pgmem_queue', %(ns)s || '/' || %(queue)s) WHERE EXISTS (SELECT 1 FROM item)
 )
-SELECT coalesce((SELECT array_agg(id ORDER BY id) FROM item), '{}'), (SELECT count(*) FROM wake);
+SELECT coalesce((SELECT array_agg(id ORDER BY id) FROM item), '{}') AS ids, (SELECT count(*) FROM wake) AS woken;
 
 -- name: claim
 -- Take up to {limit} claimable items, best priority (lowest) first, then oldest. SKIP LOCKED: concurrent
--- claimers take different items instead of queueing behind each other's row locks. The lease is the new
--- available_at; attempts + 1 is the fencing token the worker must present to ack, nack or extend.
+-- claimers take different items instead of queueing behind each other's row locks (see claim_items).
 WITH candidate AS (
     SELECT id FROM pgmem.queue_items
     WHERE namespace = %(ns)s AND queue = %(queue)s AND status = 'ready' AND available_at <= now()
     ORDER BY priority, id
     LIMIT {limit}
     FOR UPDATE SKIP LOCKED
-), claimed AS (
-    UPDATE pgmem.queue_items AS q
-    SET attempts = q.attempts + 1,
-        available_at = now() + %(lease)s * interval '1 second',
-        lease_until = now() + %(lease)s * interval '1 second',
-        claimed_at = now(),
-        claimed_by = %(worker)s
-    FROM candidate
-    WHERE q.namespace = %(ns)s AND q.id = candidate.id
-    RETURNING q.id, q.queue, q.priority, q.attempts, q.max_attempts, q.enqueued_at, q.available_at,
-              q.lease_until, q.dedup_key, q.message_id
-)
-SELECT c.id, c.queue, c.priority, c.attempts, c.max_attempts, c.enqueued_at, c.available_at, c.lease_until,
-       c.dedup_key,
-       NULL::bigint, m.id, m.content, m.instruct_content::text, m.role, m.cause_by, m.sent_from, m.send_to,
-       m.metadata::text, m.tool_calls::text, m.name, m.tool_call_id, m.message_class, m.created_at
-FROM claimed AS c
-JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = c.message_id
-ORDER BY c.priority, c.id;
+), {{claim_items}}
+SELECT {{queue_item_row}}
+FROM claimed AS q
+JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = q.message_id
+ORDER BY q.priority, q.id;
 
 -- name: ack_claim
 -- A consumer's loop step in one statement, one round trip and one commit: claim the next up to {limit}
@@ -124,39 +139,11 @@ WITH candidate AS (
     ORDER BY priority, id
     LIMIT {limit}
     FOR UPDATE SKIP LOCKED
-), claimed AS (
-    UPDATE pgmem.queue_items AS q
-    SET attempts = q.attempts + 1,
-        available_at = now() + %(lease)s * interval '1 second',
-        lease_until = now() + %(lease)s * interval '1 second',
-        claimed_at = now(),
-        claimed_by = %(worker)s
-    FROM candidate
-    WHERE q.namespace = %(ns)s AND q.id = candidate.id
-    RETURNING q.id, q.queue, q.priority, q.attempts, q.max_attempts, q.enqueued_at, q.available_at,
-              q.lease_until, q.dedup_key, q.message_id
-), done AS (
-    DELETE FROM pgmem.queue_items AS q
-    USING (SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) LIMIT cardinality(%(ids)s::bigint[]))
-          AS a(id, attempts)  -- LIMIT: see the header
-    WHERE q.namespace = %(ns)s AND q.id = a.id AND q.attempts = a.attempts AND q.status = 'ready'
-    RETURNING q.id, q.queue, q.message_id, q.priority, q.enqueued_at, q.claimed_at, q.attempts,
-              q.claimed_by, q.dedup_key
-), archived AS (
-    INSERT INTO pgmem.queue_archive_batches (namespace, queue, ids, message_ids, priorities, enqueued_at,
-                                             claimed_at, attempts, claimed_by, dedup_keys)
-    SELECT %(ns)s, queue, array_agg(id), array_agg(message_id), array_agg(priority), array_agg(enqueued_at),
-           array_agg(claimed_at), array_agg(attempts), array_agg(claimed_by), array_agg(dedup_key)
-    FROM done
-    GROUP BY queue
-)
-(SELECT c.id, c.queue, c.priority, c.attempts, c.max_attempts, c.enqueued_at, c.available_at, c.lease_until,
-        c.dedup_key,
-        NULL::bigint, m.id, m.content, m.instruct_content::text, m.role, m.cause_by, m.sent_from, m.send_to,
-        m.metadata::text, m.tool_calls::text, m.name, m.tool_call_id, m.message_class, m.created_at
- FROM claimed AS c
- JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = c.message_id
- ORDER BY c.priority, c.id)
+), {{claim_items}}, {{acknowledge}}
+(SELECT {{queue_item_row}}
+ FROM claimed AS q
+ JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = q.message_id
+ ORDER BY q.priority, q.id)
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        NULL, NULL, NULL, NULL, NULL, NULL
@@ -167,21 +154,7 @@ WHERE CASE WHEN outcome.n = cardinality(%(ids)s::bigint[]) THEN false
 -- name: ack
 -- Move acknowledged items to the archive, each only if the caller still holds its lease (same attempt
 -- and the lease not yet taken by another claim). Returns the ids acknowledged.
-WITH done AS (
-    DELETE FROM pgmem.queue_items AS q
-    USING (SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) LIMIT cardinality(%(ids)s::bigint[]))
-          AS a(id, attempts)  -- LIMIT: see the header
-    WHERE q.namespace = %(ns)s AND q.id = a.id AND q.attempts = a.attempts AND q.status = 'ready'
-    RETURNING q.id, q.queue, q.message_id, q.priority, q.enqueued_at, q.claimed_at, q.attempts,
-              q.claimed_by, q.dedup_key
-), archived AS (
-    INSERT INTO pgmem.queue_archive_batches (namespace, queue, ids, message_ids, priorities, enqueued_at,
-                                             claimed_at, attempts, claimed_by, dedup_keys)
-    SELECT %(ns)s, queue, array_agg(id), array_agg(message_id), array_agg(priority), array_agg(enqueued_at),
-           array_agg(claimed_at), array_agg(attempts), array_agg(claimed_by), array_agg(dedup_key)
-    FROM done
-    GROUP BY queue
-)
+WITH {{acknowledge}}
 SELECT id FROM done;
 
 -- name: nack
@@ -207,7 +180,7 @@ RETURNING lease_until;
 
 -- name: next_available
 -- Seconds until the next item of the queue becomes claimable (NULL: the queue has no ready item).
-SELECT extract(epoch FROM min(available_at) - now())::float8 FROM pgmem.queue_items
+SELECT extract(epoch FROM min(available_at) - now())::float8 AS seconds FROM pgmem.queue_items
 WHERE namespace = %(ns)s AND queue = %(queue)s AND status = 'ready';
 
 -- name: depth
@@ -215,18 +188,15 @@ WHERE namespace = %(ns)s AND queue = %(queue)s AND status = 'ready';
 -- (queue_items_claim_idx, queue_items_dead_idx): the cost follows the queue's items, not the table's.
 -- One count over (namespace, queue) matched no index and read the whole table (every queue of every
 -- namespace) on every call.
-SELECT ready.n, ready.claimable,
+SELECT ready.n AS ready, ready.claimable,
        (SELECT count(*) FROM pgmem.queue_items
-        WHERE namespace = %(ns)s AND queue = %(queue)s AND status = 'dead')
+        WHERE namespace = %(ns)s AND queue = %(queue)s AND status = 'dead') AS dead
 FROM (SELECT count(*) AS n, count(*) FILTER (WHERE available_at <= now()) AS claimable
       FROM pgmem.queue_items
       WHERE namespace = %(ns)s AND queue = %(queue)s AND status = 'ready') AS ready;
 
 -- name: dead_letters
-SELECT q.id, q.queue, q.priority, q.attempts, q.max_attempts, q.enqueued_at, q.available_at, q.lease_until,
-       q.dedup_key,
-       NULL::bigint, m.id, m.content, m.instruct_content::text, m.role, m.cause_by, m.sent_from, m.send_to,
-       m.metadata::text, m.tool_calls::text, m.name, m.tool_call_id, m.message_class, m.created_at
+SELECT {{queue_item_row}}
 FROM pgmem.queue_items AS q
 JOIN pgmem.messages AS m ON m.namespace = q.namespace AND m.id = q.message_id
 WHERE q.namespace = %(ns)s AND q.queue = %(queue)s AND q.status = 'dead'
@@ -253,10 +223,7 @@ SELECT count(*) FROM gone;
 
 -- name: peek
 -- The live items of a queue in claim order, without claiming them (MessageQueue.dump).
-SELECT q.id, q.queue, q.priority, q.attempts, q.max_attempts, q.enqueued_at, q.available_at, q.lease_until,
-       q.dedup_key,
-       NULL::bigint, m.id, m.content, m.instruct_content::text, m.role, m.cause_by, m.sent_from, m.send_to,
-       m.metadata::text, m.tool_calls::text, m.name, m.tool_call_id, m.message_class, m.created_at
+SELECT {{queue_item_row}}
 FROM pgmem.queue_items AS q
 JOIN pgmem.messages AS m ON m.namespace = q.namespace AND m.id = q.message_id
 WHERE q.namespace = %(ns)s AND q.queue = %(queue)s AND q.status = 'ready'
@@ -276,19 +243,10 @@ DELETE FROM pgmem.subscriptions WHERE namespace = %(ns)s AND subscriber = %(subs
 -- ('inbox:' || subscriber) of every subscriber it is addressed to, all in one statement: either the
 -- message and all its deliveries exist, or none. Addressed means: one of the subscriber's addresses is in
 -- send_to, or the message is a broadcast ('<all>') of an action the subscriber watches (watch NULL: any).
-WITH settle AS MATERIALIZED (  -- see messages.sql add_one
-    SELECT pg_advisory_xact_lock_shared(28781, hashtext(%(ns)s || '/' || %(memory)s))
-), memory AS (
-    INSERT INTO pgmem.memories (namespace, key) VALUES (%(ns)s, %(memory)s)
-    ON CONFLICT DO NOTHING
+WITH {{settle_shared}}, memory AS (
+    {{register_memory}}
 ), message AS (
-    INSERT INTO pgmem.messages (namespace, id, content, content_hash, instruct_content, role, cause_by,
-                                sent_from, send_to, metadata, tool_calls, name, tool_call_id,
-                                message_class, created_at)
-    VALUES (%(ns)s, %(id)s, %(content)s, %(content_hash)s, %(instruct_content)s::jsonb, %(role)s,
-            %(cause_by)s, %(sent_from)s, %(send_to)s::text[], %(metadata)s::jsonb, %(tool_calls)s::jsonb,
-            %(name)s, %(tool_call_id)s, %(message_class)s, %(created_at)s)
-    ON CONFLICT (namespace, id) DO NOTHING
+    {{insert_message}}
 ), entry AS (
     INSERT INTO pgmem.memory_entries (namespace, memory, message_id, cause_by)
     SELECT %(ns)s, %(memory)s, %(id)s, %(cause_by)s FROM settle
@@ -307,8 +265,8 @@ WITH settle AS MATERIALIZED (  -- see messages.sql add_one
 ), wake AS (
     SELECT pg_notify('pgmem_queue', %(ns)s || '/' || queue) FROM delivery
 )
-SELECT (SELECT seq FROM entry), (SELECT array_agg(queue ORDER BY queue) FROM delivery),
-       (SELECT count(*) FROM wake);
+SELECT (SELECT seq FROM entry) AS seq, (SELECT array_agg(queue ORDER BY queue) FROM delivery) AS inboxes,
+       (SELECT count(*) FROM wake) AS woken;
 
 -- name: take
 -- Claim and acknowledge in one statement (MetaGPT's MessageQueue.pop): up to {limit} claimable items
@@ -320,21 +278,20 @@ WITH candidate AS (
     LIMIT {limit}
     FOR UPDATE SKIP LOCKED
 ), done AS (
+    -- The items as this claim leaves them: attempted once more, and no lease (they are acknowledged).
     DELETE FROM pgmem.queue_items AS q USING candidate
     WHERE q.namespace = candidate.namespace AND q.id = candidate.id
-    RETURNING q.*
+    RETURNING q.namespace, q.id, q.queue, q.priority, q.attempts + 1 AS attempts, q.max_attempts,
+              q.enqueued_at, q.available_at, NULL::timestamptz AS lease_until, q.dedup_key, q.message_id
 ), archived AS (
     INSERT INTO pgmem.queue_archive_batches (namespace, queue, ids, message_ids, priorities, enqueued_at,
                                              claimed_at, attempts, claimed_by, dedup_keys)
     SELECT %(ns)s, queue, array_agg(id), array_agg(message_id), array_agg(priority), array_agg(enqueued_at),
-           array_agg(now()), array_agg(attempts + 1), array_agg(%(worker)s::text), array_agg(dedup_key)
+           array_agg(now()), array_agg(attempts), array_agg(%(worker)s::text), array_agg(dedup_key)
     FROM done
     GROUP BY queue
 )
-SELECT d.id, d.queue, d.priority, d.attempts + 1, d.max_attempts, d.enqueued_at, d.available_at, NULL::timestamptz,
-       d.dedup_key,
-       NULL::bigint, m.id, m.content, m.instruct_content::text, m.role, m.cause_by, m.sent_from, m.send_to,
-       m.metadata::text, m.tool_calls::text, m.name, m.tool_call_id, m.message_class, m.created_at
-FROM done AS d
-JOIN pgmem.messages AS m ON m.namespace = d.namespace AND m.id = d.message_id
-ORDER BY d.priority, d.id;
+SELECT {{queue_item_row}}
+FROM done AS q
+JOIN pgmem.messages AS m ON m.namespace = q.namespace AND m.id = q.message_id
+ORDER BY q.priority, q.id;

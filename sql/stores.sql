@@ -1,4 +1,5 @@
--- Named queries of the ChatDev-style memory stores (pgmem.stores), loaded once by pgmem.queries.
+-- Named queries of the ChatDev-style memory stores (pgmem.integrations.chatdev), loaded once by
+-- pgmem.planning.statements.
 --
 -- A store's items are messages of the memory `store:<name>` (so vector search, full-text search and
 -- the FAISS cache work on them unchanged); `memory_stores` records each store's type and config, and
@@ -23,10 +24,11 @@ LIMIT 1;
 SELECT name, type, config, created_at FROM pgmem.memory_stores WHERE namespace = %(ns)s ORDER BY name;
 
 -- name: files
--- What a file store has indexed: path, content hash and chunk ids.
+-- What a file store has indexed: path, content hash and chunk ids (rows.StoreFileRow).
 SELECT path, sha256, chunk_ids FROM pgmem.store_files WHERE namespace = %(ns)s AND store = %(store)s;
 
 -- name: lock_file
+-- A file's index entry, locked until commit (rows.LockedFileRow).
 SELECT sha256, chunk_ids FROM pgmem.store_files
 WHERE namespace = %(ns)s AND store = %(store)s AND path = %(path)s
 FOR UPDATE;
@@ -52,22 +54,13 @@ WITH entry AS (
       AND (%(seconds)s::float8 IS NULL OR added_at < now() - make_interval(secs => %(seconds)s::float8))
     RETURNING message_id
 ), orphan AS (
-    DELETE FROM pgmem.messages AS m USING entry
-    WHERE m.namespace = %(ns)s AND m.id = entry.message_id
-      AND NOT EXISTS (SELECT 1 FROM pgmem.memory_entries AS o
-                      WHERE o.namespace = %(ns)s AND o.message_id = entry.message_id
-                        AND o.memory <> %(memory)s)
-      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_items AS q
-                      WHERE q.namespace = %(ns)s AND q.message_id = entry.message_id)
-      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive_batches AS a
-                      WHERE a.message_ids @> ARRAY[entry.message_id] AND a.namespace = %(ns)s)
+    {{delete_orphans}}
 )
 SELECT count(*) FROM entry;
 
 -- name: newest
 -- The newest %(k)s entries of a memory added within %(seconds)s seconds (NULL: any age), newest first.
-SELECT e.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
-       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
+SELECT e.seq, {{message_columns}}
 FROM (SELECT seq, message_id FROM pgmem.memory_entries
       WHERE namespace = %(ns)s AND memory = %(memory)s
         AND (%(seconds)s::float8 IS NULL OR added_at >= now() - make_interval(secs => %(seconds)s))

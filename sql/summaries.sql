@@ -1,16 +1,22 @@
--- Named queries of the summary repository (pgmem.summaries), loaded once by pgmem.queries.
+-- Named queries of the summary repository (pgmem._async.summaries), loaded once by
+-- pgmem.planning.statements.
 --
 -- A level-1 summary covers a range of memory_entries.seq; a level-n summary (n >= 2) covers the range of
 -- its level n-1 children. "Not yet summarised" means after the last range of the level below: a new
 -- summary never covers a message (or a summary) twice.
 
+-- fragment: summary_columns
+-- A summary row (pgmem.planning.rows.SummaryRow), for the alias s (pgmem.summaries).
+s.id, s.level, s.first_seq, s.last_seq, s.content, s.source_chars, s.source_tokens, s.summary_tokens,
+s.tokenizer, s.created_at
+
 -- name: settle
 -- The highest entry sequence number that is final for the memory: every entry numbered up to it has
 -- committed or rolled back. Writers hold a shared advisory lock on the memory from before they draw a
--- number until they commit (messages.sql add_one); taking it exclusively waits for them, and while it is
--- held nobody draws a number. Run in its own transaction: the lock is released at once.
+-- number until they commit (the fragment settle_shared); taking it exclusively waits for them, and while
+-- it is held nobody draws a number. Run in its own transaction: the lock is released at once.
 WITH settled AS MATERIALIZED (
-    SELECT pg_advisory_xact_lock(28781, hashtext(%(ns)s || '/' || %(memory)s))
+    SELECT pg_advisory_xact_lock({{settle_lock_key}})
 )
 SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence('pgmem.memory_entries', 'seq')::regclass), 0)
 FROM settled;
@@ -18,10 +24,8 @@ FROM settled;
 -- name: unsummarized
 -- The memory's messages after its last level-1 summary (and after %(after)s), up to %(upto)s (a settled
 -- sequence number, NULL: no bound), oldest first.
-SELECT e.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to,
-       m.metadata, m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at
-FROM pgmem.memory_entries AS e
-JOIN pgmem.messages AS m ON m.namespace = e.namespace AND m.id = e.message_id
+SELECT e.seq, {{message_columns}}
+FROM {{entry_messages}}
 WHERE e.namespace = %(ns)s AND e.memory = %(memory)s
   AND e.seq > greatest(%(after)s::bigint,
                        coalesce((SELECT max(s.last_seq) FROM pgmem.summaries AS s
@@ -32,8 +36,7 @@ LIMIT %(limit)s;
 
 -- name: unrolled
 -- Summaries of one level that no summary of the next level covers yet, oldest first.
-SELECT s.id, s.level, s.first_seq, s.last_seq, s.content, s.source_chars, s.source_tokens,
-       s.summary_tokens, s.tokenizer, s.created_at
+SELECT {{summary_columns}}
 FROM pgmem.summaries AS s
 WHERE s.namespace = %(ns)s AND s.memory = %(memory)s AND s.level = %(level)s
   AND s.first_seq > coalesce((SELECT max(p.last_seq) FROM pgmem.summaries AS p
@@ -44,34 +47,31 @@ ORDER BY s.first_seq;
 -- name: insert
 -- Store a summary unless its range starts at or before the end of a summary of the same level (a
 -- concurrent summariser got there first: no row is returned). The memory must exist.
-INSERT INTO pgmem.summaries (namespace, memory, level, first_seq, last_seq, content, source_chars,
-                             source_tokens, summary_tokens, tokenizer)
+INSERT INTO pgmem.summaries AS s (namespace, memory, level, first_seq, last_seq, content, source_chars,
+                                  source_tokens, summary_tokens, tokenizer)
 SELECT %(ns)s, %(memory)s, %(level)s, %(first_seq)s, %(last_seq)s, %(content)s, %(source_chars)s,
        %(source_tokens)s, %(summary_tokens)s, %(tokenizer)s
 WHERE EXISTS (SELECT 1 FROM pgmem.memories WHERE namespace = %(ns)s AND key = %(memory)s)
-  AND %(first_seq)s::bigint > coalesce((SELECT max(s.last_seq) FROM pgmem.summaries AS s
-                                        WHERE s.namespace = %(ns)s AND s.memory = %(memory)s
-                                          AND s.level = %(level)s), 0)
+  AND %(first_seq)s::bigint > coalesce((SELECT max(p.last_seq) FROM pgmem.summaries AS p
+                                        WHERE p.namespace = %(ns)s AND p.memory = %(memory)s
+                                          AND p.level = %(level)s), 0)
 ON CONFLICT (namespace, memory, level, first_seq) DO NOTHING
-RETURNING id, level, first_seq, last_seq, content, source_chars, source_tokens, summary_tokens, tokenizer,
-          created_at;
+RETURNING {{summary_columns}};
 
 -- name: memory_exists
 SELECT EXISTS (SELECT 1 FROM pgmem.memories WHERE namespace = %(ns)s AND key = %(memory)s);
 
 -- name: list
 -- Every summary of a memory (of one level when %(level)s is not NULL), by level then range.
-SELECT id, level, first_seq, last_seq, content, source_chars, source_tokens, summary_tokens, tokenizer,
-       created_at
-FROM pgmem.summaries
-WHERE namespace = %(ns)s AND memory = %(memory)s AND (%(level)s::smallint IS NULL OR level = %(level)s)
-ORDER BY level, first_seq;
+SELECT {{summary_columns}}
+FROM pgmem.summaries AS s
+WHERE s.namespace = %(ns)s AND s.memory = %(memory)s AND (%(level)s::smallint IS NULL OR s.level = %(level)s)
+ORDER BY s.level, s.first_seq;
 
 -- name: frontier
 -- The summaries no higher-level summary covers, in range order: together they summarise everything
 -- summarised so far, each message once.
-SELECT s.id, s.level, s.first_seq, s.last_seq, s.content, s.source_chars, s.source_tokens,
-       s.summary_tokens, s.tokenizer, s.created_at
+SELECT {{summary_columns}}
 FROM pgmem.summaries AS s
 WHERE s.namespace = %(ns)s AND s.memory = %(memory)s
   AND NOT EXISTS (SELECT 1 FROM pgmem.summaries AS p

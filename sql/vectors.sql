@@ -21,8 +21,7 @@ SELECT id, name, dimension, kind FROM pgmem.embedding_models WHERE id = %(id)s;
 -- embedder promotes once every entry has a vector). Every entry without a vector of that model is queued.
 -- Returns the model's status for the memory.
 WITH memory AS (
-    INSERT INTO pgmem.memories (namespace, key) VALUES (%(ns)s, %(memory)s)
-    ON CONFLICT DO NOTHING
+    {{register_memory}}
 ), model AS (
     INSERT INTO pgmem.memory_models (namespace, memory, model_id, status)
     SELECT %(ns)s, %(memory)s, %(model)s,

@@ -37,5 +37,11 @@ class AsyncRepository:
                 return await cur.fetchall() if res is not None and res.status == ExecStatus.TUPLES_OK else []
 
     async def _scalar(self, name: str, params: dict[str, Any], connection: AsyncConnection[Any] | None) -> Any:
+        """The value of a one-column statement's first row (None when it returned no row)."""
         rows = await self._rows(name, params, connection)
         return rows[0][0] if rows else None
+
+    async def _column(self, name: str, params: dict[str, Any], connection: AsyncConnection[Any] | None) -> list[Any]:
+        """The values of a one-column statement, one per row. (Statements of several columns return a
+        row type of :mod:`pgmem.planning.rows`: build it with ``RowType._make(row)``.)"""
+        return [row[0] for row in await self._rows(name, params, connection)]

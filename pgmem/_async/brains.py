@@ -17,38 +17,21 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from pgmem._async.base import AsyncRepository
-from pgmem.checks import check_text, key_for
+from pgmem.checks import MAX_TTL, check_brain_key, check_text, check_ttl, key_for
 from pgmem.errors import Conflict, InvalidInput, translate
-from pgmem.models import Message
+from pgmem.models import Message, storage_id
 from pgmem.planning import statements as queries
-from pgmem.planning.rows import decode, encode, storage_id
+from pgmem.planning.rows import BrainLockRow, BrainRow, decode, encode
 from pgmem.summarizer import Summary, get_tokenizer
 
-__all__ = ["AsyncBrainRepository", "BrainState", "check_ttl"]
+__all__ = ["MAX_TTL", "AsyncBrainRepository", "BrainState"]
 
 Q = queries.load("brains")
 MQ = queries.load("messages")
 SQ = queries.load("summaries")
 
 #: Longest TTL accepted (ten years, in seconds).
-MAX_TTL = 10 * 365 * 24 * 3600
 _UNSET: Any = object()
-
-
-def check_ttl(ttl: Any) -> float | None:
-    """A TTL in seconds: a positive number up to :data:`MAX_TTL`, or None (never expires)."""
-    if ttl is None:
-        return None
-    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl <= MAX_TTL or ttl != ttl:
-        raise InvalidInput(f"timeout must be a number of seconds in (0, {MAX_TTL}], got {ttl!r}")
-    return float(ttl)
-
-
-def check_brain_key(redis_key: Any) -> str:
-    if not isinstance(redis_key, str) or not redis_key:
-        raise InvalidInput(f"a brain key must be a non-empty string, got {redis_key!r}")
-    check_text(redis_key, "key", "brain ")
-    return redis_key
 
 
 @dataclass(slots=True)
@@ -93,7 +76,16 @@ class AsyncBrainRepository(AsyncRepository):
                 row = await cur.fetchone()
                 if row is None:
                     return None
-                state = BrainState(*row)
+                brain = BrainRow._make(row)
+                state = BrainState(
+                    redis_key=brain.redis_key,
+                    historical_summary=brain.historical_summary,
+                    summarized_seq=brain.summarized_seq,
+                    last_history_id=brain.last_history_id,
+                    last_talk=brain.last_talk,
+                    version=brain.version,
+                    expires_at=brain.expires_at,
+                )
                 cur = await conn.execute(
                     Q["history"], {"ns": self.namespace, "memory": key, "after": state.summarized_seq}, binary=True
                 )
@@ -156,9 +148,9 @@ class AsyncBrainRepository(AsyncRepository):
                         "keep_ttl": False,
                     },
                 )
-                row = await cur.fetchone()
-                assert row is not None
-                return int(row[0])
+                version = await cur.fetchone()  # one column
+                assert version is not None
+                return int(version[0])
 
     async def _lock(self, conn: AsyncConnection[Any], params: dict[str, Any]) -> int:
         """Create the brain if needed, lock its row, empty it if it expired; return its summarised seq."""
@@ -172,14 +164,14 @@ class AsyncBrainRepository(AsyncRepository):
             # The retention job deleted the (expired) brain between our insert and our lock: create it again.
         if row is None:
             raise Conflict(f"brain {params['redis_key']!r} keeps being deleted concurrently; retry")
-        summarized_seq, _version, expired = row
-        if expired:
+        brain = BrainLockRow._make(row)
+        if brain.expired:
             for memory in (params["key"], params["knowledge_key"]):
                 await conn.execute(MQ["clear"], {"ns": self.namespace, "memory": memory})
             await conn.execute(SQ["delete_all"], {"ns": self.namespace, "memory": params["key"]})
             await conn.execute(Q["reset"], params)
             return 0
-        return int(summarized_seq)
+        return int(brain.summarized_seq)
 
     async def history_for_summary(
         self, redis_key: str, *, connection: AsyncConnection[Any] | None = None
@@ -284,9 +276,7 @@ class AsyncBrainRepository(AsyncRepository):
     async def _drop(self, conn: AsyncConnection[Any], namespace: str, keys: list[str]) -> int:
         for memory in keys:
             await conn.execute(MQ["clear"], {"ns": namespace, "memory": memory})
-        cur = await conn.execute(Q["delete_memories"], {"ns": namespace, "keys": keys})
-        row = await cur.fetchone()
-        return int(row[0]) if row else 0
+        return int(await self._scalar("delete_memories", {"ns": namespace, "keys": keys}, conn) or 0)
 
     async def purge_expired(self, *, batch_size: int = 500, connection: AsyncConnection[Any] | None = None) -> int:
         """The retention job: delete the namespace's expired brains (their history and knowledge messages

@@ -40,7 +40,16 @@ from pgmem.planning.queues import (
     integer,
     seconds,
 )
-from pgmem.planning.rows import INSERT_COLUMNS, batch_columns, encode
+from pgmem.planning.rows import (
+    INSERT_COLUMNS,
+    DepthRow,
+    NackRow,
+    PublishRow,
+    PushManyRow,
+    PushRow,
+    batch_columns,
+    encode,
+)
 
 if TYPE_CHECKING:
     from pgmem._async.client import AsyncClient
@@ -50,7 +59,7 @@ __all__ = ["AsyncQueueRepository"]
 Q = queries.load("queues")
 
 _WORKER = f"{socket.gethostname()}:{os.getpid()}"
-#: SQLSTATE of pgmem.queue_lease_lost (migration 0012): a claim(ack=) statement rolled back.
+#: SQLSTATE of pgmem.queue_lease_lost (pre-baseline migration 0012): a claim(ack=) statement rolled back.
 _LEASE_LOST = "PGM01"
 #: deadlock_detected, and how many times claim(ack=) runs its statement again after one.
 _DEADLOCK, _DEADLOCK_RETRIES = "40P01", 3
@@ -182,8 +191,8 @@ class AsyncQueueRepository(AsyncRepository):
             check_key(dedup_key, "dedup key")
         row = dict(zip(INSERT_COLUMNS, encode(message), strict=True))
         rows = await self._rows("push", {**params, **row, "dedup_key": dedup_key}, connection)
-        item_id = rows[0][0]
-        return PushResult(item_id, item_id is not None)
+        pushed = PushRow._make(rows[0])
+        return PushResult(pushed.id, pushed.id is not None)
 
     async def push_many(
         self,
@@ -212,7 +221,7 @@ class AsyncQueueRepository(AsyncRepository):
             return []
         columns = batch_columns(batch)
         rows = await self._rows("push_many", {**params, **columns, "dedup_key": keys}, connection)
-        return list(rows[0][0])
+        return list(PushManyRow._make(rows[0]).ids)
 
     # -- consuming ------------------------------------------------------------------------------------
 
@@ -287,9 +296,9 @@ class AsyncQueueRepository(AsyncRepository):
     async def _ack_held(self, held: dict[int, int], connection: AsyncConnection[Any] | None) -> None:
         if not held:
             return
-        rows = await self._rows("ack", {"ids": _int_array(held), "attempts": _int_array(held.values())}, connection)
-        if len(rows) != len(held):
-            _raise_lost(held, [r[0] for r in rows])
+        acked = await self._column("ack", {"ids": _int_array(held), "attempts": _int_array(held.values())}, connection)
+        if len(acked) != len(held):
+            _raise_lost(held, acked)
 
     async def nack(
         self,
@@ -315,7 +324,7 @@ class AsyncQueueRepository(AsyncRepository):
         )
         if not rows:
             raise LeaseLost(f"lease lost on item {item.id}")
-        return str(rows[0][0])
+        return str(NackRow._make(rows[0]).status)
 
     async def extend(
         self, item: QueueItem, lease: float | timedelta = 30.0, *, connection: AsyncConnection[Any] | None = None
@@ -324,10 +333,10 @@ class AsyncQueueRepository(AsyncRepository):
         if not isinstance(item, QueueItem):
             raise InvalidInput(f"extend takes a QueueItem, got {type(item).__name__}")
         length = seconds(lease, "lease", maximum=MAX_LEASE_SECONDS, allow_zero=False)
-        rows = await self._rows("extend", {"id": item.id, "attempts": item.attempts, "lease": length}, connection)
-        if not rows:
+        leases = await self._column("extend", {"id": item.id, "attempts": item.attempts, "lease": length}, connection)
+        if not leases:
             raise LeaseLost(f"lease lost on item {item.id}")
-        return dataclasses.replace(item, lease_until=rows[0][0], available_at=rows[0][0])
+        return dataclasses.replace(item, lease_until=leases[0], available_at=leases[0])
 
     async def _listen(self) -> AsyncConnection[Any]:
         if self._listener is None or self._listener.closed:
@@ -379,9 +388,9 @@ class AsyncQueueRepository(AsyncRepository):
                 if remaining <= 0:
                     return []
                 pause = min(remaining, poll)
-                rows = await self._rows("next_available", {"queue": queue}, None)
-                if rows and rows[0][0] is not None:
-                    pause = max(0.0, min(pause, float(rows[0][0])))
+                wait = await self._scalar("next_available", {"queue": queue}, None)
+                if wait is not None:
+                    pause = max(0.0, min(pause, float(wait)))
                 if pause > 0:
                     await self._wait_for_notify(listener, key, pause)
 
@@ -425,8 +434,8 @@ class AsyncQueueRepository(AsyncRepository):
         """``{"ready": …, "claimable": …, "dead": …}``: items not yet acknowledged (leased included), those
         claimable now, and dead letters."""
         rows = await self._rows("depth", {"queue": check_queue(queue)}, connection)
-        ready, claimable, dead = rows[0]
-        return {"ready": int(ready), "claimable": int(claimable), "dead": int(dead)}
+        depth = DepthRow._make(rows[0])
+        return {"ready": int(depth.ready), "claimable": int(depth.claimable), "dead": int(depth.dead)}
 
     async def peek(
         self, queue: str, limit: int = 100, *, connection: AsyncConnection[Any] | None = None
@@ -451,8 +460,7 @@ class AsyncQueueRepository(AsyncRepository):
         """Put dead letters back in the queue with a fresh attempt budget (all of them when ``items`` is
         None); return how many."""
         ids = None if items is None else [i.id if isinstance(i, QueueItem) else int(i) for i in items]
-        rows = await self._rows("requeue_dead", {"queue": check_queue(queue), "ids": ids}, connection)
-        return len(rows)
+        return len(await self._column("requeue_dead", {"queue": check_queue(queue), "ids": ids}, connection))
 
     async def purge_archive(
         self,
@@ -468,8 +476,7 @@ class AsyncQueueRepository(AsyncRepository):
 
     async def clear(self, queue: str, *, connection: AsyncConnection[Any] | None = None) -> int:
         """Delete every live item of the queue (ready, leased and dead); return how many."""
-        rows = await self._rows("clear_queue", {"queue": check_queue(queue)}, connection)
-        return int(rows[0][0])
+        return int(await self._scalar("clear_queue", {"queue": check_queue(queue)}, connection))
 
     # -- routing --------------------------------------------------------------------------------------
 
@@ -511,8 +518,8 @@ class AsyncQueueRepository(AsyncRepository):
         row = dict(zip(INSERT_COLUMNS, encode(message), strict=True))
         params = {"memory": memory, "priority": integer(priority, "priority", MIN_PRIORITY, MAX_PRIORITY), **row}
         rows = await self._rows("publish", params, connection)
-        seq, inboxes, _ = rows[0]
-        return Delivery(seq, list(inboxes or []))
+        published = PublishRow._make(rows[0])
+        return Delivery(published.seq, list(published.inboxes or []))
 
     async def inbox(
         self, subscriber: str, n: int = 10, *, lease: float | timedelta = 30.0, timeout: float = 0.0

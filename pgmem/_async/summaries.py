@@ -6,14 +6,14 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from pgmem._acompat import adrive
 from pgmem._async.base import AsyncRepository
+from pgmem._async.compression import compress
 from pgmem.checks import check_key, check_text
 from pgmem.errors import Conflict, InvalidInput, NotFound
 from pgmem.models import Message
 from pgmem.planning import statements as queries
-from pgmem.planning.rows import decode
-from pgmem.summarizer import CompressionPolicy, Summary, compress, get_tokenizer
+from pgmem.planning.rows import SummaryRow, decode
+from pgmem.summarizer import CompressionPolicy, Summary, get_tokenizer
 
 __all__ = ["AsyncSummaryRepository"]
 
@@ -33,7 +33,19 @@ def _int(value: Any, name: str, low: int, high: int) -> int:
 
 
 def _summary(row: tuple[Any, ...]) -> Summary:
-    return Summary(*row)
+    s = SummaryRow._make(row)
+    return Summary(
+        id=s.id,
+        level=s.level,
+        first_seq=s.first_seq,
+        last_seq=s.last_seq,
+        content=s.content,
+        source_chars=s.source_chars,
+        source_tokens=s.source_tokens,
+        summary_tokens=s.summary_tokens,
+        tokenizer=s.tokenizer,
+        created_at=s.created_at,
+    )
 
 
 class AsyncSummaryRepository(AsyncRepository):
@@ -169,7 +181,7 @@ class AsyncSummaryRepository(AsyncRepository):
         *,
         force: bool = False,
     ) -> Summaries:
-        """Summarise what is not summarised yet (:func:`pgmem.summarizer.compress`); return the new summaries.
+        """Summarise what is not summarised yet (:func:`pgmem._async.compression.compress`); return the new summaries.
 
         When the LLM raises, the exception propagates; summaries stored before it stay, and every
         message is still in the memory.
@@ -178,4 +190,4 @@ class AsyncSummaryRepository(AsyncRepository):
         commits after a later-numbered one is summarised by a later run, never skipped.
         """
         check_key(memory)
-        return await adrive(compress(self, memory, llm, policy, force=force))
+        return await compress(self, memory, llm, policy, force=force)

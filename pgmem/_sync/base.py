@@ -38,5 +38,11 @@ class Repository:
                 return cur.fetchall() if res is not None and res.status == ExecStatus.TUPLES_OK else []
 
     def _scalar(self, name: str, params: dict[str, Any], connection: Connection[Any] | None) -> Any:
+        """The value of a one-column statement's first row (None when it returned no row)."""
         rows = self._rows(name, params, connection)
         return rows[0][0] if rows else None
+
+    def _column(self, name: str, params: dict[str, Any], connection: Connection[Any] | None) -> list[Any]:
+        """The values of a one-column statement, one per row. (Statements of several columns return a
+        row type of :mod:`pgmem.planning.rows`: build it with ``RowType._make(row)``.)"""
+        return [row[0] for row in self._rows(name, params, connection)]

@@ -12,9 +12,17 @@ from psycopg import errors as pg_errors
 from pgmem._sync.base import Repository
 from pgmem.checks import MAX_BATCH, check_key, check_message_id
 from pgmem.errors import Conflict, InvalidInput, NotFound, translate
-from pgmem.models import MESSAGE_ROUTE_TO_ALL, Message, any_to_str
+from pgmem.models import MESSAGE_ROUTE_TO_ALL, Message, any_to_str, storage_id
 from pgmem.planning import statements as queries
-from pgmem.planning.rows import INSERT_COLUMNS, batch_columns, decode, encode, storage_id
+from pgmem.planning.rows import (
+    INSERT_COLUMNS,
+    AddedManyRow,
+    AddedRow,
+    MessageStatsRow,
+    batch_columns,
+    decode,
+    encode,
+)
 
 if TYPE_CHECKING:
     pass
@@ -72,11 +80,13 @@ class MessageRepository(Repository):
                 # retried once on our own connection, reported when it runs in the caller's transaction.
                 if connection is not None or attempt == 2:
                     raise Conflict(f"message {message.id} was deleted concurrently; add it again") from exc
-        if added is not None:
-            message._seq = added[0]
-            if added[1]:
-                self._client.vectors.written(connection)
-        return added is not None
+        if added is None:
+            return False
+        entry = AddedRow._make(added)
+        message._seq = entry.seq
+        if entry.embeds:
+            self._client.vectors.written(connection)
+        return True
 
     def add_many(
         self, memory: str, messages: Iterable[Message], *, connection: Connection[Any] | None = None
@@ -95,12 +105,13 @@ class MessageRepository(Repository):
         with translate():
             with self._client.connection(connection) as conn:
                 cur = conn.execute(Q["add_many"], {"ns": self.namespace, "memory": memory, **columns})
-                result = cur.fetchone()
-        if result is None:
+                row = cur.fetchone()
+        if row is None:
             return 0
-        if result[0] and result[1]:
+        result = AddedManyRow._make(row)
+        if result.added and result.embeds:
             self._client.vectors.written(connection)
-        return int(result[0])
+        return int(result.added)
 
     def delete(
         self, memory: str, message: Message | str, *, connection: Connection[Any] | None = None
@@ -240,10 +251,10 @@ class MessageRepository(Repository):
             return []
         ids = [m if isinstance(m, str) else storage_id(m) for m in observed]
         if k == 0:
-            rows = self._rows("find_news_all", {"memory": memory, "ids": ids}, connection)
+            positions = self._column("find_news_all", {"memory": memory, "ids": ids}, connection)
         else:
-            rows = self._rows("find_news_recent", {"memory": memory, "ids": ids, "k": k}, connection)
-        return [int(r[0]) - 1 for r in rows]
+            positions = self._column("find_news_recent", {"memory": memory, "ids": ids, "k": k}, connection)
+        return [int(p) - 1 for p in positions]
 
     def find_news(
         self, memory: str, observed: Sequence[Message], k: int = 0, *, connection: Connection[Any] | None = None
@@ -270,7 +281,7 @@ class MessageRepository(Repository):
     def actions(self, memory: str, *, connection: Connection[Any] | None = None) -> list[str]:
         """The distinct actions (``cause_by``) of ``memory``."""
         check_key(memory)
-        return [r[0] for r in self._rows("list_actions", {"memory": memory}, connection)]
+        return self._column("list_actions", {"memory": memory}, connection)
 
     def count_actions(self, memory: str, *, connection: Connection[Any] | None = None) -> int:
         check_key(memory)
@@ -278,11 +289,12 @@ class MessageRepository(Repository):
 
     def memories(self, *, connection: Connection[Any] | None = None) -> list[str]:
         """The keys of every memory in the namespace."""
-        return [r[0] for r in self._rows("list_memories", {}, connection)]
+        return self._column("list_memories", {}, connection)
 
     def stats(
         self, *, all_namespaces: bool = False, connection: Connection[Any] | None = None
-    ) -> list[tuple[str, str, str, str, int]]:
-        """Message counts by (namespace, memory, role, action)."""
+    ) -> list[MessageStatsRow]:
+        """Message counts by (namespace, memory, role, action): ``(namespace, memory, role, cause_by,
+        messages)`` tuples."""
         rows = self._rows("stats", {"ns": None if all_namespaces else self.namespace}, connection)
-        return [(r[0], r[1], r[2], r[3], int(r[4])) for r in rows]
+        return [MessageStatsRow._make(r) for r in rows]

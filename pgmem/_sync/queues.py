@@ -41,7 +41,16 @@ from pgmem.planning.queues import (
     integer,
     seconds,
 )
-from pgmem.planning.rows import INSERT_COLUMNS, batch_columns, encode
+from pgmem.planning.rows import (
+    INSERT_COLUMNS,
+    DepthRow,
+    NackRow,
+    PublishRow,
+    PushManyRow,
+    PushRow,
+    batch_columns,
+    encode,
+)
 
 if TYPE_CHECKING:
     from pgmem._sync.client import Client
@@ -51,7 +60,7 @@ __all__ = ["QueueRepository"]
 Q = queries.load("queues")
 
 _WORKER = f"{socket.gethostname()}:{os.getpid()}"
-#: SQLSTATE of pgmem.queue_lease_lost (migration 0012): a claim(ack=) statement rolled back.
+#: SQLSTATE of pgmem.queue_lease_lost (pre-baseline migration 0012): a claim(ack=) statement rolled back.
 _LEASE_LOST = "PGM01"
 #: deadlock_detected, and how many times claim(ack=) runs its statement again after one.
 _DEADLOCK, _DEADLOCK_RETRIES = "40P01", 3
@@ -183,8 +192,8 @@ class QueueRepository(Repository):
             check_key(dedup_key, "dedup key")
         row = dict(zip(INSERT_COLUMNS, encode(message), strict=True))
         rows = self._rows("push", {**params, **row, "dedup_key": dedup_key}, connection)
-        item_id = rows[0][0]
-        return PushResult(item_id, item_id is not None)
+        pushed = PushRow._make(rows[0])
+        return PushResult(pushed.id, pushed.id is not None)
 
     def push_many(
         self,
@@ -213,7 +222,7 @@ class QueueRepository(Repository):
             return []
         columns = batch_columns(batch)
         rows = self._rows("push_many", {**params, **columns, "dedup_key": keys}, connection)
-        return list(rows[0][0])
+        return list(PushManyRow._make(rows[0]).ids)
 
     # -- consuming ------------------------------------------------------------------------------------
 
@@ -288,9 +297,9 @@ class QueueRepository(Repository):
     def _ack_held(self, held: dict[int, int], connection: Connection[Any] | None) -> None:
         if not held:
             return
-        rows = self._rows("ack", {"ids": _int_array(held), "attempts": _int_array(held.values())}, connection)
-        if len(rows) != len(held):
-            _raise_lost(held, [r[0] for r in rows])
+        acked = self._column("ack", {"ids": _int_array(held), "attempts": _int_array(held.values())}, connection)
+        if len(acked) != len(held):
+            _raise_lost(held, acked)
 
     def nack(
         self,
@@ -316,7 +325,7 @@ class QueueRepository(Repository):
         )
         if not rows:
             raise LeaseLost(f"lease lost on item {item.id}")
-        return str(rows[0][0])
+        return str(NackRow._make(rows[0]).status)
 
     def extend(
         self, item: QueueItem, lease: float | timedelta = 30.0, *, connection: Connection[Any] | None = None
@@ -325,10 +334,10 @@ class QueueRepository(Repository):
         if not isinstance(item, QueueItem):
             raise InvalidInput(f"extend takes a QueueItem, got {type(item).__name__}")
         length = seconds(lease, "lease", maximum=MAX_LEASE_SECONDS, allow_zero=False)
-        rows = self._rows("extend", {"id": item.id, "attempts": item.attempts, "lease": length}, connection)
-        if not rows:
+        leases = self._column("extend", {"id": item.id, "attempts": item.attempts, "lease": length}, connection)
+        if not leases:
             raise LeaseLost(f"lease lost on item {item.id}")
-        return dataclasses.replace(item, lease_until=rows[0][0], available_at=rows[0][0])
+        return dataclasses.replace(item, lease_until=leases[0], available_at=leases[0])
 
     def _listen(self) -> Connection[Any]:
         if self._listener is None or self._listener.closed:
@@ -380,9 +389,9 @@ class QueueRepository(Repository):
                 if remaining <= 0:
                     return []
                 pause = min(remaining, poll)
-                rows = self._rows("next_available", {"queue": queue}, None)
-                if rows and rows[0][0] is not None:
-                    pause = max(0.0, min(pause, float(rows[0][0])))
+                wait = self._scalar("next_available", {"queue": queue}, None)
+                if wait is not None:
+                    pause = max(0.0, min(pause, float(wait)))
                 if pause > 0:
                     self._wait_for_notify(listener, key, pause)
 
@@ -426,8 +435,8 @@ class QueueRepository(Repository):
         """``{"ready": …, "claimable": …, "dead": …}``: items not yet acknowledged (leased included), those
         claimable now, and dead letters."""
         rows = self._rows("depth", {"queue": check_queue(queue)}, connection)
-        ready, claimable, dead = rows[0]
-        return {"ready": int(ready), "claimable": int(claimable), "dead": int(dead)}
+        depth = DepthRow._make(rows[0])
+        return {"ready": int(depth.ready), "claimable": int(depth.claimable), "dead": int(depth.dead)}
 
     def peek(
         self, queue: str, limit: int = 100, *, connection: Connection[Any] | None = None
@@ -452,8 +461,7 @@ class QueueRepository(Repository):
         """Put dead letters back in the queue with a fresh attempt budget (all of them when ``items`` is
         None); return how many."""
         ids = None if items is None else [i.id if isinstance(i, QueueItem) else int(i) for i in items]
-        rows = self._rows("requeue_dead", {"queue": check_queue(queue), "ids": ids}, connection)
-        return len(rows)
+        return len(self._column("requeue_dead", {"queue": check_queue(queue), "ids": ids}, connection))
 
     def purge_archive(
         self,
@@ -469,8 +477,7 @@ class QueueRepository(Repository):
 
     def clear(self, queue: str, *, connection: Connection[Any] | None = None) -> int:
         """Delete every live item of the queue (ready, leased and dead); return how many."""
-        rows = self._rows("clear_queue", {"queue": check_queue(queue)}, connection)
-        return int(rows[0][0])
+        return int(self._scalar("clear_queue", {"queue": check_queue(queue)}, connection))
 
     # -- routing --------------------------------------------------------------------------------------
 
@@ -512,8 +519,8 @@ class QueueRepository(Repository):
         row = dict(zip(INSERT_COLUMNS, encode(message), strict=True))
         params = {"memory": memory, "priority": integer(priority, "priority", MIN_PRIORITY, MAX_PRIORITY), **row}
         rows = self._rows("publish", params, connection)
-        seq, inboxes, _ = rows[0]
-        return Delivery(seq, list(inboxes or []))
+        published = PublishRow._make(rows[0])
+        return Delivery(published.seq, list(published.inboxes or []))
 
     def inbox(
         self, subscriber: str, n: int = 10, *, lease: float | timedelta = 30.0, timeout: float = 0.0

@@ -7,14 +7,14 @@ from typing import Any
 
 from psycopg import Connection
 
-from pgmem._acompat import drive
 from pgmem._sync.base import Repository
+from pgmem._sync.compression import compress
 from pgmem.checks import check_key, check_text
 from pgmem.errors import Conflict, InvalidInput, NotFound
 from pgmem.models import Message
 from pgmem.planning import statements as queries
-from pgmem.planning.rows import decode
-from pgmem.summarizer import CompressionPolicy, Summary, compress, get_tokenizer
+from pgmem.planning.rows import SummaryRow, decode
+from pgmem.summarizer import CompressionPolicy, Summary, get_tokenizer
 
 __all__ = ["SummaryRepository"]
 
@@ -34,7 +34,19 @@ def _int(value: Any, name: str, low: int, high: int) -> int:
 
 
 def _summary(row: tuple[Any, ...]) -> Summary:
-    return Summary(*row)
+    s = SummaryRow._make(row)
+    return Summary(
+        id=s.id,
+        level=s.level,
+        first_seq=s.first_seq,
+        last_seq=s.last_seq,
+        content=s.content,
+        source_chars=s.source_chars,
+        source_tokens=s.source_tokens,
+        summary_tokens=s.summary_tokens,
+        tokenizer=s.tokenizer,
+        created_at=s.created_at,
+    )
 
 
 class SummaryRepository(Repository):
@@ -170,7 +182,7 @@ class SummaryRepository(Repository):
         *,
         force: bool = False,
     ) -> Summaries:
-        """Summarise what is not summarised yet (:func:`pgmem.summarizer.compress`); return the new summaries.
+        """Summarise what is not summarised yet (:func:`pgmem._async.compression.compress`); return the new summaries.
 
         When the LLM raises, the exception propagates; summaries stored before it stay, and every
         message is still in the memory.
@@ -179,4 +191,4 @@ class SummaryRepository(Repository):
         commits after a later-numbered one is summarised by a later run, never skipped.
         """
         check_key(memory)
-        return drive(compress(self, memory, llm, policy, force=force))
+        return compress(self, memory, llm, policy, force=force)

@@ -24,11 +24,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from pgmem._sync.client import connect
+from pgmem import connect
 from pgmem.errors import DemoIncomplete, redact
 from pgmem.integrations.metagpt.memory import Memory
 from pgmem.models import MESSAGE_ROUTE_TO_ALL, Message, any_to_str
 from pgmem.planning import statements as queries
+from pgmem.planning.rows import ActionFlowRow, RoleActionRow
 
 __all__ = ["DemoIncomplete", "run"]
 
@@ -349,22 +350,22 @@ def _report(dsn: str, namespace: str, console: Console, elapsed: float) -> None:
     q = queries.load("demo")
     params = {"ns": namespace, "memory": TEAM}
     with psycopg.connect(dsn) as conn:
-        by_role = conn.execute(q["messages_by_role_and_action"], params).fetchall()
-        flow = conn.execute(q["action_flow"], params).fetchall()
+        by_role = [RoleActionRow._make(r) for r in conn.execute(q["messages_by_role_and_action"], params)]
+        flow = [ActionFlowRow._make(r) for r in conn.execute(q["action_flow"], params)]
     table = Table(title="messages by role and action (sql/demo.sql: messages_by_role_and_action)")
     for col in ("role", "action", "messages", "characters"):
         table.add_column(col, justify="right" if col in ("messages", "characters") else "left")
-    for row in by_role:
-        table.add_row(*(str(v) for v in row))
+    for counts in by_role:
+        table.add_row(*(str(v) for v in counts))
     console.print(table)
     edges = Table(title="action flow: which action answered which (sql/demo.sql: action_flow)")
     for col in ("from", "to", "edges", "median delay (s)"):
         edges.add_column(col, justify="right" if col in ("edges", "median delay (s)") else "left")
-    for row in flow:
-        edges.add_row(*(str(v) for v in row))
+    for edge in flow:
+        edges.add_row(*(str(v) for v in edge))
     console.print(edges)
     console.print(
-        f"finished in {elapsed:.1f} s; {sum(r[2] for r in by_role)} messages in namespace {namespace!r}",
+        f"finished in {elapsed:.1f} s; {sum(r.messages for r in by_role)} messages in namespace {namespace!r}",
         highlight=False,
     )
     # soft_wrap: the command stays on one line, ready to copy.

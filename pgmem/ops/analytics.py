@@ -7,34 +7,42 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any, LiteralString
+from typing import Any, LiteralString, NamedTuple
 
 import psycopg
 
 from pgmem.errors import InvalidInput, translate
 from pgmem.planning import statements as queries
 
-__all__ = ["Scope", "bucket_for", "fetch", "parse_since", "query_text"]
+__all__ = ["BUCKETS", "Bucket", "Scope", "bucket_for", "fetch", "parse_since", "query_text"]
 
 _SPAN_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d|w)\s*$", re.IGNORECASE)
 _UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 604800}
 
+
+class Bucket(NamedTuple):
+    """A bucket width of the activity chart: as a Postgres interval, and in seconds."""
+
+    interval: str
+    seconds: float
+
+
 #: Bucket widths the activity chart picks from: the smallest that gives at most 60 buckets.
-BUCKETS: tuple[tuple[str, float], ...] = (
-    ("100 milliseconds", 0.1),
-    ("250 milliseconds", 0.25),
-    ("500 milliseconds", 0.5),
-    ("1 second", 1),
-    ("5 seconds", 5),
-    ("15 seconds", 15),
-    ("1 minute", 60),
-    ("5 minutes", 300),
-    ("15 minutes", 900),
-    ("1 hour", 3600),
-    ("6 hours", 21600),
-    ("1 day", 86400),
-    ("7 days", 604800),
-    ("30 days", 2592000),
+BUCKETS: tuple[Bucket, ...] = (
+    Bucket("100 milliseconds", 0.1),
+    Bucket("250 milliseconds", 0.25),
+    Bucket("500 milliseconds", 0.5),
+    Bucket("1 second", 1),
+    Bucket("5 seconds", 5),
+    Bucket("15 seconds", 15),
+    Bucket("1 minute", 60),
+    Bucket("5 minutes", 300),
+    Bucket("15 minutes", 900),
+    Bucket("1 hour", 3600),
+    Bucket("6 hours", 21600),
+    Bucket("1 day", 86400),
+    Bucket("7 days", 604800),
+    Bucket("30 days", 2592000),
 )
 
 
@@ -89,9 +97,9 @@ def _plain(value: Any) -> Any:
 def bucket_for(first: datetime | None, last: datetime | None) -> str:
     """The activity chart's bucket width for messages between ``first`` and ``last``."""
     if first is None or last is None:
-        return BUCKETS[0][0]
+        return BUCKETS[0].interval
     span = (last - first).total_seconds()
-    for name, seconds in BUCKETS:
-        if span / seconds <= 60:
-            return name
-    return BUCKETS[-1][0]
+    for bucket in BUCKETS:
+        if span / bucket.seconds <= 60:
+            return bucket.interval
+    return BUCKETS[-1].interval

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -13,7 +12,7 @@ from typing import Any, NamedTuple
 from pgmem.checks import check_key
 from pgmem.errors import InvalidInput
 from pgmem.models import Message
-from pgmem.planning.rows import decode
+from pgmem.planning.rows import MessageRow, QueueItemRow, decode
 
 #: Longest lease a claim may take (a worker that needs longer extends its lease).
 MAX_LEASE_SECONDS = 24 * 3600.0
@@ -75,8 +74,12 @@ _MESSAGE_SLOT: Any = QueueItem.__dict__["message"]  # the slot that holds a Queu
 _new_item = object.__new__
 _set = object.__setattr__
 _ALL_FIELDS = tuple(f.name for f in dataclasses.fields(QueueItem))
-_FIELDS = _ALL_FIELDS[:-1]  # all but message
-_JSON_COLUMNS = (3, 8, 9)  # instruct_content, metadata, tool_calls in a message row
+_FIELDS = _ALL_FIELDS[:-1]  # all but message: the item's columns, by name
+# A queue item row is a QueueItemRow, then a MessageRow (rows.QUEUE_ITEM_ROW); read in place, by indexes
+# taken from those types.
+_COLUMN = {name: QueueItemRow._fields.index(name) for name in _FIELDS}
+_ID, _ATTEMPTS = _COLUMN["id"], _COLUMN["attempts"]
+_MESSAGE_COLUMNS = slice(len(QueueItemRow._fields), len(QueueItemRow._fields) + len(MessageRow._fields))
 
 
 class _RowItem(QueueItem):
@@ -98,10 +101,7 @@ class _RowItem(QueueItem):
         try:
             message: Message = _MESSAGE_SLOT.__get__(self)
         except AttributeError:
-            row = list(self._row[_MESSAGE_COLUMNS])
-            for index in _JSON_COLUMNS:
-                row[index] = _json(row[index])
-            message = decode(tuple(row))
+            message = decode(self._row[_MESSAGE_COLUMNS])  # parses the message's JSON text now
             _MESSAGE_SLOT.__set__(self, message)
         return message
 
@@ -122,27 +122,19 @@ def _column(index: int, name: str) -> property:
         try:
             row = self._row
         except AttributeError:
-            row = [None] * len(_FIELDS)
+            row = [None] * len(QueueItemRow._fields)
             _set(self, "_row", row)
         row[index] = value
 
     return property(get, put, doc=f"the item's {name}")
 
 
-for _index, _name in enumerate(_FIELDS):
+for _name, _index in _COLUMN.items():
     setattr(_RowItem, _name, _column(_index, _name))
-_MESSAGE_COLUMNS = slice(len(_FIELDS), len(_FIELDS) + 14)  # the message columns of a row
-
-
-def _json(text: str | None) -> Any:
-    if text is None:
-        return None
-    return {} if text == "{}" else json.loads(text)
 
 
 def decode_item(row: tuple[Any, ...]) -> QueueItem:
-    """The item of a row of sql/queues.sql (9 item columns, then 14 message columns, the jsonb ones as
-    text)."""
+    """The item of a queue item row of sql/queues.sql (``rows.QUEUE_ITEM_ROW``)."""
     item = _new_item(_RowItem)
     _set(item, "_row", row)
     return item
@@ -153,7 +145,7 @@ def fences(items: Iterable[QueueItem]) -> dict[int, int]:
     held: dict[int, int] = {}
     for item in items:
         if type(item) is _RowItem and type(row := item._row) is tuple:  # as read from the database
-            held[row[0]] = row[3]
+            held[row[_ID]] = row[_ATTEMPTS]
             continue
         if not isinstance(item, QueueItem):
             raise InvalidInput(f"ack takes QueueItem objects, got {type(item).__name__}")

@@ -40,6 +40,7 @@ from pgmem.embeddings import check_query_vector
 from pgmem.errors import InvalidInput
 from pgmem.models import Message
 from pgmem.planning.rows import decode
+from pgmem.planning.statements import fragment
 
 __all__ = [
     "HALFVEC_ABOVE",
@@ -58,10 +59,7 @@ Mode = Literal["auto", "exact", "ann"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
-MESSAGE_COLUMNS = (
-    "m.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to, m.metadata, "
-    "m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at"
-)
+MESSAGE_COLUMNS = "m.seq, " + fragment("message_columns")  # a rows.MessageRow, seq the message's own
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 from psycopg.pq import ExecStatus
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from pgmem._sync.client import Client
+from pgmem import Client
 from pgmem.checks import check_key, key_for
 from pgmem.connecting import get_default_client
 from pgmem.errors import ConfigError, Conflict, InvalidInput, translate
@@ -222,14 +222,19 @@ class MemoryStore:
                 res = cur.pgresult  # not cur.description, which builds a Column object per column
                 return cur.fetchall() if res is not None and res.status == ExecStatus.TUPLES_OK else []
 
+    def _scalar(self, name: str, params: dict[str, Any], connection: Any = None) -> Any:
+        """The value of a one-column statement's first row (None when it returned no row)."""
+        rows = self._rows(name, params, connection)
+        return rows[0][0] if rows else None
+
     def load(self) -> None:
         """Record the store in ``pgmem.memory_stores`` (a name keeps its first type: loading it as another
         type raises :class:`pgmem.Conflict`). Idempotent; called by :func:`pgmem.integrations.chatdev.build_stores`."""
         config = json.dumps(self.config.model_dump(mode="json"))
-        rows = self._rows("register", {"name": self.name, "type": self.type_name, "config": config})
-        if rows and rows[0][0] != self.type_name:
+        recorded = self._scalar("register", {"name": self.name, "type": self.type_name, "config": config})
+        if recorded is not None and recorded != self.type_name:
             raise Conflict(
-                f"memory store {self.name!r} is a {rows[0][0]!r} store in namespace {self.client.namespace!r}, "
+                f"memory store {self.name!r} is a {recorded!r} store in namespace {self.client.namespace!r}, "
                 f"not {self.type_name!r}"
             )
 

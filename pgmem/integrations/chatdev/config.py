@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from pgmem._sync.client import Client
+from pgmem import Client
 from pgmem.errors import ConfigError
 from pgmem.integrations.chatdev.base import MemoryStore, StoreConfig, check_store_name, config_error
 from pgmem.integrations.chatdev.registry import get_memory_store_registration

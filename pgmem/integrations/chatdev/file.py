@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from pgmem._sync.client import Client
+from pgmem import Client
 from pgmem.integrations.chatdev.base import (
     ITEM_KEY,
     MemoryContentSnapshot,
@@ -26,6 +26,7 @@ from pgmem.integrations.chatdev.base import (
 )
 from pgmem.integrations.chatdev.simple import EmbeddingConfig
 from pgmem.models import Message
+from pgmem.planning.rows import LockedFileRow, StoreFileRow
 
 __all__ = ["FileMemoryConfig", "FileMemoryStore", "FileSource", "IndexReport", "chunk_text"]
 
@@ -160,7 +161,7 @@ class FileMemoryStore(MemoryStore):
         """Bring the index in line with the files: index new and changed files, drop removed ones."""
         report = IndexReport()
         found = self._scan(report)
-        known = {row[0]: (bytes(row[1]), list(row[2])) for row in self._rows("files", {"store": self.name})}
+        known = {f.path: (bytes(f.sha256), list(f.chunk_ids)) for f in self._files()}
         work: list[tuple[str, Path, str, bytes, bytes]] = []
         for path_str, (path, encoding) in found.items():
             try:
@@ -236,11 +237,11 @@ class FileMemoryStore(MemoryStore):
         ]
         client = self.client
         with client.transaction() as conn:
-            locked = self._rows("lock_file", {"store": self.name, "path": path}, conn)
-            if locked and bytes(locked[0][0]) == sha:
+            locked = self._locked(path, conn)
+            if locked is not None and bytes(locked.sha256) == sha:
                 return False
-            if locked:
-                stale = [i for i in locked[0][1] if i not in set(ids)]
+            if locked is not None:
+                stale = [i for i in locked.chunk_ids if i not in set(ids)]
                 if stale:
                     self._rows("remove_entries", {"memory": self.memory_key, "ids": stale, "seconds": None}, conn)
             if messages:
@@ -254,16 +255,24 @@ class FileMemoryStore(MemoryStore):
 
     def _remove(self, path: str) -> None:
         with self.client.transaction() as conn:
-            locked = self._rows("lock_file", {"store": self.name, "path": path}, conn)
-            if locked:
+            locked = self._locked(path, conn)
+            if locked is not None:
                 self._rows(
-                    "remove_entries", {"memory": self.memory_key, "ids": list(locked[0][1]), "seconds": None}, conn
+                    "remove_entries", {"memory": self.memory_key, "ids": list(locked.chunk_ids), "seconds": None}, conn
                 )
                 self._rows("delete_file", {"store": self.name, "path": path}, conn)
 
     def files(self) -> dict[str, int]:
         """``{path: number of chunks}`` of the indexed files."""
-        return {row[0]: len(row[2]) for row in self._rows("files", {"store": self.name})}
+        return {f.path: len(f.chunk_ids) for f in self._files()}
+
+    def _files(self) -> list[StoreFileRow]:
+        return [StoreFileRow._make(row) for row in self._rows("files", {"store": self.name})]
+
+    def _locked(self, path: str, conn: Any) -> LockedFileRow | None:
+        """The indexed state of ``path``, locked until ``conn`` commits (None: not indexed)."""
+        rows = self._rows("lock_file", {"store": self.name, "path": path}, conn)
+        return LockedFileRow._make(rows[0]) if rows else None
 
     def retrieve(
         self,

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pgmem._sync.client import Client
+from pgmem import Client
 from pgmem.errors import ConfigError, Conflict, InvalidInput
 from pgmem.integrations.chatdev.base import MemoryStore, StoreConfig
 

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from pgmem._sync.client import Client
+from pgmem import Client
 from pgmem.embeddings import Embedder, HashingEmbedder, OpenAIEmbedder, SentenceTransformerEmbedder
 from pgmem.integrations.chatdev.base import (
     MemoryContentSnapshot,

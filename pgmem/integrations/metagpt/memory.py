@@ -6,11 +6,10 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from pgmem._sync.client import Client
+from pgmem import Client
 from pgmem.connecting import get_default_client
 from pgmem.integrations.codec import MessageCodec
-from pgmem.models import IGNORED_MESSAGE_ID, any_to_str
-from pgmem.planning.rows import storage_id_of
+from pgmem.models import IGNORED_MESSAGE_ID, any_to_str, storage_id_of
 
 
 class Memory:

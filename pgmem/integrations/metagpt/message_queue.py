@@ -6,7 +6,7 @@ import json
 import uuid
 from typing import Any
 
-from pgmem._sync.client import Client
+from pgmem import Client
 from pgmem.connecting import get_default_client
 from pgmem.errors import InvalidInput
 from pgmem.integrations.codec import MessageCodec

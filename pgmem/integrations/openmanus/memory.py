@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from pgmem._sync.client import Client
+from pgmem import Client
 from pgmem.checks import check_key
 from pgmem.connecting import get_default_client
 from pgmem.errors import InvalidInput

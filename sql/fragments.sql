@@ -1,0 +1,97 @@
+-- Fragments every query file may include as {{name}} (pgmem.planning.statements expands them once, when
+-- a file is loaded; Python code that composes SQL reads them with statements.fragment(name)).
+-- A fragment is written once here because several statements need it word for word: the message row,
+-- the message INSERT, the rule that deletes a message nothing refers to, the lock writers and
+-- summarisers share. Its %(name)s placeholders are the parameters of the statement that includes it.
+
+-- fragment: message_columns
+-- The columns of a message row after its seq, for the table alias `m` (pgmem.messages). A statement
+-- selects `<seq>, {{message_columns}}`, its seq from where it means it: the entry's (e.seq, memory
+-- order), the message's own (m.seq), or NULL::bigint AS seq for a message read outside any memory.
+-- The row is pgmem.planning.rows.MessageRow (a test compares its fields with each statement's columns).
+-- The jsonb columns travel as text, parsed by rows.decode: a queue item's message is then decoded only
+-- when it is first read (a consumer that only acknowledges never parses them), and '{}', the usual
+-- metadata, is not parsed at all. (psycopg's jsonb loader is json.loads in Python as well.)
+m.id, m.content, m.instruct_content::text, m.role, m.cause_by, m.sent_from, m.send_to,
+m.metadata::text, m.tool_calls::text, m.name, m.tool_call_id, m.message_class, m.created_at
+
+-- fragment: message_fields
+-- The stored fields of a message (pgmem.planning.rows.INSERT_COLUMNS, in that order): the column list
+-- of its INSERT after `namespace`, and the names of a batch's unnest.
+id, content, content_hash, instruct_content, role, cause_by, sent_from, send_to, metadata, tool_calls,
+name, tool_call_id, message_class, created_at
+
+-- fragment: message_arrays
+-- A batch of messages as one array per field (sent in binary: one round trip), for
+-- unnest(...) WITH ORDINALITY AS b({{message_fields}}, ord). send_to travels as a JSON array per message
+-- (Postgres arrays of arrays must be rectangular) and is turned back into text[] by
+-- {{message_from_batch}}.
+%(id)b::text[], %(content)b::text[], %(content_hash)b::bytea[], %(instruct_content)b::text[],
+%(role)b::text[], %(cause_by)b::text[], %(sent_from)b::text[], %(send_to)b::text[], %(metadata)b::text[],
+%(tool_calls)b::text[], %(name)b::text[], %(tool_call_id)b::text[], %(message_class)b::text[],
+%(created_at)b::timestamptz[]
+
+-- fragment: message_from_batch
+-- The values of {{insert_message_head}} from a row of a batch unnested as b({{message_fields}}, ...).
+%(ns)s, id, content, content_hash, instruct_content::jsonb, role, cause_by, sent_from,
+ARRAY(SELECT jsonb_array_elements_text(send_to::jsonb)), metadata::jsonb, tool_calls::jsonb,
+name, tool_call_id, message_class, created_at
+
+-- fragment: insert_message_head
+-- INSERT of messages, up to the rows (VALUES or a SELECT of {{message_from_batch}}); follow the rows
+-- with ON CONFLICT (namespace, id) DO NOTHING: a message is stored once, the stored one is kept.
+INSERT INTO pgmem.messages (namespace, {{message_fields}})
+
+-- fragment: insert_message
+-- Store one message (the parameters of rows.encode, named by INSERT_COLUMNS) unless the namespace
+-- already holds its id.
+{{insert_message_head}}
+VALUES (%(ns)s, %(id)s, %(content)s, %(content_hash)s, %(instruct_content)s::jsonb, %(role)s,
+        %(cause_by)s, %(sent_from)s, %(send_to)s::text[], %(metadata)s::jsonb, %(tool_calls)s::jsonb,
+        %(name)s, %(tool_call_id)s, %(message_class)s, %(created_at)s)
+ON CONFLICT (namespace, id) DO NOTHING
+
+-- fragment: register_memory
+-- Make sure the memory %(memory)s exists (nothing happens when it does).
+INSERT INTO pgmem.memories (namespace, key) VALUES (%(ns)s, %(memory)s)
+ON CONFLICT DO NOTHING
+
+-- fragment: memory_embeds
+-- Whether the memory %(memory)s has embedding models (a writer then embeds the outbox after commit).
+EXISTS (SELECT 1 FROM pgmem.memory_models WHERE namespace = %(ns)s AND memory = %(memory)s)
+
+-- fragment: settle_lock_key
+-- The advisory lock of the memory %(memory)s that orders its writers and its summarisers: a writer holds
+-- it shared ({{settle_shared}}) from before it draws an entry's sequence number until it commits;
+-- summaries.sql `settle` takes it exclusively to learn which numbers are final. 28781 marks these locks
+-- (two 32-bit keys: a key space apart from one-key advisory locks such as model registration's).
+28781, hashtext(%(ns)s || '/' || %(memory)s)
+
+-- fragment: settle_shared
+-- A writer's CTE: the shared settle lock on the memory, taken before the entry's sequence number is
+-- drawn (join or select FROM settle where the number is drawn) and held to commit. A summariser never
+-- skips an entry that commits after a later-numbered one (see {{settle_lock_key}}).
+settle AS MATERIALIZED (SELECT pg_advisory_xact_lock_shared({{settle_lock_key}}))
+
+-- fragment: entry_messages
+-- A memory's entries (alias e) joined with their messages (alias m).
+pgmem.memory_entries AS e
+JOIN pgmem.messages AS m ON m.namespace = e.namespace AND m.id = e.message_id
+
+-- fragment: delete_orphans
+-- A CTE body: delete the messages of `entry` that nothing refers to any more. `entry` is a CTE of the
+-- same statement returning message_id: the entries it deleted, all of the memory %(memory)s. The
+-- statement's snapshot still shows the rows it deletes, so the memory's own entries are excluded by
+-- `o.memory <> %(memory)s` (a message is in a memory at most once) rather than seen as references.
+-- Refer to a message: an entry of another memory, a queue item, a row of the queue archive.
+-- Deliberately not used by queues.sql `purge_archive`, which deletes archive rows instead of entries:
+-- it keeps every entry as a reference and excludes the archive rows it deletes instead.
+DELETE FROM pgmem.messages AS m USING entry
+WHERE m.namespace = %(ns)s AND m.id = entry.message_id
+  AND NOT EXISTS (SELECT 1 FROM pgmem.memory_entries AS o
+                  WHERE o.namespace = %(ns)s AND o.message_id = entry.message_id
+                    AND o.memory <> %(memory)s)
+  AND NOT EXISTS (SELECT 1 FROM pgmem.queue_items AS q
+                  WHERE q.namespace = %(ns)s AND q.message_id = entry.message_id)
+  AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive_batches AS a
+                  WHERE a.message_ids @> ARRAY[entry.message_id] AND a.namespace = %(ns)s)

@@ -1,0 +1,129 @@
+"""Each row type of pgmem.planning.rows names the columns of the statements that return it, in order.
+
+The statements are described by the server (prepared, never run): their result columns are compared
+with the row type's fields. A new statement of several columns must say which row type it returns here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.pq import ExecStatus
+
+from pgmem.planning import statements
+from pgmem.planning.rows import (
+    QUEUE_ITEM_ROW,
+    ActionFlowRow,
+    AddedManyRow,
+    AddedRow,
+    BrainLockRow,
+    BrainRow,
+    DepthRow,
+    LockedFileRow,
+    MessageRow,
+    MessageStatsRow,
+    NackRow,
+    PublishRow,
+    PushManyRow,
+    PushRow,
+    RoleActionRow,
+    StoreFileRow,
+    SummaryRow,
+)
+from pgmem.planning.search import MESSAGE_COLUMNS
+
+MESSAGE = MessageRow._fields
+SUMMARY = SummaryRow._fields
+
+#: (file, statement) -> the columns it returns: the fields of its row type.
+ROWS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("messages", "add_one"): AddedRow._fields,
+    ("messages", "add_many"): AddedManyRow._fields,
+    **{
+        ("messages", name): MESSAGE
+        for name in (
+            "last_k",
+            "by_action",
+            "by_actions",
+            "by_role",
+            "by_sender",
+            "by_recipient",
+            "by_content",
+            "search_text",
+            "at_position",
+            "at_position_from_end",
+            "get_messages",
+            "get_message",
+            "delete_newest",
+        )
+    },
+    ("messages", "stats"): MessageStatsRow._fields,
+    **{("queues", name): QUEUE_ITEM_ROW for name in ("claim", "ack_claim", "take", "peek", "dead_letters")},
+    ("queues", "push"): PushRow._fields,
+    ("queues", "push_many"): PushManyRow._fields,
+    ("queues", "nack"): NackRow._fields,
+    ("queues", "depth"): DepthRow._fields,
+    ("queues", "publish"): PublishRow._fields,
+    ("summaries", "unsummarized"): MESSAGE,
+    **{("summaries", name): SUMMARY for name in ("unrolled", "insert", "list", "frontier")},
+    ("brains", "load"): BrainRow._fields,
+    ("brains", "lock"): BrainLockRow._fields,
+    ("brains", "history"): MESSAGE,
+    ("stores", "files"): StoreFileRow._fields,
+    ("stores", "lock_file"): LockedFileRow._fields,
+    ("stores", "newest"): MESSAGE,
+    ("demo", "messages_by_role_and_action"): RoleActionRow._fields,
+    ("demo", "action_flow"): ActionFlowRow._fields,
+}
+#: Statements of several columns that Python does not read by position: printed for people to read
+#: (`pgmem stats`/report read analytics rows by column name), or offered to copy into psql.
+NOT_DECODED = {("stores", "stores"), ("demo", "conversation")}
+GROUPS = ("messages", "queues", "summaries", "brains", "stores", "demo")
+
+
+def _columns(conn: psycopg.Connection[Any], text: str) -> tuple[str, ...]:
+    """The result columns of a statement, as the server describes it (prepared, not run)."""
+    if "{limit}" in text:
+        text = sql.SQL(text).format(limit=sql.Literal(1)).as_string(conn)
+    numbers: dict[str, int] = {}
+
+    def placeholder(match: re.Match[str]) -> str:
+        return f"${numbers.setdefault(match.group(1), len(numbers) + 1)}"
+
+    query = re.sub(r"%\((\w+)\)[sb]", placeholder, text).replace("%%", "%")
+    prepared = conn.pgconn.prepare(b"", query.encode())
+    assert prepared.status == ExecStatus.COMMAND_OK, prepared.error_message
+    described = conn.pgconn.describe_prepared(b"")
+    fname = described.fname
+    return tuple((fname(i) or b"").decode() for i in range(described.nfields))
+
+
+@pytest.fixture
+def conn(dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.mark.parametrize(("group", "name"), sorted(ROWS))
+def test_the_row_type_names_the_statement_columns(conn: psycopg.Connection[Any], group: str, name: str) -> None:
+    assert _columns(conn, statements.load(group)[name]) == ROWS[group, name]
+
+
+def test_every_statement_of_several_columns_has_a_row_type(conn: psycopg.Connection[Any]) -> None:
+    missing = [
+        f"{group}.{name}"
+        for group in GROUPS
+        for name, text in statements.load(group).items()
+        if (group, name) not in ROWS and (group, name) not in NOT_DECODED and len(_columns(conn, text)) > 1
+    ]
+    assert not missing, f"say which row type of pgmem.planning.rows these return: {missing}"
+
+
+def test_search_rows_start_with_the_message_row(conn: psycopg.Connection[Any]) -> None:
+    text = f"SELECT {MESSAGE_COLUMNS} FROM pgmem.messages AS m WHERE m.namespace = %(ns)s"
+    assert _columns(conn, text) == MESSAGE
