@@ -82,7 +82,8 @@ messages = Table(
         Computed(f"to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, left(content, {FTS_MAX_CHARS}))", persisted=True),
     ),
     PrimaryKeyConstraint("namespace", "id", name="messages_pkey"),
-    # Messages looked up one by one (a claim's items): one bucket page, no text comparisons (pre-baseline migration 0015).
+    # Messages looked up one by one (a claim's items): one bucket page, no text comparisons
+    # (pre-baseline migration 0015).
     Index("messages_id_hash_idx", "id", postgresql_using="hash"),
     Index("messages_namespace_seq_key", "namespace", "seq", unique=True),
     Index("messages_cause_by_idx", "namespace", "cause_by", "seq"),
@@ -176,7 +177,8 @@ queue_items = Table(
     Index("queue_items_message_idx", "namespace", "message_id"),
     Index("queue_items_dead_idx", "namespace", "queue", "died_at", postgresql_where=text("status = 'dead'")),
     comment="Live queue items (ready, leased or dead); acknowledged items move to queue_archive.",
-    # Free space for HOT updates on claim (pre-baseline migrations 0003, 0008), eager autovacuum (0003), unthrottled (0007).
+    # Free space for HOT updates on claim (pre-baseline migrations 0003, 0008), eager autovacuum (0003),
+    # unthrottled (0007).
     postgresql_with={
         "fillfactor": "45",
         "autovacuum_vacuum_scale_factor": "0.01",

@@ -98,6 +98,9 @@ def test_expired_brain_purge_is_scoped_to_its_namespace(dsn: str) -> None:
 
 def test_vector_log_purge_removes_a_prefix_of_each_memory_and_keeps_its_head(dsn: str) -> None:
     with pgmem.connect(dsn, namespace="test") as client:
+        # The embedding worker runs the client's sweep when due (the first time at once): take that first
+        # sweep now, while nothing is old, so the purges below are the test's own.
+        assert client.retention.sweep_if_due() is not None
         for ns in NAMESPACES:
             scoped = client.with_namespace(ns)
             scoped.vectors.enable("m")
@@ -284,9 +287,23 @@ def test_a_cache_behind_a_purged_log_reloads_and_answers_exactly(client: pgmem.C
 async def test_the_async_flavour_sweeps_too(aclient: pgmem.AsyncClient, dsn: str) -> None:
     await aclient.vectors.enable("m")
     await aclient.messages.add_many("m", [Message(content=f"item {i}") for i in range(3)])
-    await aclient.vectors.flush()
+    await aclient.vectors.flush()  # the embedding worker took the client's first sweep (nothing was old)
     _age(dsn, "vector_log", "logged_at", "true")
-    swept = await aclient.retention.sweep_if_due()
-    assert swept is not None and swept.vector_log == 2
-    assert await aclient.retention.sweep_if_due() is None
+    assert await aclient.retention.sweep_if_due() is None  # not due again for PGMEM_SWEEP_INTERVAL
+    swept = await aclient.retention.sweep()
+    assert swept.vector_log == 2
     assert await aclient.retention.trim("m", 1) == 2
+
+
+def test_the_embedding_worker_keeps_the_vector_log_bounded(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nobody calls a purge: the background embedder's sweep (every run here, everything counted old) keeps
+    each memory's log at its newest revisions while writes go on."""
+    monkeypatch.setenv("PGMEM_SWEEP_INTERVAL", "0")
+    monkeypatch.setenv("PGMEM_VECTOR_LOG_RETENTION", "0")
+    with pgmem.connect(dsn, namespace="test") as client:
+        client.vectors.enable("m")
+        for round_ in range(5):
+            client.messages.add_many("m", [Message(content=f"round {round_} item {i}") for i in range(10)])
+            client.vectors.wait()  # the worker embedded the batch, then swept
+        assert client.vectors.head_rev("m") == 50
+        assert _log(dsn, "test") == [50]  # each run's sweep left only the memory's newest revision

@@ -312,7 +312,8 @@ def test_stored_vectors_find_their_memories_by_message_id(client: pgmem.Client, 
     """Storing vectors logs them per memory for the caches (trigger ``embeddings_added``), which looks up the
     memories holding each message. Planned from statistics taken while memory_entries held one row, the join
     read the whole table (here: 1,500 rows to log 3 vectors; elsewhere it walked the memory's entries), so
-    the trigger's cost grew with the data; each vector probes the message index instead (pre-baseline migration 0010)."""
+    the trigger's cost grew with the data; each vector probes the message index instead (pre-baseline
+    migration 0010)."""
     with client.transaction() as conn:
         conn.execute("ALTER TABLE pgmem.memory_entries SET (autovacuum_enabled = off)")
     client.vectors.enable("big")
