@@ -224,19 +224,3 @@ FROM {{entry_messages}}
 WHERE %(ns)s::text IS NULL OR e.namespace = %(ns)s::text
 GROUP BY 1, 2, 3, 4
 ORDER BY 1, 2, 3, 4;
-
--- name: trim
--- Keep only the newest %(keep)s messages of a memory; older ones are removed (and their rows when no
--- other memory refers to them). Returns the entries removed.
-WITH boundary AS (
-    SELECT seq FROM pgmem.memory_entries
-    WHERE namespace = %(ns)s AND memory = %(memory)s
-    ORDER BY seq DESC OFFSET %(keep)s LIMIT 1
-), entry AS (
-    DELETE FROM pgmem.memory_entries
-    WHERE namespace = %(ns)s AND memory = %(memory)s AND seq <= (SELECT seq FROM boundary)
-    RETURNING message_id
-), orphan AS (
-    {{delete_orphans}}
-)
-SELECT count(*) FROM entry;

@@ -142,13 +142,10 @@ class AsyncMessageRepository(AsyncRepository):
         return removed
 
     async def trim(self, memory: str, keep_last: int, *, connection: AsyncConnection[Any] | None = None) -> int:
-        """Keep only the newest ``keep_last`` messages of ``memory``; return how many were removed."""
-        check_key(memory)
+        """Keep only the newest ``keep_last`` messages of ``memory``; return how many were removed
+        (:meth:`AsyncRetention.trim`, which also trims by age)."""
         _positive(keep_last, "keep_last")
-        removed = int(await self._scalar("trim", {"memory": memory, "keep": keep_last}, connection) or 0)
-        if removed:
-            self._client.vectors.changed(memory, connection)
-        return removed
+        return await self._client.retention.trim(memory, keep_last, connection=connection)
 
     # -- reads ----------------------------------------------------------------------------------------
 

@@ -178,12 +178,14 @@ class AsyncRetention(AsyncRepository):
             raise InvalidInput("trim needs keep_last, older_than or both (it never empties a memory by default)")
         keep = None if keep_last is None else integer(keep_last, "keep_last", 0, MAX_KEEP)
         cutoff = None if older_than is None else cutoff_params(older_than)
-        removed = 0
-        with translate():
-            async with self._client.transaction(connection) as conn:
-                if keep is not None:
-                    removed += await self._removed("trim", {"memory": memory, "keep": keep}, conn)
-                if cutoff is not None:
+        if cutoff is None:  # one statement: no transaction block around it (no extra round trip)
+            removed = await self._removed("trim", {"memory": memory, "keep": keep}, connection)
+        elif keep is None:
+            removed = await self._removed("trim_before", {"memory": memory, **cutoff}, connection)
+        else:
+            with translate():
+                async with self._client.transaction(connection) as conn:
+                    removed = await self._removed("trim", {"memory": memory, "keep": keep}, conn)
                     removed += await self._removed("trim_before", {"memory": memory, **cutoff}, conn)
         if removed:
             self._client.vectors.changed(memory, connection)

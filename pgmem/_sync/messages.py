@@ -143,13 +143,10 @@ class MessageRepository(Repository):
         return removed
 
     def trim(self, memory: str, keep_last: int, *, connection: Connection[Any] | None = None) -> int:
-        """Keep only the newest ``keep_last`` messages of ``memory``; return how many were removed."""
-        check_key(memory)
+        """Keep only the newest ``keep_last`` messages of ``memory``; return how many were removed
+        (:meth:`AsyncRetention.trim`, which also trims by age)."""
         _positive(keep_last, "keep_last")
-        removed = int(self._scalar("trim", {"memory": memory, "keep": keep_last}, connection) or 0)
-        if removed:
-            self._client.vectors.changed(memory, connection)
-        return removed
+        return self._client.retention.trim(memory, keep_last, connection=connection)
 
     # -- reads ----------------------------------------------------------------------------------------
 
