@@ -112,6 +112,9 @@ def translate() -> Iterator[None]:
         raise InvalidInput(f"text the database cannot store: {exc.diag.message_primary}") from exc
     except pg_errors.ProgramLimitExceeded as exc:
         raise InvalidInput(f"value too large for the database: {exc.diag.message_primary}") from exc
+    except pg_errors.ForeignKeyViolation as exc:
+        # A row names one that does not exist (e.g. a file of a store nobody registered).
+        raise NotFound(exc.diag.message_detail or str(exc)) from exc
     except pg_errors.UniqueViolation as exc:
         raise Conflict(exc.diag.message_detail or str(exc)) from exc
     except psycopg_pool.PoolClosed as exc:

@@ -84,7 +84,7 @@ JOIN pgmem.messages AS m ON m.namespace = e.namespace AND m.id = e.message_id
 -- statement's snapshot still shows the rows it deletes, so the memory's own entries are excluded by
 -- `o.memory <> %(memory)s` (a message is in a memory at most once) rather than seen as references.
 -- Refer to a message: an entry of another memory, a queue item, a row of the queue archive.
--- Deliberately not used by queues.sql `purge_archive`, which deletes archive rows instead of entries:
+-- Deliberately not used by retention.sql `purge_queue_archive`, which deletes archive rows, not entries:
 -- it keeps every entry as a reference and excludes the archive rows it deletes instead.
 DELETE FROM pgmem.messages AS m USING entry
 WHERE m.namespace = %(ns)s AND m.id = entry.message_id

@@ -224,3 +224,25 @@ FROM {{entry_messages}}
 WHERE %(ns)s::text IS NULL OR e.namespace = %(ns)s::text
 GROUP BY 1, 2, 3, 4
 ORDER BY 1, 2, 3, 4;
+
+-- name: delete_many
+-- Take the messages with the given ids (%(ids)s) out of a memory; their rows go too when nothing else
+-- refers to them. Returns the entries removed.
+WITH entry AS (
+    DELETE FROM pgmem.memory_entries
+    WHERE namespace = %(ns)s AND memory = %(memory)s AND message_id = ANY(%(ids)s::text[])
+    RETURNING message_id
+), orphan AS (
+    {{delete_orphans}}
+)
+SELECT count(*) FROM entry;
+
+-- name: newest
+-- The newest %(k)s entries of a memory added within %(seconds)s seconds (NULL: any age), newest first.
+SELECT e.seq, {{message_columns}}
+FROM (SELECT seq, message_id FROM pgmem.memory_entries
+      WHERE namespace = %(ns)s AND memory = %(memory)s
+        AND (%(seconds)s::float8 IS NULL OR added_at >= now() - make_interval(secs => %(seconds)s))
+      ORDER BY seq DESC LIMIT %(k)s) AS e
+JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = e.message_id
+ORDER BY e.seq DESC;

@@ -1,5 +1,5 @@
--- Named queries of the ChatDev-style memory stores (pgmem.integrations.chatdev), loaded once by
--- pgmem.planning.statements.
+-- Named queries of the store repository (pgmem._async.stores, `client.stores`): the records of the
+-- ChatDev-style memory stores (pgmem.integrations.chatdev), loaded once by pgmem.planning.statements.
 --
 -- A store's items are messages of the memory `store:<name>` (so vector search, full-text search and
 -- the FAISS cache work on them unchanged); `memory_stores` records each store's type and config, and
@@ -21,6 +21,7 @@ SELECT type FROM pgmem.memory_stores WHERE namespace = %(ns)s AND name = %(name)
 LIMIT 1;
 
 -- name: stores
+-- Every store of the namespace (rows.StoreRow).
 SELECT name, type, config, created_at FROM pgmem.memory_stores WHERE namespace = %(ns)s ORDER BY name;
 
 -- name: files
@@ -41,29 +42,3 @@ SET sha256 = excluded.sha256, size = excluded.size, chunk_ids = excluded.chunk_i
 
 -- name: delete_file
 DELETE FROM pgmem.store_files WHERE namespace = %(ns)s AND store = %(store)s AND path = %(path)s;
-
--- name: remove_entries
--- Take entries out of a memory: those with the given message ids (%(ids)s), or those added more than
--- %(seconds)s seconds ago (the other parameter NULL). Message rows go too when nothing else refers to
--- them. Returns the entries removed.
-WITH entry AS (
-    DELETE FROM pgmem.memory_entries
-    WHERE namespace = %(ns)s AND memory = %(memory)s
-      AND (%(ids)s::text[] IS NOT NULL OR %(seconds)s::float8 IS NOT NULL)  -- never everything by mistake
-      AND (%(ids)s::text[] IS NULL OR message_id = ANY(%(ids)s::text[]))
-      AND (%(seconds)s::float8 IS NULL OR added_at < now() - make_interval(secs => %(seconds)s::float8))
-    RETURNING message_id
-), orphan AS (
-    {{delete_orphans}}
-)
-SELECT count(*) FROM entry;
-
--- name: newest
--- The newest %(k)s entries of a memory added within %(seconds)s seconds (NULL: any age), newest first.
-SELECT e.seq, {{message_columns}}
-FROM (SELECT seq, message_id FROM pgmem.memory_entries
-      WHERE namespace = %(ns)s AND memory = %(memory)s
-        AND (%(seconds)s::float8 IS NULL OR added_at >= now() - make_interval(secs => %(seconds)s))
-      ORDER BY seq DESC LIMIT %(k)s) AS e
-JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = e.message_id
-ORDER BY e.seq DESC;

@@ -34,6 +34,7 @@ REPLACEMENTS = {
     "AsyncSearcher": "Searcher",
     "AsyncRetrievalLog": "RetrievalLog",
     "AsyncRetention": "Retention",
+    "AsyncStoreRepository": "StoreRepository",
     "register_vector_async": "register_vector",
     "AsyncConnection": "Connection",
     "AsyncConnectionPool": "ConnectionPool",

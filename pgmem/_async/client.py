@@ -17,6 +17,7 @@ from pgmem._async.messages import AsyncMessageRepository
 from pgmem._async.queues import AsyncQueueRepository
 from pgmem._async.retention import AsyncRetention
 from pgmem._async.sessions import AsyncSessions
+from pgmem._async.stores import AsyncStoreRepository
 from pgmem._async.summaries import AsyncSummaryRepository
 from pgmem._async.vectors import AsyncVectorRepository
 from pgmem.checks import check_namespace
@@ -41,6 +42,8 @@ class AsyncClient:
         vectors: the :class:`AsyncVectorRepository` (embeddings, vector and hybrid search).
         summaries: the :class:`AsyncSummaryRepository` (hierarchical summaries of memories).
         brains: the :class:`AsyncBrainRepository` (MetaGPT BrainMemory state, with a TTL).
+        stores: the :class:`AsyncStoreRepository` (records of named memory stores and indexed files).
+        retention: the :class:`AsyncRetention` (purges of what grows: archives, logs, expired brains).
         embedder: the embedding provider of this client (default: the configured one, see
             :func:`pgmem.embeddings.default_embedder`).
         retrieval_log: whether searches record what they returned in ``pgmem.retrieval_log`` (default:
@@ -76,6 +79,7 @@ class AsyncClient:
         self.summaries = AsyncSummaryRepository(self)
         self.brains = AsyncBrainRepository(self)
         self.retention = AsyncRetention(self)
+        self.stores = AsyncStoreRepository(self)
         self.retrieval_log = get_settings().retrieval_log if retrieval_log is None else bool(retrieval_log)
 
     @classmethod

@@ -125,6 +125,20 @@ class AsyncMessageRepository(AsyncRepository):
             self._client.vectors.changed(memory, connection)
         return removed
 
+    async def delete_many(
+        self, memory: str, messages: Sequence[Message | str], *, connection: AsyncConnection[Any] | None = None
+    ) -> int:
+        """Remove messages (or message ids) from ``memory`` in one statement; return how many were there.
+        Their rows are deleted when nothing else refers to them."""
+        check_key(memory)
+        ids = [storage_id(m) if isinstance(m, Message) else check_message_id(m) for m in messages]
+        if not ids:
+            return 0
+        removed = int(await self._scalar("delete_many", {"memory": memory, "ids": ids}, connection) or 0)
+        if removed:
+            self._client.vectors.changed(memory, connection)
+        return removed
+
     async def delete_newest(self, memory: str, *, connection: AsyncConnection[Any] | None = None) -> Message | None:
         """Remove and return the newest message of ``memory`` (None when it is empty)."""
         check_key(memory)
@@ -148,6 +162,24 @@ class AsyncMessageRepository(AsyncRepository):
         return await self._client.retention.trim(memory, keep_last, connection=connection)
 
     # -- reads ----------------------------------------------------------------------------------------
+
+    async def newest(
+        self,
+        memory: str,
+        k: int,
+        *,
+        within: float | None = None,
+        connection: AsyncConnection[Any] | None = None,
+    ) -> list[Message]:
+        """The newest ``k`` messages of ``memory``, newest first; ``within``: only those added in the last
+        that many seconds (ChatDev's blackboard reads its board so)."""
+        check_key(memory)
+        _positive(k, "k")
+        if within is not None and (
+            isinstance(within, bool) or not isinstance(within, int | float) or not 0 <= within < float("inf")
+        ):
+            raise InvalidInput(f"within must be a non-negative number of seconds, got {within!r}")
+        return await self._messages("newest", {"memory": memory, "k": k, "seconds": within}, connection)
 
     async def last(self, memory: str, k: int = 0, *, connection: AsyncConnection[Any] | None = None) -> list[Message]:
         """The last ``k`` messages of ``memory``, oldest first; all of them when ``k`` is 0."""

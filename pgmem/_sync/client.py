@@ -18,6 +18,7 @@ from pgmem._sync.messages import MessageRepository
 from pgmem._sync.queues import QueueRepository
 from pgmem._sync.retention import Retention
 from pgmem._sync.sessions import Sessions
+from pgmem._sync.stores import StoreRepository
 from pgmem._sync.summaries import SummaryRepository
 from pgmem._sync.vectors import VectorRepository
 from pgmem.checks import check_namespace
@@ -42,6 +43,8 @@ class Client:
         vectors: the :class:`AsyncVectorRepository` (embeddings, vector and hybrid search).
         summaries: the :class:`AsyncSummaryRepository` (hierarchical summaries of memories).
         brains: the :class:`AsyncBrainRepository` (MetaGPT BrainMemory state, with a TTL).
+        stores: the :class:`AsyncStoreRepository` (records of named memory stores and indexed files).
+        retention: the :class:`AsyncRetention` (purges of what grows: archives, logs, expired brains).
         embedder: the embedding provider of this client (default: the configured one, see
             :func:`pgmem.embeddings.default_embedder`).
         retrieval_log: whether searches record what they returned in ``pgmem.retrieval_log`` (default:
@@ -77,6 +80,7 @@ class Client:
         self.summaries = SummaryRepository(self)
         self.brains = BrainRepository(self)
         self.retention = Retention(self)
+        self.stores = StoreRepository(self)
         self.retrieval_log = get_settings().retrieval_log if retrieval_log is None else bool(retrieval_log)
 
     @classmethod

@@ -303,6 +303,15 @@ class BrainLockRow(NamedTuple):
 # -- stores.sql -----------------------------------------------------------------------------------------
 
 
+class StoreRow(NamedTuple):
+    """``stores``: a memory store recorded in ``pgmem.memory_stores``."""
+
+    name: str
+    type: str
+    config: dict[str, Any]
+    created_at: datetime
+
+
 class StoreFileRow(NamedTuple):
     """``files``: a file a file store indexed."""
 

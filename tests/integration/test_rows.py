@@ -33,6 +33,7 @@ from pgmem.planning.rows import (
     PushRow,
     RoleActionRow,
     StoreFileRow,
+    StoreRow,
     SummaryRow,
 )
 from pgmem.planning.search import MESSAGE_COLUMNS
@@ -60,6 +61,7 @@ ROWS: dict[tuple[str, str], tuple[str, ...]] = {
             "get_messages",
             "get_message",
             "delete_newest",
+            "newest",
         )
     },
     ("messages", "stats"): MessageStatsRow._fields,
@@ -76,13 +78,13 @@ ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("brains", "history"): MESSAGE,
     ("stores", "files"): StoreFileRow._fields,
     ("stores", "lock_file"): LockedFileRow._fields,
-    ("stores", "newest"): MESSAGE,
+    ("stores", "stores"): StoreRow._fields,
     ("demo", "messages_by_role_and_action"): RoleActionRow._fields,
     ("demo", "action_flow"): ActionFlowRow._fields,
 }
 #: Statements of several columns that Python does not read by position: printed for people to read
 #: (`pgmem stats`/report read analytics rows by column name), or offered to copy into psql.
-NOT_DECODED = {("stores", "stores"), ("demo", "conversation")}
+NOT_DECODED = {("demo", "conversation")}
 GROUPS = ("messages", "queues", "summaries", "brains", "stores", "demo")
 
 

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from psycopg.pq import ExecStatus
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pgmem import Client
 from pgmem.checks import check_key, key_for
 from pgmem.connecting import get_default_client
-from pgmem.errors import ConfigError, Conflict, InvalidInput, translate
+from pgmem.errors import ConfigError, Conflict, InvalidInput
 from pgmem.models import Message
-from pgmem.planning import statements as queries
 
 __all__ = [
     "ConfigError",
@@ -28,7 +25,6 @@ __all__ = [
     "StoreConfig",
 ]
 
-Q = queries.load("stores")
 
 #: The ``metadata`` key of a stored item's message that holds the item's fields.
 ITEM_KEY = "__store_item__"
@@ -215,24 +211,11 @@ class MemoryStore:
     def cause_by(self) -> str:
         return f"pgmem.integrations.chatdev.{self.type_name}"
 
-    def _rows(self, name: str, params: dict[str, Any], connection: Any = None) -> list[tuple[Any, ...]]:
-        with translate():
-            with self.client.connection(connection) as conn:
-                cur = conn.execute(Q[name], {"ns": self.client.namespace, **params})
-                res = cur.pgresult  # not cur.description, which builds a Column object per column
-                return cur.fetchall() if res is not None and res.status == ExecStatus.TUPLES_OK else []
-
-    def _scalar(self, name: str, params: dict[str, Any], connection: Any = None) -> Any:
-        """The value of a one-column statement's first row (None when it returned no row)."""
-        rows = self._rows(name, params, connection)
-        return rows[0][0] if rows else None
-
     def load(self) -> None:
         """Record the store in ``pgmem.memory_stores`` (a name keeps its first type: loading it as another
         type raises :class:`pgmem.Conflict`). Idempotent; called by :func:`pgmem.integrations.chatdev.build_stores`."""
-        config = json.dumps(self.config.model_dump(mode="json"))
-        recorded = self._scalar("register", {"name": self.name, "type": self.type_name, "config": config})
-        if recorded is not None and recorded != self.type_name:
+        recorded = self.client.stores.register(self.name, self.type_name, self.config.model_dump(mode="json"))
+        if recorded != self.type_name:
             raise Conflict(
                 f"memory store {self.name!r} is a {recorded!r} store in namespace {self.client.namespace!r}, "
                 f"not {self.type_name!r}"

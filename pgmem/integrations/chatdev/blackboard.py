@@ -19,7 +19,6 @@ from pgmem.integrations.chatdev.base import (
     payload_of,
     query_text,
 )
-from pgmem.planning.rows import decode
 
 __all__ = ["BlackboardMemoryConfig", "BlackboardMemoryStore"]
 
@@ -102,5 +101,5 @@ class BlackboardMemoryStore(MemoryStore):
         check_threshold(similarity_threshold)
         query_text(query)  # not used, but a bad one is still an error
 
-        rows = self._rows("newest", {"memory": self.memory_key, "k": top_k, "seconds": self.config.max_age_seconds})
-        return [MemoryItem.from_message(decode(row)) for row in rows]
+        found = self.client.messages.newest(self.memory_key, top_k, within=self.config.max_age_seconds)
+        return [MemoryItem.from_message(message) for message in found]

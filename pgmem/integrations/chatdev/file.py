@@ -8,7 +8,7 @@ import logging
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, field_validator, model_validator
 
@@ -26,7 +26,9 @@ from pgmem.integrations.chatdev.base import (
 )
 from pgmem.integrations.chatdev.simple import EmbeddingConfig
 from pgmem.models import Message
-from pgmem.planning.rows import LockedFileRow, StoreFileRow
+
+if TYPE_CHECKING:
+    from pgmem.planning.rows import LockedFileRow, StoreFileRow
 
 __all__ = ["FileMemoryConfig", "FileMemoryStore", "FileSource", "IndexReport", "chunk_text"]
 
@@ -243,36 +245,30 @@ class FileMemoryStore(MemoryStore):
             if locked is not None:
                 stale = [i for i in locked.chunk_ids if i not in set(ids)]
                 if stale:
-                    self._rows("remove_entries", {"memory": self.memory_key, "ids": stale, "seconds": None}, conn)
+                    client.messages.delete_many(self.memory_key, stale, connection=conn)
             if messages:
                 client.messages.add_many(self.memory_key, messages, connection=conn)
-            self._rows(
-                "upsert_file",
-                {"store": self.name, "path": path, "sha256": sha, "size": size, "chunk_ids": ids},
-                conn,
-            )
+            client.stores.save_file(self.name, path, sha256=sha, size=size, chunk_ids=ids, connection=conn)
         return True
 
     def _remove(self, path: str) -> None:
-        with self.client.transaction() as conn:
+        client = self.client
+        with client.transaction() as conn:
             locked = self._locked(path, conn)
             if locked is not None:
-                self._rows(
-                    "remove_entries", {"memory": self.memory_key, "ids": list(locked.chunk_ids), "seconds": None}, conn
-                )
-                self._rows("delete_file", {"store": self.name, "path": path}, conn)
+                client.messages.delete_many(self.memory_key, list(locked.chunk_ids), connection=conn)
+                client.stores.delete_file(self.name, path, connection=conn)
 
     def files(self) -> dict[str, int]:
         """``{path: number of chunks}`` of the indexed files."""
         return {f.path: len(f.chunk_ids) for f in self._files()}
 
     def _files(self) -> list[StoreFileRow]:
-        return [StoreFileRow._make(row) for row in self._rows("files", {"store": self.name})]
+        return self.client.stores.files(self.name)
 
     def _locked(self, path: str, conn: Any) -> LockedFileRow | None:
         """The indexed state of ``path``, locked until ``conn`` commits (None: not indexed)."""
-        rows = self._rows("lock_file", {"store": self.name, "path": path}, conn)
-        return LockedFileRow._make(rows[0]) if rows else None
+        return self.client.stores.lock_file(self.name, path, connection=conn)
 
     def retrieve(
         self,

@@ -7,10 +7,10 @@ import uuid
 from typing import Any
 
 from pgmem import Client
+from pgmem.checks import check_key
 from pgmem.connecting import get_default_client
 from pgmem.errors import InvalidInput
 from pgmem.integrations.codec import MessageCodec
-from pgmem.planning.queues import check_queue
 
 
 class MessageQueue:
@@ -36,7 +36,7 @@ class MessageQueue:
     def __init__(
         self, name: str | None = None, *, client: Client | None = None, message_class: type[Any] | None = None
     ) -> None:
-        self.name = check_queue(name if name is not None else f"mq:{uuid.uuid4().hex}")
+        self.name = check_key(name if name is not None else f"mq:{uuid.uuid4().hex}", "queue name")
         self._client = client
         self._codec: MessageCodec[Any] = MessageCodec(message_class)
 

@@ -1,0 +1,98 @@
+"""The store repository: the records of named memory stores (``pgmem.memory_stores``) and of the files a
+file store indexed (``pgmem.store_files``). A store's items are messages of its memory (``store:<name>``),
+read and written with :attr:`AsyncClient.messages`; ChatDev DevAll's stores are built on these
+(:mod:`pgmem.integrations.chatdev`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from psycopg import AsyncConnection
+
+from pgmem._async.base import AsyncRepository
+from pgmem.checks import check_text, dump_json
+from pgmem.errors import InvalidInput
+from pgmem.planning import statements
+from pgmem.planning.rows import LockedFileRow, StoreFileRow, StoreRow
+
+__all__ = ["AsyncStoreRepository"]
+
+#: ``list[StoreFileRow]`` (the repository's ``list`` method shadows the builtin in its class body).
+StoreFiles = list[StoreFileRow]
+
+
+def _name(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidInput(f"a store {what} must be a non-empty string, got {value!r}")
+    check_text(value, what, "store ")
+    return value
+
+
+class AsyncStoreRepository(AsyncRepository):
+    """Named memory stores of one namespace and the files they indexed.
+
+    Example:
+        >>> await client.stores.register("convo", "simple", {"top_k": 3})
+        'simple'
+    """
+
+    queries = statements.load("stores")
+
+    async def register(
+        self, name: str, type: str, config: dict[str, Any], *, connection: AsyncConnection[Any] | None = None
+    ) -> str:
+        """Record the store ``name`` of ``type`` with its latest ``config``; return the type recorded for
+        the name (another type: the name is taken by a store of that type, and nothing changed)."""
+        params = {"name": _name(name, "name"), "type": _name(type, "type"), "config": dump_json(config, "config")}
+        return str(await self._scalar("register", params, connection))
+
+    async def list(self, *, connection: AsyncConnection[Any] | None = None) -> list[StoreRow]:
+        """Every store of the namespace, by name."""
+        return [
+            StoreRow(r.name, r.type, json.loads(r.config) if isinstance(r.config, str) else r.config, r.created_at)
+            for r in map(StoreRow._make, await self._rows("stores", {}, connection))
+        ]
+
+    async def files(self, store: str, *, connection: AsyncConnection[Any] | None = None) -> StoreFiles:
+        """What the file store ``store`` has indexed: path, content hash and chunk (message) ids."""
+        return [
+            StoreFileRow._make(row) for row in await self._rows("files", {"store": _name(store, "name")}, connection)
+        ]
+
+    async def lock_file(
+        self, store: str, path: str, *, connection: AsyncConnection[Any] | None = None
+    ) -> LockedFileRow | None:
+        """The indexed state of ``path``, locked until the transaction of ``connection`` ends (call it
+        inside ``client.transaction()``); None when the file is not indexed."""
+        rows = await self._rows("lock_file", {"store": _name(store, "name"), "path": _name(path, "path")}, connection)
+        return LockedFileRow._make(rows[0]) if rows else None
+
+    async def save_file(
+        self,
+        store: str,
+        path: str,
+        *,
+        sha256: bytes,
+        size: int,
+        chunk_ids: Sequence[str],
+        connection: AsyncConnection[Any] | None = None,
+    ) -> None:
+        """Record (or update) what ``path`` was indexed as."""
+        if not isinstance(sha256, bytes) or len(sha256) != 32:
+            raise InvalidInput("sha256 must be the 32 bytes of a SHA-256 digest")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise InvalidInput(f"size must be a non-negative integer, got {size!r}")
+        params = {
+            "store": _name(store, "name"),
+            "path": _name(path, "path"),
+            "sha256": sha256,
+            "size": size,
+            "chunk_ids": list(chunk_ids),
+        }
+        await self._rows("upsert_file", params, connection)
+
+    async def delete_file(self, store: str, path: str, *, connection: AsyncConnection[Any] | None = None) -> None:
+        """Forget that ``path`` was indexed (its chunks are removed from the memory by the caller)."""
+        await self._rows("delete_file", {"store": _name(store, "name"), "path": _name(path, "path")}, connection)
