@@ -53,7 +53,7 @@ from pgmem.checks import check_key
 from pgmem.embeddings import Vectors, check_vectors
 from pgmem.errors import EmbeddingError, InvalidInput, PgmemError
 from pgmem.planning import statements as _queries
-from pgmem.planning.rows import decode
+from pgmem.planning.rows import MemoryModelRow, MemoryVectorRow, VectorChangeRow, decode
 from pgmem.planning.search import (
     EmbeddingModel,
     SearchFilters,
@@ -61,6 +61,7 @@ from pgmem.planning.search import (
     as_query_vector,
     check_k,
     check_threshold,
+    model_of,
     retrieval_params,
     statement,
     switched,
@@ -342,9 +343,10 @@ class VectorCache:
 
     def _memory_vectors(self, memory: str, model: EmbeddingModel) -> tuple[int, list[str], Vectors]:
         rows = self._read("memory_vectors", {"memory": memory, "model": model.id})
-        rev = int(rows[0][0]) if rows else 0
-        kept = [(r[1], r[2]) for r in rows if r[1] is not None]
-        return rev, [r[0] for r in kept], unpack_vectors([r[1] for r in kept], model.dimension)
+        found = [MemoryVectorRow._make(row) for row in rows]
+        rev = int(found[0].rev) if found else 0
+        kept = [(r.message_id, r.vector) for r in found if r.message_id is not None and r.vector is not None]
+        return rev, [i for i, _ in kept], unpack_vectors([v for _, v in kept], model.dimension)
 
     def _head(self, memory: str) -> int:
         """The memory's high-water mark (one primary-key read).
@@ -410,14 +412,15 @@ class VectorCache:
 
     def _changes(self, memory: str, model: EmbeddingModel, rev: int) -> tuple[int, Any, list[tuple[Any, ...]]]:
         rows = self._read("vector_changes", {"memory": memory, "model": model.id, "rev": rev})
-        if rows and rows[0][6] is not None and rows[0][6] != model.id:
+        found = [VectorChangeRow._make(row) for row in rows]
+        if found and found[0].active is not None and found[0].active != model.id:
             raise _ModelChanged
-        head = int(rows[0][4] or 0) if rows else 0
-        floor = rows[0][5] if rows else None
-        changes = [r for r in rows if r[0] is not None]
-        added = [r[3] for r in changes if r[3] is not None]
+        head = int(found[0].head or 0) if found else 0
+        floor = found[0].floor if found else None
+        changes = [r for r in found if r.rev is not None]
+        added = [r.vector for r in changes if r.vector is not None]
         vectors = iter(unpack_vectors(added, model.dimension))
-        return head, floor, [(r[0], r[1], r[2], None if r[3] is None else next(vectors)) for r in changes]
+        return head, floor, [(r.rev, r.op, r.message_id, None if r.vector is None else next(vectors)) for r in changes]
 
     # -- entries --------------------------------------------------------------------------------------
 
@@ -626,7 +629,7 @@ class VectorCache:
         if model is not None:
             return model
         rows = self._read("memory_models", {"memory": check_key(memory)})
-        active = [EmbeddingModel(*row[1:]) for row in rows if row[0] == "active"]
+        active = [model_of(r) for r in map(MemoryModelRow._make, rows) if r.status == "active"]
         if not active:
             raise InvalidInput(f"memory {memory!r} has no embedding model; call client.vectors.enable() first")
         self._models[memory] = active[0]

@@ -111,7 +111,8 @@ WHERE namespace = %(ns)s AND model_id = %(model)s AND available_at > now();
 
 -- name: pending
 -- Queued messages per model name (of one memory, or of the namespace); rows of deleted messages aside.
-SELECT m.name, count(*)
+-- (rows.PendingRow)
+SELECT m.name AS model, count(*) AS queued
 FROM pgmem.embedding_outbox o
 JOIN pgmem.embedding_models m ON m.id = o.model_id
 WHERE o.namespace = %(ns)s
@@ -127,6 +128,7 @@ ORDER BY m.name;
 -- embedder checks for switches to finish).
 SELECT m.id, m.name, m.dimension, m.kind,
        EXISTS (SELECT 1 FROM pgmem.memory_models mm WHERE mm.namespace = %(ns)s AND mm.status = 'building')
+         AS switching
 FROM pgmem.embedding_models m
 WHERE EXISTS (SELECT 1 FROM pgmem.embedding_outbox o WHERE o.namespace = %(ns)s AND o.model_id = m.id);
 
@@ -163,14 +165,14 @@ WITH done AS (
     FROM promoted WHERE m.namespace = %(ns)s AND m.key = promoted.memory
 )
 -- Caches of other processes drop their entries of a switched memory (revision -1 means "model changed").
-SELECT memory, pg_notify('pgmem_vectors', json_build_array(%(ns)s::text, memory, -1)::text)
+SELECT memory, pg_notify('pgmem_vectors', json_build_array(%(ns)s::text, memory, -1)::text) AS notified
 FROM promoted ORDER BY memory;
 
 -- name: memory_vectors
 -- Every vector of a memory for one model, with the memory's revision they are current at (the cache's
 -- load). One statement: the revision and the rows come from the same snapshot. Vectors travel in
 -- pgvector's binary form (vector_send), which numpy reads in one call.
-SELECT mem.vec_rev, e.message_id, vector_send(coalesce(e.embedding, e.embedding_half::vector))
+SELECT mem.vec_rev AS rev, e.message_id, vector_send(coalesce(e.embedding, e.embedding_half::vector)) AS vector
 FROM pgmem.memories mem
 LEFT JOIN pgmem.memory_entries me ON me.namespace = mem.namespace AND me.memory = mem.key
 LEFT JOIN pgmem.embeddings e ON e.namespace = me.namespace AND e.model_id = %(model)s AND e.message_id = me.message_id
@@ -181,7 +183,7 @@ ORDER BY me.seq;
 -- What changed in a memory's vectors after revision `rev` (the cache's catch-up), oldest first, with the
 -- vector of each addition. `floor` is the oldest revision still logged (older ones were purged: reload);
 -- `active` is the memory's active model now.
-SELECT l.rev, l.op, l.message_id, vector_send(coalesce(e.embedding, e.embedding_half::vector)),
+SELECT l.rev, l.op, l.message_id, vector_send(coalesce(e.embedding, e.embedding_half::vector)) AS vector,
        (SELECT vec_rev FROM pgmem.memories WHERE namespace = %(ns)s AND key = %(memory)s) AS head,
        (SELECT min(rev) FROM pgmem.vector_log WHERE namespace = %(ns)s AND memory = %(memory)s) AS floor,
        (SELECT model_id FROM pgmem.memory_models
@@ -226,4 +228,4 @@ ORDER BY 1;
 
 -- name: analyze_lock
 -- One process at a time analyzes the search tables; the others search on.
-SELECT pg_try_advisory_xact_lock(%(key)s), set_config('lock_timeout', '100ms', true);
+SELECT pg_try_advisory_xact_lock(%(key)s) AS locked, set_config('lock_timeout', '100ms', true) AS lock_timeout;

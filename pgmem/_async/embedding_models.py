@@ -13,7 +13,8 @@ from pgmem.checks import check_key
 from pgmem.embeddings import Embedder, Vectors, check_vectors
 from pgmem.errors import EmbeddingError, InvalidInput, translate
 from pgmem.planning import statements
-from pgmem.planning.search import HALFVEC_ABOVE, EmbeddingModel, SearchFilters
+from pgmem.planning.rows import EmbeddingModelRow, MemoryModelRow
+from pgmem.planning.search import HALFVEC_ABOVE, EmbeddingModel, SearchFilters, model_of
 
 if TYPE_CHECKING:
     from pgmem._async.client import AsyncClient
@@ -99,7 +100,7 @@ class AsyncModelRegistry(AsyncRepository):
                     cur = await conn.execute(Q["get_model"], {"name": chosen.model})
                     row = await cur.fetchone()
                     assert row is not None
-                    known = EmbeddingModel(*row)
+                    known = model_of(EmbeddingModelRow._make(row))
                     if known.dimension == dimension:
                         await conn.execute(known.index_ddl())
             self._models[chosen.model] = known
@@ -116,7 +117,7 @@ class AsyncModelRegistry(AsyncRepository):
         """``(status, model)`` of each model of a memory, the active one first."""
         check_key(memory)
         rows = await self._rows("memory_models", {"memory": memory}, connection)
-        return [(status, EmbeddingModel(*model)) for status, *model in rows]
+        return [(r.status, model_of(r)) for r in map(MemoryModelRow._make, rows)]
 
     async def active(
         self, memory: str, *, connection: AsyncConnection[Any] | None = None, refresh: bool = False

@@ -18,7 +18,8 @@ from pgmem.checks import check_key
 from pgmem.embeddings import Embedder, check_vectors
 from pgmem.errors import InvalidInput, translate
 from pgmem.planning import statements
-from pgmem.planning.search import EmbeddingModel
+from pgmem.planning.rows import OutboxItemRow, PendingModelRow, PendingRow, PromotedRow
+from pgmem.planning.search import EmbeddingModel, model_of
 
 if TYPE_CHECKING:
     from pgmem._async.client import AsyncClient
@@ -81,12 +82,12 @@ class AsyncEmbeddingOutbox(AsyncRepository):
         """Messages waiting for an embedding, per model name (of ``memory``, or of the namespace)."""
         if memory is not None:
             check_key(memory)
-        rows = await self._rows("pending", {"memory": memory}, connection)
-        return {str(name): int(count) for name, count in rows}
+        rows = map(PendingRow._make, await self._rows("pending", {"memory": memory}, connection))
+        return {str(r.model): int(r.queued) for r in rows}
 
     async def namespaces_with_pending(self) -> list[str]:
         """Every namespace with queued messages (an operator's backfill walks them: ``pgmem embed``)."""
-        return [str(row[0]) for row in await self._rows("outbox_namespaces", {}, None)]
+        return [str(name) for name in await self._column("outbox_namespaces", {}, None)]
 
     async def embed_pending(
         self,
@@ -113,10 +114,10 @@ class AsyncEmbeddingOutbox(AsyncRepository):
             self._registry.embedder(embedder)
         embedders = self._registry.embedders()
         report = EmbedReport()
-        rows = await self._rows("pending_models", {}, None)
-        switching = any(row[4] for row in rows)
+        rows = [PendingModelRow._make(row) for row in await self._rows("pending_models", {}, None)]
+        switching = any(row.switching for row in rows)
         for row in rows:
-            model = EmbeddingModel(*row[:4])
+            model = model_of(row)
             chosen = embedders.get(model.name)
             if chosen is None:
                 continue
@@ -137,7 +138,7 @@ class AsyncEmbeddingOutbox(AsyncRepository):
         if rows and report.embedded + report.failed == 0:
             await self._rows("purge_orphans", {}, None)  # queued rows none of which could be claimed
         if switching or not rows:
-            report.promoted = [r[0] for r in await self._rows("promote", {}, None)]
+            report.promoted = [r.memory for r in map(PromotedRow._make, await self._rows("promote", {}, None))]
             for memory in report.promoted:
                 self._registry.forget(memory)
         if count_remaining:
@@ -150,13 +151,13 @@ class AsyncEmbeddingOutbox(AsyncRepository):
         with translate():
             async with self._client.transaction() as conn:
                 cur = await conn.execute(Q["claim_outbox"], {"ns": self.namespace, "model": model.id, "n": n})
-                claimed = await cur.fetchall()
+                claimed = [OutboxItemRow._make(row) for row in await cur.fetchall()]
                 if not claimed:
                     return 0, None
-                ids = [r[0] for r in claimed]
+                ids = [r.message_id for r in claimed]
                 try:
                     vectors = check_vectors(
-                        await embedder.aembed([r[1] for r in claimed]), len(claimed), model.dimension, model.name
+                        await embedder.aembed([r.content for r in claimed]), len(claimed), model.dimension, model.name
                     )
                 except Exception as exc:  # noqa: BLE001 - whatever the provider raises leaves the batch queued
                     failure = f"{type(exc).__name__}: {exc}"

@@ -12,6 +12,7 @@ from psycopg import AsyncConnection, errors, sql
 from pgmem._async.base import AsyncRepository
 from pgmem.errors import translate
 from pgmem.planning import statements
+from pgmem.planning.rows import AnalyzeLockRow
 from pgmem.planning.search import EmbeddingModel, SearchFilters, statement
 
 if TYPE_CHECKING:
@@ -102,8 +103,8 @@ class AsyncSearchPlanner(AsyncRepository):
                 try:
                     async with self._client.transaction(conn) as tx:
                         cur = await tx.execute(Q["analyze_lock"], {"key": ANALYZE_LOCK_KEY})
-                        row = await cur.fetchone()
-                        if row is not None and row[0]:
+                        found = await cur.fetchone()
+                        if found is not None and AnalyzeLockRow._make(found).locked:
                             for table in stale:
                                 await tx.execute(sql.SQL("ANALYZE {}").format(sql.Identifier("pgmem", table)))
                             log.info("analyzed %s: planner statistics were far behind", ", ".join(stale))

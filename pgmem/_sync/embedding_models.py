@@ -14,7 +14,8 @@ from pgmem.checks import check_key
 from pgmem.embeddings import Embedder, Vectors, check_vectors
 from pgmem.errors import EmbeddingError, InvalidInput, translate
 from pgmem.planning import statements
-from pgmem.planning.search import HALFVEC_ABOVE, EmbeddingModel, SearchFilters
+from pgmem.planning.rows import EmbeddingModelRow, MemoryModelRow
+from pgmem.planning.search import HALFVEC_ABOVE, EmbeddingModel, SearchFilters, model_of
 
 if TYPE_CHECKING:
     from pgmem._sync.client import Client
@@ -100,7 +101,7 @@ class ModelRegistry(Repository):
                     cur = conn.execute(Q["get_model"], {"name": chosen.model})
                     row = cur.fetchone()
                     assert row is not None
-                    known = EmbeddingModel(*row)
+                    known = model_of(EmbeddingModelRow._make(row))
                     if known.dimension == dimension:
                         conn.execute(known.index_ddl())
             self._models[chosen.model] = known
@@ -117,7 +118,7 @@ class ModelRegistry(Repository):
         """``(status, model)`` of each model of a memory, the active one first."""
         check_key(memory)
         rows = self._rows("memory_models", {"memory": memory}, connection)
-        return [(status, EmbeddingModel(*model)) for status, *model in rows]
+        return [(r.status, model_of(r)) for r in map(MemoryModelRow._make, rows)]
 
     def active(
         self, memory: str, *, connection: Connection[Any] | None = None, refresh: bool = False

@@ -19,7 +19,8 @@ from pgmem.checks import check_key
 from pgmem.embeddings import Embedder, check_vectors
 from pgmem.errors import InvalidInput, translate
 from pgmem.planning import statements
-from pgmem.planning.search import EmbeddingModel
+from pgmem.planning.rows import OutboxItemRow, PendingModelRow, PendingRow, PromotedRow
+from pgmem.planning.search import EmbeddingModel, model_of
 
 if TYPE_CHECKING:
     from pgmem._sync.client import Client
@@ -82,12 +83,12 @@ class EmbeddingOutbox(Repository):
         """Messages waiting for an embedding, per model name (of ``memory``, or of the namespace)."""
         if memory is not None:
             check_key(memory)
-        rows = self._rows("pending", {"memory": memory}, connection)
-        return {str(name): int(count) for name, count in rows}
+        rows = map(PendingRow._make, self._rows("pending", {"memory": memory}, connection))
+        return {str(r.model): int(r.queued) for r in rows}
 
     def namespaces_with_pending(self) -> list[str]:
         """Every namespace with queued messages (an operator's backfill walks them: ``pgmem embed``)."""
-        return [str(row[0]) for row in self._rows("outbox_namespaces", {}, None)]
+        return [str(name) for name in self._column("outbox_namespaces", {}, None)]
 
     def embed_pending(
         self,
@@ -114,10 +115,10 @@ class EmbeddingOutbox(Repository):
             self._registry.embedder(embedder)
         embedders = self._registry.embedders()
         report = EmbedReport()
-        rows = self._rows("pending_models", {}, None)
-        switching = any(row[4] for row in rows)
+        rows = [PendingModelRow._make(row) for row in self._rows("pending_models", {}, None)]
+        switching = any(row.switching for row in rows)
         for row in rows:
-            model = EmbeddingModel(*row[:4])
+            model = model_of(row)
             chosen = embedders.get(model.name)
             if chosen is None:
                 continue
@@ -138,7 +139,7 @@ class EmbeddingOutbox(Repository):
         if rows and report.embedded + report.failed == 0:
             self._rows("purge_orphans", {}, None)  # queued rows none of which could be claimed
         if switching or not rows:
-            report.promoted = [r[0] for r in self._rows("promote", {}, None)]
+            report.promoted = [r.memory for r in map(PromotedRow._make, self._rows("promote", {}, None))]
             for memory in report.promoted:
                 self._registry.forget(memory)
         if count_remaining:
@@ -151,13 +152,13 @@ class EmbeddingOutbox(Repository):
         with translate():
             with self._client.transaction() as conn:
                 cur = conn.execute(Q["claim_outbox"], {"ns": self.namespace, "model": model.id, "n": n})
-                claimed = cur.fetchall()
+                claimed = [OutboxItemRow._make(row) for row in cur.fetchall()]
                 if not claimed:
                     return 0, None
-                ids = [r[0] for r in claimed]
+                ids = [r.message_id for r in claimed]
                 try:
                     vectors = check_vectors(
-                        embedder.embed([r[1] for r in claimed]), len(claimed), model.dimension, model.name
+                        embedder.embed([r.content for r in claimed]), len(claimed), model.dimension, model.name
                     )
                 except Exception as exc:  # noqa: BLE001 - whatever the provider raises leaves the batch queued
                     failure = f"{type(exc).__name__}: {exc}"

@@ -13,6 +13,7 @@ from psycopg import Connection, errors, sql
 from pgmem._sync.base import Repository
 from pgmem.errors import translate
 from pgmem.planning import statements
+from pgmem.planning.rows import AnalyzeLockRow
 from pgmem.planning.search import EmbeddingModel, SearchFilters, statement
 
 if TYPE_CHECKING:
@@ -103,8 +104,8 @@ class SearchPlanner(Repository):
                 try:
                     with self._client.transaction(conn) as tx:
                         cur = tx.execute(Q["analyze_lock"], {"key": ANALYZE_LOCK_KEY})
-                        row = cur.fetchone()
-                        if row is not None and row[0]:
+                        found = cur.fetchone()
+                        if found is not None and AnalyzeLockRow._make(found).locked:
                             for table in stale:
                                 tx.execute(sql.SQL("ANALYZE {}").format(sql.Identifier("pgmem", table)))
                             log.info("analyzed %s: planner statistics were far behind", ", ".join(stale))

@@ -346,3 +346,84 @@ class ActionFlowRow(NamedTuple):
     to_action: str
     edges: int
     median_delay_s: Decimal
+
+
+# -- vectors.sql ----------------------------------------------------------------------------------------
+
+
+class EmbeddingModelRow(NamedTuple):
+    """``get_model``, ``get_model_by_id``: a registered embedding model."""
+
+    id: int
+    name: str
+    dimension: int
+    kind: str
+
+
+class MemoryModelRow(NamedTuple):
+    """``memory_models``: a model of a memory and its status there (``active``, ``building``)."""
+
+    status: str
+    id: int
+    name: str
+    dimension: int
+    kind: str
+
+
+class OutboxItemRow(NamedTuple):
+    """``claim_outbox``: a queued message to embed."""
+
+    message_id: str
+    content: str
+
+
+class PendingRow(NamedTuple):
+    """``pending``: messages queued for one model."""
+
+    model: str
+    queued: int
+
+
+class PendingModelRow(NamedTuple):
+    """``pending_models``: a model with queued messages, and whether a switch is under way."""
+
+    id: int
+    name: str
+    dimension: int
+    kind: str
+    switching: bool
+
+
+class PromotedRow(NamedTuple):
+    """``promote``: a memory whose model switch finished (its caches told by NOTIFY)."""
+
+    memory: str
+    notified: None
+
+
+class MemoryVectorRow(NamedTuple):
+    """``memory_vectors``: the memory's revision, and one of its vectors (NULL id: the memory is empty)."""
+
+    rev: int
+    message_id: str | None
+    vector: bytes | None
+
+
+class VectorChangeRow(NamedTuple):
+    """``vector_changes``: one change after a revision (NULL rev: none), with the memory's head, the
+    oldest logged revision and the active model."""
+
+    rev: int | None
+    op: int | None
+    message_id: str | None
+    vector: bytes | None
+    head: int | None
+    floor: int | None
+    active: int | None
+
+
+class AnalyzeLockRow(NamedTuple):
+    """``analyze_lock``: whether this process analyzes (the lock), and the lock timeout it set."""
+
+    locked: bool
+    lock_timeout: str

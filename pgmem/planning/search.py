@@ -39,7 +39,7 @@ from pgmem.checks import check_key
 from pgmem.embeddings import check_query_vector
 from pgmem.errors import InvalidInput
 from pgmem.models import Message
-from pgmem.planning.rows import decode
+from pgmem.planning.rows import MessageRow, decode
 from pgmem.planning.statements import fragment
 
 __all__ = [
@@ -549,8 +549,10 @@ def as_query_vector(vector: Any, dimension: int) -> np.ndarray[Any, np.dtype[np.
 # A search row is the message's columns (pgmem.planning.rows.decode), then the distance; a hybrid row has
 # its fused score after the distance; every row ends with ``ok`` (see vector_search_sql).
 
-#: Columns of the message at the start of every search row.
-MESSAGE_WIDTH = 14
+#: Columns of the message at the start of every search row (rows.MessageRow), then the distance (and for
+#: hybrid search the fused score); positions taken once from the row type, rows stay plain tuples.
+MESSAGE_WIDTH = len(MessageRow._fields)
+_ID = MessageRow._fields.index("id")
 _DISTANCE = MESSAGE_WIDTH
 _SCORE = MESSAGE_WIDTH + 1
 
@@ -571,7 +573,7 @@ def vector_hits(rows: list[tuple[Any, ...]]) -> list[SearchHit]:
     them: a second sort key there costs an incremental sort, ~5% of an HNSW search)."""
     for i in range(1, len(rows)):
         if rows[i][_DISTANCE] == rows[i - 1][_DISTANCE]:
-            rows = sorted(rows, key=lambda r: (r[_DISTANCE], r[1]))
+            rows = sorted(rows, key=lambda r: (r[_DISTANCE], r[_ID]))
             break
     return [vector_hit(row) for row in rows]
 
@@ -579,7 +581,7 @@ def vector_hits(rows: list[tuple[Any, ...]]) -> list[SearchHit]:
 def batch_hits(rows: list[tuple[Any, ...]], count: int) -> list[list[SearchHit]]:
     """Hits per query of batch search rows (``ord`` first, then a vector search row)."""
     out: list[list[SearchHit]] = [[] for _ in range(count)]
-    for row in rows:
+    for row in rows:  # (ord, *vector search row): ord is the query's 1-based place
         out[int(row[0]) - 1].append(vector_hit(row[1:]))
     return out
 
@@ -622,3 +624,8 @@ def unpack_vectors(blobs: Sequence[bytes], dimension: int) -> npt.NDArray[np.flo
         return np.zeros((0, dimension), np.float32)
     raw = np.frombuffer(b"".join(blobs), dtype=">f4").reshape(len(blobs), dimension + 1)
     return np.ascontiguousarray(raw[:, 1:], dtype=np.float32)
+
+
+def model_of(row: Any) -> EmbeddingModel:
+    """The model a row of a model statement names (rows.EmbeddingModelRow, MemoryModelRow, PendingModelRow)."""
+    return EmbeddingModel(int(row.id), str(row.name), int(row.dimension), str(row.kind))

@@ -21,13 +21,21 @@ from pgmem.planning.rows import (
     ActionFlowRow,
     AddedManyRow,
     AddedRow,
+    AnalyzeLockRow,
     BrainLockRow,
     BrainRow,
     DepthRow,
+    EmbeddingModelRow,
     LockedFileRow,
+    MemoryModelRow,
+    MemoryVectorRow,
     MessageRow,
     MessageStatsRow,
     NackRow,
+    OutboxItemRow,
+    PendingModelRow,
+    PendingRow,
+    PromotedRow,
     PublishRow,
     PushManyRow,
     PushRow,
@@ -35,6 +43,7 @@ from pgmem.planning.rows import (
     StoreFileRow,
     StoreRow,
     SummaryRow,
+    VectorChangeRow,
 )
 from pgmem.planning.search import MESSAGE_COLUMNS
 
@@ -79,13 +88,23 @@ ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("stores", "files"): StoreFileRow._fields,
     ("stores", "lock_file"): LockedFileRow._fields,
     ("stores", "stores"): StoreRow._fields,
+    ("vectors", "get_model"): EmbeddingModelRow._fields,
+    ("vectors", "get_model_by_id"): EmbeddingModelRow._fields,
+    ("vectors", "memory_models"): MemoryModelRow._fields,
+    ("vectors", "claim_outbox"): OutboxItemRow._fields,
+    ("vectors", "pending"): PendingRow._fields,
+    ("vectors", "pending_models"): PendingModelRow._fields,
+    ("vectors", "memory_vectors"): MemoryVectorRow._fields,
+    ("vectors", "vector_changes"): VectorChangeRow._fields,
+    ("vectors", "analyze_lock"): AnalyzeLockRow._fields,
+    ("vectors", "promote"): PromotedRow._fields,
     ("demo", "messages_by_role_and_action"): RoleActionRow._fields,
     ("demo", "action_flow"): ActionFlowRow._fields,
 }
 #: Statements of several columns that Python does not read by position: printed for people to read
 #: (`pgmem stats`/report read analytics rows by column name), or offered to copy into psql.
 NOT_DECODED = {("demo", "conversation")}
-GROUPS = ("messages", "queues", "summaries", "brains", "stores", "demo")
+GROUPS = ("messages", "queues", "summaries", "brains", "stores", "vectors", "retention", "demo")
 
 
 def _columns(conn: psycopg.Connection[Any], text: str) -> tuple[str, ...]:
