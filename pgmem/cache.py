@@ -55,6 +55,7 @@ from pgmem.errors import EmbeddingError, InvalidInput, PgmemError
 from pgmem.planning import statements as _queries
 from pgmem.planning.rows import MemoryModelRow, MemoryVectorRow, VectorChangeRow, decode
 from pgmem.planning.search import (
+    MODEL_SWITCH_ATTEMPTS,
     EmbeddingModel,
     SearchFilters,
     SearchHit,
@@ -64,6 +65,7 @@ from pgmem.planning.search import (
     model_of,
     retrieval_params,
     statement,
+    still_switching,
     switched,
     unpack_vectors,
     vector_hits,
@@ -597,7 +599,7 @@ class VectorCache:
             check_k(k)
         if threshold is not None:
             threshold = check_threshold(threshold)
-        for _ in range(3):
+        for _ in range(MODEL_SWITCH_ATTEMPTS):
             # the repository remembers the active model (forgotten on a switch); look it up only when unknown
             model = self._model(memory)
             queries, scales = self._queries(vectors, model.dimension)
@@ -621,7 +623,7 @@ class VectorCache:
                         self._model_changed(memory)
                         continue
                 return self._top_k(entry, queries, scales, k, threshold)
-        raise PgmemError(f"memory {memory!r} keeps switching embedding models; try again")
+        raise still_switching(memory)
 
     def _model(self, memory: str) -> EmbeddingModel:
         """The memory's active model: remembered, else read on the reader (one round trip)."""

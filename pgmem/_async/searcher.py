@@ -15,9 +15,10 @@ from pgmem._async.embedding_models import AsyncModelRegistry
 from pgmem._async.search_planner import AsyncSearchPlanner
 from pgmem._async.sessions import SESSION_EF_SEARCH, AsyncSessions
 from pgmem.embeddings import Embedder, Vectors
-from pgmem.errors import EmbeddingError, InvalidInput, translate
+from pgmem.errors import InvalidInput, translate
 from pgmem.planning import statements
 from pgmem.planning.search import (
+    MODEL_SWITCH_ATTEMPTS,
     EmbeddingModel,
     SearchFilters,
     SearchHit,
@@ -31,6 +32,7 @@ from pgmem.planning.search import (
     hybrid_hit,
     log_text,
     statement,
+    still_switching,
     switched,
     vector_hits,
 )
@@ -38,10 +40,8 @@ from pgmem.planning.search import (
 if TYPE_CHECKING:
     from pgmem._async.client import AsyncClient
 
-__all__ = ["MODEL_SWITCH_ATTEMPTS", "AsyncSearcher"]
+__all__ = ["AsyncSearcher"]
 
-#: How many times a search looks its memory's model up again when a switch finished under it.
-MODEL_SWITCH_ATTEMPTS = 2
 
 Rows = list[tuple[Any, ...]]
 
@@ -263,7 +263,7 @@ class AsyncSearcher(AsyncRepository):
             found = await self._execute(planned, connection)
             if not any([await self._switched(rows, filters, model) for rows in found]):
                 return found
-        raise EmbeddingError(f"memory {filters.memory!r} keeps switching embedding models; try again")
+        raise still_switching(filters.memory)
 
     async def _switched(self, rows: Rows, filters: SearchFilters, model: EmbeddingModel) -> bool:
         """Whether the memory's active model changed under this search (its rows carry ``ok`` last)."""

@@ -16,9 +16,10 @@ from pgmem._sync.embedding_models import ModelRegistry
 from pgmem._sync.search_planner import SearchPlanner
 from pgmem._sync.sessions import SESSION_EF_SEARCH, Sessions
 from pgmem.embeddings import Embedder, Vectors
-from pgmem.errors import EmbeddingError, InvalidInput, translate
+from pgmem.errors import InvalidInput, translate
 from pgmem.planning import statements
 from pgmem.planning.search import (
+    MODEL_SWITCH_ATTEMPTS,
     EmbeddingModel,
     SearchFilters,
     SearchHit,
@@ -32,6 +33,7 @@ from pgmem.planning.search import (
     hybrid_hit,
     log_text,
     statement,
+    still_switching,
     switched,
     vector_hits,
 )
@@ -39,10 +41,8 @@ from pgmem.planning.search import (
 if TYPE_CHECKING:
     from pgmem._sync.client import Client
 
-__all__ = ["MODEL_SWITCH_ATTEMPTS", "Searcher"]
+__all__ = ["Searcher"]
 
-#: How many times a search looks its memory's model up again when a switch finished under it.
-MODEL_SWITCH_ATTEMPTS = 2
 
 Rows = list[tuple[Any, ...]]
 
@@ -264,7 +264,7 @@ class Searcher(Repository):
             found = self._execute(planned, connection)
             if not any([self._switched(rows, filters, model) for rows in found]):
                 return found
-        raise EmbeddingError(f"memory {filters.memory!r} keeps switching embedding models; try again")
+        raise still_switching(filters.memory)
 
     def _switched(self, rows: Rows, filters: SearchFilters, model: EmbeddingModel) -> bool:
         """Whether the memory's active model changed under this search (its rows carry ``ok`` last)."""

@@ -37,7 +37,7 @@ from psycopg import sql
 
 from pgmem.checks import check_key
 from pgmem.embeddings import check_query_vector
-from pgmem.errors import InvalidInput
+from pgmem.errors import EmbeddingError, InvalidInput
 from pgmem.models import Message
 from pgmem.planning.rows import MessageRow, decode
 from pgmem.planning.statements import fragment
@@ -629,3 +629,13 @@ def unpack_vectors(blobs: Sequence[bytes], dimension: int) -> npt.NDArray[np.flo
 def model_of(row: Any) -> EmbeddingModel:
     """The model a row of a model statement names (rows.EmbeddingModelRow, MemoryModelRow, PendingModelRow)."""
     return EmbeddingModel(int(row.id), str(row.name), int(row.dimension), str(row.kind))
+
+
+#: How many times a search runs again when its memory's embedding model switched under it (the first try
+#: may use a remembered model, the next ones look it up afresh). The searcher and the FAISS cache share it.
+MODEL_SWITCH_ATTEMPTS = 3
+
+
+def still_switching(memory: str | None) -> EmbeddingError:
+    """The error of a search whose memory switched models at every attempt."""
+    return EmbeddingError(f"memory {memory!r} keeps switching embedding models; try again")
