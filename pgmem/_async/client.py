@@ -2,31 +2,100 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import psycopg
 from psycopg import AsyncConnection
 from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
+from psycopg.types import TypeInfo
 from psycopg_pool import AsyncConnectionPool
 
-from pgmem._async.brains import AsyncBrainRepository
 from pgmem._async.messages import AsyncMessageRepository
-from pgmem._async.queues import AsyncQueueRepository
-from pgmem._async.retention import AsyncRetention
 from pgmem._async.sessions import AsyncSessions
-from pgmem._async.stores import AsyncStoreRepository
-from pgmem._async.summaries import AsyncSummaryRepository
-from pgmem._async.vectors import AsyncVectorRepository
 from pgmem.checks import check_namespace
 from pgmem.embeddings import Embedder, default_embedder
 from pgmem.errors import ClientClosed, ConnectionFailed, InvalidInput, SchemaOutOfDate, redact, translate
+from pgmem.planning.adapters import vector_types
 from pgmem.revision import SCHEMA_REVISION
 from pgmem.settings import get_settings
 
+if TYPE_CHECKING:
+    from pgmem._async.brains import AsyncBrainRepository
+    from pgmem._async.queues import AsyncQueueRepository
+    from pgmem._async.retention import AsyncRetention
+    from pgmem._async.stores import AsyncStoreRepository
+    from pgmem._async.summaries import AsyncSummaryRepository
+    from pgmem._async.vectors import AsyncVectorRepository
+
 __all__ = ["AsyncClient", "check_pool_size", "check_schema", "conninfo_of"]
+
+T = TypeVar("T")
+
+
+class _OnFirstUse(Generic[T]):
+    """A repository of the client built on first use, its module imported only then: a process that only
+    reads and writes messages loads neither the vector wing nor the queues (~10 ms of a cold start,
+    benchmarks/startup.py). Built once, under the client's lock (a client is shared between threads);
+    after that it is a plain attribute of the client (this descriptor defines no ``__set__``)."""
+
+    def __init__(self, build: Callable[[AsyncClient], T]) -> None:
+        self._build = build
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, client: None, owner: type) -> _OnFirstUse[T]: ...
+    @overload
+    def __get__(self, client: AsyncClient, owner: type) -> T: ...
+    def __get__(self, client: AsyncClient | None, owner: type) -> _OnFirstUse[T] | T:
+        if client is None:
+            return self
+        with client._build_lock:
+            built: T | None = client.__dict__.get(self._name)
+            if built is None:
+                built = client.__dict__[self._name] = self._build(client)
+        return built
+
+
+def _queues(client: AsyncClient) -> AsyncQueueRepository:
+    from pgmem._async.queues import AsyncQueueRepository
+
+    return AsyncQueueRepository(client)
+
+
+def _vectors(client: AsyncClient) -> AsyncVectorRepository:
+    from pgmem._async.vectors import AsyncVectorRepository
+
+    return AsyncVectorRepository(client, client.sessions)
+
+
+def _summaries(client: AsyncClient) -> AsyncSummaryRepository:
+    from pgmem._async.summaries import AsyncSummaryRepository
+
+    return AsyncSummaryRepository(client)
+
+
+def _brains(client: AsyncClient) -> AsyncBrainRepository:
+    from pgmem._async.brains import AsyncBrainRepository
+
+    return AsyncBrainRepository(client)
+
+
+def _retention(client: AsyncClient) -> AsyncRetention:
+    from pgmem._async.retention import AsyncRetention
+
+    return AsyncRetention(client)
+
+
+def _stores(client: AsyncClient) -> AsyncStoreRepository:
+    from pgmem._async.stores import AsyncStoreRepository
+
+    return AsyncStoreRepository(client)
 
 
 class AsyncClient:
@@ -48,7 +117,16 @@ class AsyncClient:
             :func:`pgmem.embeddings.default_embedder`).
         retrieval_log: whether searches record what they returned in ``pgmem.retrieval_log`` (default:
             ``PGMEM_RETRIEVAL_LOG``, off); may be switched at any time.
+
+    Every repository but ``messages`` is built on first use.
     """
+
+    queues = _OnFirstUse(_queues)
+    vectors = _OnFirstUse(_vectors)
+    summaries = _OnFirstUse(_summaries)
+    brains = _OnFirstUse(_brains)
+    retention = _OnFirstUse(_retention)
+    stores = _OnFirstUse(_stores)
 
     def __init__(
         self,
@@ -70,16 +148,11 @@ class AsyncClient:
         self._owns_pool = owns_pool
         self._closed = False
         self.conninfo = conninfo
+        self._build_lock = threading.RLock()  # a repository's constructor may use another one
         self.messages = AsyncMessageRepository(self)
-        self.queues = AsyncQueueRepository(self)
         self._embedder = embedder
         # What the client knows of its connections' sessions; shared with the pool's configure hook.
         self.sessions = sessions if sessions is not None else AsyncSessions()
-        self.vectors = AsyncVectorRepository(self, self.sessions)
-        self.summaries = AsyncSummaryRepository(self)
-        self.brains = AsyncBrainRepository(self)
-        self.retention = AsyncRetention(self)
-        self.stores = AsyncStoreRepository(self)
         self.retrieval_log = get_settings().retrieval_log if retrieval_log is None else bool(retrieval_log)
 
     @classmethod
@@ -108,12 +181,12 @@ class AsyncClient:
         check_pool_size(min_size, max_size)
         first = await _open_connection(conninfo)
         try:
-            await check_schema(first)
+            vector_types = await check_schema(first)
         except BaseException:
             await first.close()
             raise
         spare = [first]
-        sessions = AsyncSessions()
+        sessions = AsyncSessions(vector_types)
         pool = _LifoAsyncConnectionPool(
             conninfo,
             min_size=min_size,
@@ -121,6 +194,10 @@ class AsyncClient:
             kwargs={"autocommit": True},
             connection_class=_handing_out(spare),
             configure=sessions.configure,
+            # psycopg_pool's default is 3 workers (threads in the sync flavour), each one costing a cold
+            # start ~2.5 ms to start. The pool grows one connection at a time whatever their number: more
+            # workers only open the first min_size connections at once.
+            num_workers=min(3, max(1, min_size)),
             open=False,
             name="pgmem",
         )
@@ -182,9 +259,12 @@ class AsyncClient:
         """Close the pool if this client opened it. Idempotent."""
         if self._closed:
             return
-        await self.vectors.close()
+        built = self.__dict__  # the repositories built so far (_OnFirstUse)
+        if "vectors" in built:
+            await self.vectors.close()
         self._closed = True
-        await self.queues.close()
+        if "queues" in built:
+            await self.queues.close()
         if self._owns_pool and self._pool is not None:
             await self._pool.close()
 
@@ -283,12 +363,20 @@ def _handing_out(spare: list[AsyncConnection[Any]]) -> type[AsyncConnection[Any]
     return _PoolConnection
 
 
-#: The revision the database is at: one query, no alembic (``pgmem.alembic_version`` is alembic's table).
-_SCHEMA_REVISION_SQL = "SELECT version_num FROM pgmem.alembic_version"
+#: The revision the database is at (``pgmem.alembic_version`` is alembic's table), and pgvector's types as
+#: ``TypeInfo.fetch`` reads them (pgmem.planning.adapters): one row per type, one of NULLs without any.
+#: One query, no alembic.
+_SCHEMA_REVISION_SQL = """
+SELECT v.version_num, t.typname, t.oid, t.typarray, t.oid::regtype::text, t.typdelim
+FROM pgmem.alembic_version AS v
+LEFT JOIN pg_type AS t
+  ON t.oid IN (to_regtype('vector'), to_regtype('bit'), to_regtype('halfvec'), to_regtype('sparsevec'))
+"""
 
 
-async def check_schema(conn: AsyncConnection[Any]) -> None:
-    """Raise :class:`SchemaOutOfDate` unless the database at ``conn`` is at :data:`SCHEMA_REVISION`.
+async def check_schema(conn: AsyncConnection[Any]) -> dict[str, TypeInfo]:
+    """Raise :class:`SchemaOutOfDate` unless the database at ``conn`` is at :data:`SCHEMA_REVISION`;
+    return pgvector's types in it (for :class:`AsyncSessions`: the pool registers them with no query).
 
     One query. On a connection outside autocommit, or inside a transaction (the caller's), it runs in a
     transaction block of its own (a savepoint inside the caller's transaction), so that a database without
@@ -298,19 +386,20 @@ async def check_schema(conn: AsyncConnection[Any]) -> None:
         try:
             if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
                 cur = await conn.execute(_SCHEMA_REVISION_SQL)
-                row = await cur.fetchone()
+                rows = await cur.fetchall()
             else:
                 async with conn.transaction():
                     cur = await conn.execute(_SCHEMA_REVISION_SQL)
-                    row = await cur.fetchone()
+                    rows = await cur.fetchall()
         except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName):
-            row = None  # an empty database: nothing migrated yet
-    current = None if row is None else str(row[0])
+            rows = []  # an empty database: nothing migrated yet
+    current = str(rows[0][0]) if rows else None
     if current != SCHEMA_REVISION:
         raise SchemaOutOfDate(
             f"database schema is at {current or 'nothing'}, this pgmem needs {SCHEMA_REVISION}; "
             "run `pgmem migrate` or connect with migrate=True"
         )
+    return vector_types(row[1:] for row in rows)
 
 
 def conninfo_of(conn: AsyncConnection[Any]) -> str:

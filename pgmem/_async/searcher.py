@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from psycopg import AsyncConnection
 
 from pgmem._async.base import AsyncRepository
@@ -257,6 +256,8 @@ class AsyncSearcher(AsyncRepository):
             else:
                 qs = [as_query_vector(v, model.dimension) for v in vectors]
                 if stack:
+                    import numpy as np  # not at module level: see pgmem.embeddings
+
                     qs = np.stack(qs)
             strategy = await self._planner.strategy(model, filters, mode, exact_limit, connection)
             planned = plan(model, qs, strategy)

@@ -3,31 +3,100 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Callable
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import psycopg
 from psycopg import Connection
 from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
+from psycopg.types import TypeInfo
 from psycopg_pool import ConnectionPool
 
-from pgmem._sync.brains import BrainRepository
 from pgmem._sync.messages import MessageRepository
-from pgmem._sync.queues import QueueRepository
-from pgmem._sync.retention import Retention
 from pgmem._sync.sessions import Sessions
-from pgmem._sync.stores import StoreRepository
-from pgmem._sync.summaries import SummaryRepository
-from pgmem._sync.vectors import VectorRepository
 from pgmem.checks import check_namespace
 from pgmem.embeddings import Embedder, default_embedder
 from pgmem.errors import ClientClosed, ConnectionFailed, InvalidInput, SchemaOutOfDate, redact, translate
+from pgmem.planning.adapters import vector_types
 from pgmem.revision import SCHEMA_REVISION
 from pgmem.settings import get_settings
 
+if TYPE_CHECKING:
+    from pgmem._sync.brains import BrainRepository
+    from pgmem._sync.queues import QueueRepository
+    from pgmem._sync.retention import Retention
+    from pgmem._sync.stores import StoreRepository
+    from pgmem._sync.summaries import SummaryRepository
+    from pgmem._sync.vectors import VectorRepository
+
 __all__ = ["Client", "check_pool_size", "check_schema", "conninfo_of"]
+
+T = TypeVar("T")
+
+
+class _OnFirstUse(Generic[T]):
+    """A repository of the client built on first use, its module imported only then: a process that only
+    reads and writes messages loads neither the vector wing nor the queues (~10 ms of a cold start,
+    benchmarks/startup.py). Built once, under the client's lock (a client is shared between threads);
+    after that it is a plain attribute of the client (this descriptor defines no ``__set__``)."""
+
+    def __init__(self, build: Callable[[Client], T]) -> None:
+        self._build = build
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, client: None, owner: type) -> _OnFirstUse[T]: ...
+    @overload
+    def __get__(self, client: Client, owner: type) -> T: ...
+    def __get__(self, client: Client | None, owner: type) -> _OnFirstUse[T] | T:
+        if client is None:
+            return self
+        with client._build_lock:
+            built: T | None = client.__dict__.get(self._name)
+            if built is None:
+                built = client.__dict__[self._name] = self._build(client)
+        return built
+
+
+def _queues(client: Client) -> QueueRepository:
+    from pgmem._sync.queues import QueueRepository
+
+    return QueueRepository(client)
+
+
+def _vectors(client: Client) -> VectorRepository:
+    from pgmem._sync.vectors import VectorRepository
+
+    return VectorRepository(client, client.sessions)
+
+
+def _summaries(client: Client) -> SummaryRepository:
+    from pgmem._sync.summaries import SummaryRepository
+
+    return SummaryRepository(client)
+
+
+def _brains(client: Client) -> BrainRepository:
+    from pgmem._sync.brains import BrainRepository
+
+    return BrainRepository(client)
+
+
+def _retention(client: Client) -> Retention:
+    from pgmem._sync.retention import Retention
+
+    return Retention(client)
+
+
+def _stores(client: Client) -> StoreRepository:
+    from pgmem._sync.stores import StoreRepository
+
+    return StoreRepository(client)
 
 
 class Client:
@@ -49,7 +118,16 @@ class Client:
             :func:`pgmem.embeddings.default_embedder`).
         retrieval_log: whether searches record what they returned in ``pgmem.retrieval_log`` (default:
             ``PGMEM_RETRIEVAL_LOG``, off); may be switched at any time.
+
+    Every repository but ``messages`` is built on first use.
     """
+
+    queues = _OnFirstUse(_queues)
+    vectors = _OnFirstUse(_vectors)
+    summaries = _OnFirstUse(_summaries)
+    brains = _OnFirstUse(_brains)
+    retention = _OnFirstUse(_retention)
+    stores = _OnFirstUse(_stores)
 
     def __init__(
         self,
@@ -71,16 +149,11 @@ class Client:
         self._owns_pool = owns_pool
         self._closed = False
         self.conninfo = conninfo
+        self._build_lock = threading.RLock()  # a repository's constructor may use another one
         self.messages = MessageRepository(self)
-        self.queues = QueueRepository(self)
         self._embedder = embedder
         # What the client knows of its connections' sessions; shared with the pool's configure hook.
         self.sessions = sessions if sessions is not None else Sessions()
-        self.vectors = VectorRepository(self, self.sessions)
-        self.summaries = SummaryRepository(self)
-        self.brains = BrainRepository(self)
-        self.retention = Retention(self)
-        self.stores = StoreRepository(self)
         self.retrieval_log = get_settings().retrieval_log if retrieval_log is None else bool(retrieval_log)
 
     @classmethod
@@ -109,12 +182,12 @@ class Client:
         check_pool_size(min_size, max_size)
         first = _open_connection(conninfo)
         try:
-            check_schema(first)
+            vector_types = check_schema(first)
         except BaseException:
             first.close()
             raise
         spare = [first]
-        sessions = Sessions()
+        sessions = Sessions(vector_types)
         pool = _LifoConnectionPool(
             conninfo,
             min_size=min_size,
@@ -122,6 +195,10 @@ class Client:
             kwargs={"autocommit": True},
             connection_class=_handing_out(spare),
             configure=sessions.configure,
+            # psycopg_pool's default is 3 workers (threads in the sync flavour), each one costing a cold
+            # start ~2.5 ms to start. The pool grows one connection at a time whatever their number: more
+            # workers only open the first min_size connections at once.
+            num_workers=min(3, max(1, min_size)),
             open=False,
             name="pgmem",
         )
@@ -183,9 +260,12 @@ class Client:
         """Close the pool if this client opened it. Idempotent."""
         if self._closed:
             return
-        self.vectors.close()
+        built = self.__dict__  # the repositories built so far (_OnFirstUse)
+        if "vectors" in built:
+            self.vectors.close()
         self._closed = True
-        self.queues.close()
+        if "queues" in built:
+            self.queues.close()
         if self._owns_pool and self._pool is not None:
             self._pool.close()
 
@@ -284,12 +364,20 @@ def _handing_out(spare: list[Connection[Any]]) -> type[Connection[Any]]:
     return _PoolConnection
 
 
-#: The revision the database is at: one query, no alembic (``pgmem.alembic_version`` is alembic's table).
-_SCHEMA_REVISION_SQL = "SELECT version_num FROM pgmem.alembic_version"
+#: The revision the database is at (``pgmem.alembic_version`` is alembic's table), and pgvector's types as
+#: ``TypeInfo.fetch`` reads them (pgmem.planning.adapters): one row per type, one of NULLs without any.
+#: One query, no alembic.
+_SCHEMA_REVISION_SQL = """
+SELECT v.version_num, t.typname, t.oid, t.typarray, t.oid::regtype::text, t.typdelim
+FROM pgmem.alembic_version AS v
+LEFT JOIN pg_type AS t
+  ON t.oid IN (to_regtype('vector'), to_regtype('bit'), to_regtype('halfvec'), to_regtype('sparsevec'))
+"""
 
 
-def check_schema(conn: Connection[Any]) -> None:
-    """Raise :class:`SchemaOutOfDate` unless the database at ``conn`` is at :data:`SCHEMA_REVISION`.
+def check_schema(conn: Connection[Any]) -> dict[str, TypeInfo]:
+    """Raise :class:`SchemaOutOfDate` unless the database at ``conn`` is at :data:`SCHEMA_REVISION`;
+    return pgvector's types in it (for :class:`AsyncSessions`: the pool registers them with no query).
 
     One query. On a connection outside autocommit, or inside a transaction (the caller's), it runs in a
     transaction block of its own (a savepoint inside the caller's transaction), so that a database without
@@ -299,19 +387,20 @@ def check_schema(conn: Connection[Any]) -> None:
         try:
             if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
                 cur = conn.execute(_SCHEMA_REVISION_SQL)
-                row = cur.fetchone()
+                rows = cur.fetchall()
             else:
                 with conn.transaction():
                     cur = conn.execute(_SCHEMA_REVISION_SQL)
-                    row = cur.fetchone()
+                    rows = cur.fetchall()
         except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName):
-            row = None  # an empty database: nothing migrated yet
-    current = None if row is None else str(row[0])
+            rows = []  # an empty database: nothing migrated yet
+    current = str(rows[0][0]) if rows else None
     if current != SCHEMA_REVISION:
         raise SchemaOutOfDate(
             f"database schema is at {current or 'nothing'}, this pgmem needs {SCHEMA_REVISION}; "
             "run `pgmem migrate` or connect with migrate=True"
         )
+    return vector_types(row[1:] for row in rows)
 
 
 def conninfo_of(conn: Connection[Any]) -> str:

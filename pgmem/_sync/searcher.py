@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from psycopg import Connection
 
 from pgmem._sync.base import Repository
@@ -258,6 +257,8 @@ class Searcher(Repository):
             else:
                 qs = [as_query_vector(v, model.dimension) for v in vectors]
                 if stack:
+                    import numpy as np  # not at module level: see pgmem.embeddings
+
                     qs = np.stack(qs)
             strategy = self._planner.strategy(model, filters, mode, exact_limit, connection)
             planned = plan(model, qs, strategy)

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import weakref
+from collections.abc import Mapping
 from typing import Any
 
-from pgvector.psycopg import register_vector
 from psycopg import Connection
+from psycopg.types import TypeInfo
 
-from pgmem.planning.adapters import register_fast_adapters
+from pgmem.planning.adapters import register_fast_adapters, register_vector_types
 
 __all__ = ["SESSION_EF_SEARCH", "Sessions"]
 
@@ -24,15 +25,21 @@ class Sessions:
     which are the pool's own (set up by :meth:`configure`, so their session settings are pgmem's to change)
     and, on those, whether ``hnsw.iterative_scan`` is on. Entries go with their connections (weak keys)."""
 
-    def __init__(self) -> None:
+    def __init__(self, vector_types: Mapping[str, TypeInfo] | None = None) -> None:
+        # pgvector's types in the pool's database, read by the schema check (pgmem.planning.adapters).
+        self._vector_types = vector_types
         self._typed: weakref.WeakSet[Any] = weakref.WeakSet()
         self._own: weakref.WeakSet[Any] = weakref.WeakSet()
         self._iterative: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
     def configure(self, conn: Connection[Any]) -> None:
-        """The pool's ``configure`` hook: pgvector's types (and pgmem's faster adapters,
-        :mod:`pgmem.planning.adapters`), and iterative HNSW scans for filtered searches."""
-        register_vector(conn)
+        """The pool's ``configure`` hook: pgvector's types (from the types the schema check read: no
+        query), pgmem's faster adapters (:mod:`pgmem.planning.adapters`), and iterative HNSW scans for
+        filtered searches (one query)."""
+        if self._vector_types is None:
+            _register_vector(conn)
+        else:
+            register_vector_types(conn, self._vector_types)
         register_fast_adapters(conn)
         conn.execute(
             "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', false), set_config('hnsw.ef_search', %s, false)",
@@ -45,7 +52,7 @@ class Sessions:
     def ready(self, conn: Connection[Any]) -> None:
         """Register pgvector's types on a connection pgmem did not set up (the caller's), once."""
         if conn not in self._typed:
-            register_vector(conn)
+            _register_vector(conn)
             self._typed.add(conn)
 
     def own(self, conn: Connection[Any]) -> bool:
@@ -61,3 +68,10 @@ class Sessions:
             self._iterative.pop(conn, None)
         else:
             self._iterative[conn] = value
+
+
+def _register_vector(conn: Connection[Any]) -> None:
+    """pgvector's ``register_vector``: looks the types up on ``conn`` (12 round trips)."""
+    from pgvector.psycopg import register_vector  # the vector adapters load with the first vector
+
+    register_vector(conn)

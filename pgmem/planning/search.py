@@ -29,10 +29,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, LiteralString, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, LiteralString, NamedTuple
 
-import numpy as np
-import numpy.typing as npt
 from psycopg import sql
 
 from pgmem.checks import check_key
@@ -41,6 +39,10 @@ from pgmem.errors import EmbeddingError, InvalidInput
 from pgmem.models import Message
 from pgmem.planning.rows import MessageRow, decode
 from pgmem.planning.statements import fragment
+
+if TYPE_CHECKING:  # numpy is imported where vectors are unpacked: a process that never searches never loads it
+    import numpy as np
+    import numpy.typing as npt
 
 __all__ = [
     "HALFVEC_ABOVE",
@@ -620,6 +622,8 @@ def retrieval_params(
 
 def unpack_vectors(blobs: Sequence[bytes], dimension: int) -> npt.NDArray[np.float32]:
     """pgvector's binary send format (int16 dimension, int16 unused, big-endian float32s) to a matrix."""
+    import numpy as np
+
     if not blobs:
         return np.zeros((0, dimension), np.float32)
     raw = np.frombuffer(b"".join(blobs), dtype=">f4").reshape(len(blobs), dimension + 1)

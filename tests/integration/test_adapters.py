@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
+from pgvector import Vector
 from pgvector.psycopg import register_vector
 
 import pgmem
@@ -86,3 +87,23 @@ def test_the_client_pool_uses_them_and_leaves_caller_connections_alone(dsn: str)
             client.messages.add("m", pgmem.Message(content="second"), connection=own)
             assert jsonb_loader(own) is not JsonbBinaryLoader
             assert [m.content for m in client.messages.last("m", connection=own)] == ["hello", "second"]
+
+
+def test_the_pool_registers_pgvectors_types_as_pgvector_does_without_asking(dsn: str) -> None:
+    """The pool's connections get pgvector's types from the schema check's answer: the same oids as
+    ``TypeInfo.fetch``, and values read and written as on a connection ``register_vector`` set up."""
+    values = "SELECT '[1,2.5]'::vector, '[1,2.5]'::halfvec, '{1:1.5}/3'::sparsevec, B'101'"
+    with pgmem.connect(dsn, namespace="test", max_size=1) as client, client.connection() as conn:
+        for name in ("vector", "halfvec", "sparsevec", "bit"):
+            info, got = psycopg.types.TypeInfo.fetch(conn, name), conn.adapters.types[name]
+            assert info is not None
+            fields = ("name", "oid", "array_oid", "regtype", "delimiter")
+            assert [getattr(got, f) for f in fields] == [getattr(info, f) for f in fields]
+        with psycopg.connect(dsn, autocommit=True) as stock:
+            register_vector(stock)
+            expected = stock.execute(values, binary=True).fetchone()
+            assert conn.execute(values, binary=True).fetchone() == expected
+            assert conn.execute(values).fetchone() == stock.execute(values).fetchone()
+        vector = np.array([1.0, 2.5], dtype=np.float32)
+        assert conn.execute("SELECT %s::vector::text", (vector,), binary=True).fetchone() == ("[1,2.5]",)
+        assert conn.execute("SELECT %s", ([vector, vector],), binary=True).fetchone() == ([Vector([1.0, 2.5])] * 2,)

@@ -124,6 +124,34 @@ def test_connecting_to_a_current_schema_loads_no_migration_code(dsn: str) -> Non
     assert done.returncode == 0, done.stderr
 
 
+def test_a_process_that_reads_messages_loads_no_numpy_nor_the_vector_wing(dsn: str) -> None:
+    """An agent process's cold start (benchmarks/startup.py): connect and read the last messages. numpy,
+    the search code and the repositories other than messages are loaded on first use; pgvector's types
+    are registered on the pool's connections from the schema check's answer, with no query of their own."""
+    code = (
+        "import sys, pgmem\n"
+        "with pgmem.connect(namespace='test') as client:\n"
+        "    assert client.messages.last('m', 1) == []\n"
+        "    with client.connection() as conn:\n"
+        "        assert conn.adapters.types['vector'].name == 'vector'\n"
+        "heavy = ('numpy', 'pgmem.planning.search', 'pgmem._sync.vectors', 'pgmem._sync.searcher',\n"
+        "         'pgmem._sync.queues', 'pgmem._sync.brains', 'pgmem._sync.summaries', 'pgmem._sync.retention',\n"
+        "         'pgmem._sync.stores')\n"
+        "loaded = [m for m in heavy if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+        "assert not pgmem.Message.__pydantic_complete__  # nothing validated: no validator built\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PGMEM_DSN": dsn},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
 def test_an_empty_database_is_migrated_on_connect(empty_dsn: str) -> None:
     with pgmem.connect(empty_dsn, namespace="test") as client:
         assert client.messages.count("m") == 0
