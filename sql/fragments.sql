@@ -95,3 +95,9 @@ WHERE m.namespace = %(ns)s AND m.id = entry.message_id
                   WHERE q.namespace = %(ns)s AND q.message_id = entry.message_id)
   AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive_batches AS a
                   WHERE a.message_ids @> ARRAY[entry.message_id] AND a.namespace = %(ns)s)
+
+-- fragment: message_payload
+-- What a framework adapter keeps of a message (alias m): its metadata field %(field)s (the framework's own
+-- object as JSON), or, for a message stored without one (added through another API), a stand-in
+-- {"role": ..., "content": ...} the adapter converts.
+COALESCE(m.metadata -> %(field)s, jsonb_build_object('role', m.role, 'content', m.content))

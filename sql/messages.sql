@@ -246,3 +246,115 @@ FROM (SELECT seq, message_id FROM pgmem.memory_entries
       ORDER BY seq DESC LIMIT %(k)s) AS e
 JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = e.message_id
 ORDER BY e.seq DESC;
+
+-- name: list_memories_matching
+-- The keys of the memories starting with %(prefix)s ('' : all) that hold at least one entry when
+-- %(nonempty)s; sorted.
+SELECT mem.key FROM pgmem.memories AS mem
+WHERE mem.namespace = %(ns)s AND starts_with(mem.key, %(prefix)s)
+  AND (NOT %(nonempty)s OR EXISTS (SELECT 1 FROM pgmem.memory_entries AS e
+                                   WHERE e.namespace = %(ns)s AND e.memory = mem.key))
+ORDER BY mem.key;
+
+-- name: payloads_last
+-- The payloads ({{message_payload}}) of the last %(k)s entries (NULL: all) of a memory, oldest first, as
+-- one JSON array in text: one value to parse instead of a row (and a Message) per entry.
+SELECT COALESCE(jsonb_agg({{message_payload}} ORDER BY e.seq), '[]'::jsonb)::text
+FROM (SELECT seq, message_id FROM pgmem.memory_entries
+      WHERE namespace = %(ns)s AND memory = %(memory)s
+      ORDER BY seq DESC LIMIT %(k)s) AS e
+JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = e.message_id;
+
+-- name: payloads_page
+-- The payloads of the entries of the memory %(memory)s, merged in sequence order with those of the memory
+-- %(merged)s (NULL: none), from position %(offset)s, at most %(limit)s (NULL: all), as one JSON array in
+-- text. Each memory is read in index order (memory_entries_order_key) and the planner merges the two
+-- (Merge Append), so a page reads only offset + limit entries of each.
+SELECT COALESCE(jsonb_agg({{message_payload}} ORDER BY e.seq), '[]'::jsonb)::text
+FROM (SELECT seq, message_id
+      FROM ((SELECT seq, message_id FROM pgmem.memory_entries
+             WHERE namespace = %(ns)s AND memory = %(memory)s ORDER BY seq)
+            UNION ALL
+            (SELECT seq, message_id FROM pgmem.memory_entries
+             WHERE namespace = %(ns)s AND memory = %(merged)s ORDER BY seq)) AS both_memories
+      ORDER BY seq OFFSET %(offset)s LIMIT %(limit)s) AS e
+JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = e.message_id;
+
+-- name: delete_at_position
+-- Remove and return the message at a 0-based position of a memory (as a Python list's pop(i)); its row
+-- goes when nothing else refers to it. Nothing when out of range. The entry is locked first: a concurrent
+-- delete of the same entry waits, then finds it gone. Returns a MessageRow.
+WITH target AS (
+    SELECT message_id FROM pgmem.memory_entries
+    WHERE namespace = %(ns)s AND memory = %(memory)s
+    ORDER BY seq ASC OFFSET %(offset)s LIMIT 1
+    FOR UPDATE
+), entry AS (
+    DELETE FROM pgmem.memory_entries AS e USING target
+    WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND e.message_id = target.message_id
+    RETURNING e.message_id, e.seq
+), orphan AS (
+    {{delete_orphans}}
+)
+SELECT entry.seq, {{message_columns}}
+FROM entry JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = entry.message_id;
+
+-- name: delete_at_position_from_end
+-- delete_at_position counted from the newest entry (offset 0: the newest), for negative positions.
+-- Returns a MessageRow.
+WITH target AS (
+    SELECT message_id FROM pgmem.memory_entries
+    WHERE namespace = %(ns)s AND memory = %(memory)s
+    ORDER BY seq DESC OFFSET %(offset)s LIMIT 1
+    FOR UPDATE
+), entry AS (
+    DELETE FROM pgmem.memory_entries AS e USING target
+    WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND e.message_id = target.message_id
+    RETURNING e.message_id, e.seq
+), orphan AS (
+    {{delete_orphans}}
+)
+SELECT entry.seq, {{message_columns}}
+FROM entry JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = entry.message_id;
+
+-- name: delete_oldest
+-- Remove and return the oldest %(n)s messages of a memory, oldest first. SKIP LOCKED, as delete_newest:
+-- two processes taking the oldest at once take different entries. Returns MessageRows.
+WITH oldest AS (
+    SELECT message_id FROM pgmem.memory_entries
+    WHERE namespace = %(ns)s AND memory = %(memory)s
+    ORDER BY seq ASC LIMIT %(n)s
+    FOR UPDATE SKIP LOCKED
+), entry AS (
+    DELETE FROM pgmem.memory_entries AS e USING oldest
+    WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND e.message_id = oldest.message_id
+    RETURNING e.message_id, e.seq
+), orphan AS (
+    {{delete_orphans}}
+)
+SELECT entry.seq, {{message_columns}}
+FROM entry JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = entry.message_id
+ORDER BY entry.seq;
+
+-- name: move_oldest
+-- Move the oldest %(n)s entries of the memory %(memory)s to the memory %(to)s (registered when new) in
+-- one UPDATE: the message rows stay where they are and the entries keep their sequence numbers, so the
+-- two memories read together (payloads_page) keep the original order. Returns the moved messages,
+-- oldest first (MessageRows). SKIP LOCKED: concurrent movers move different entries.
+WITH target AS (
+    INSERT INTO pgmem.memories (namespace, key) VALUES (%(ns)s, %(to)s)
+    ON CONFLICT DO NOTHING
+), oldest AS (
+    SELECT message_id FROM pgmem.memory_entries
+    WHERE namespace = %(ns)s AND memory = %(memory)s
+    ORDER BY seq ASC LIMIT %(n)s
+    FOR UPDATE SKIP LOCKED
+), moved AS (
+    UPDATE pgmem.memory_entries AS e SET memory = %(to)s
+    FROM oldest
+    WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND e.message_id = oldest.message_id
+    RETURNING e.message_id, e.seq
+)
+SELECT moved.seq, {{message_columns}}
+FROM moved JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = moved.message_id
+ORDER BY moved.seq;

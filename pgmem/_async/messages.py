@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["AsyncMessageRepository"]
 
 Q = queries.load("messages")
+_loads = json.loads
 
 
 def _positive(value: int, name: str, *, allow_zero: bool = True) -> int:
@@ -147,6 +149,59 @@ class AsyncMessageRepository(AsyncRepository):
             self._client.vectors.changed(memory, connection)
         return found[0] if found else None
 
+    async def delete_at(
+        self, memory: str, position: int, *, connection: AsyncConnection[Any] | None = None
+    ) -> Message | None:
+        """Remove and return the message at ``position`` (0-based, negative from the end, as a list's
+        ``pop(i)``) in one statement; None when out of range. Its row goes when nothing else refers to it."""
+        check_key(memory)
+        if not isinstance(position, int) or isinstance(position, bool):
+            raise InvalidInput(f"position must be an integer, got {position!r}")
+        if position >= 0:
+            found = await self._messages("delete_at_position", {"memory": memory, "offset": position}, connection)
+        else:
+            found = await self._messages(
+                "delete_at_position_from_end", {"memory": memory, "offset": -position - 1}, connection
+            )
+        if found:
+            self._client.vectors.changed(memory, connection)
+        return found[0] if found else None
+
+    async def delete_oldest(
+        self, memory: str, n: int, *, connection: AsyncConnection[Any] | None = None
+    ) -> list[Message]:
+        """Remove and return the oldest ``n`` messages of ``memory``, oldest first, in one statement.
+        Concurrent callers take different messages (``SKIP LOCKED``)."""
+        check_key(memory)
+        _positive(n, "n")
+        if n == 0:
+            return []
+        found = await self._messages("delete_oldest", {"memory": memory, "n": n}, connection)
+        if found:
+            self._client.vectors.changed(memory, connection)
+        return found
+
+    async def move_oldest(
+        self, memory: str, to: str, n: int, *, connection: AsyncConnection[Any] | None = None
+    ) -> list[Message]:
+        """Move the oldest ``n`` messages of ``memory`` to the memory ``to`` in one statement and return
+        them, oldest first. No message row is copied; the entries keep their sequence numbers, so reading
+        both memories merged (:meth:`payloads` with ``merged_with``) keeps the original order. Concurrent
+        movers move different messages. Raises :class:`pgmem.Conflict` when ``to`` already holds one of
+        them. ``to``'s embedding models do not embed what moves in (the FAISS cache of both is refreshed)."""
+        check_key(memory)
+        check_key(to)
+        _positive(n, "n")
+        if n == 0:
+            return []
+        if to == memory:
+            raise InvalidInput("move_oldest needs two different memories")
+        found = await self._messages("move_oldest", {"memory": memory, "to": to, "n": n}, connection)
+        if found:
+            self._client.vectors.changed(memory, connection)
+            self._client.vectors.changed(to, connection)
+        return found
+
     async def clear(self, memory: str, *, connection: AsyncConnection[Any] | None = None) -> int:
         """Empty ``memory``; return how many messages it held."""
         check_key(memory)
@@ -186,6 +241,45 @@ class AsyncMessageRepository(AsyncRepository):
         check_key(memory)
         _positive(k, "k")
         return await self._messages("last_k", {"memory": memory, "k": k or None}, connection)
+
+    async def payloads(
+        self,
+        memory: str,
+        field: str,
+        *,
+        last: int | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+        merged_with: str | None = None,
+        connection: AsyncConnection[Any] | None = None,
+    ) -> list[Any]:
+        """The value of ``metadata[field]`` of each message of ``memory``, oldest first, read as one JSON
+        array: no :class:`Message` is built. A framework adapter keeps its own object there and reads it
+        back so. A message without the field (added through another API) gives ``{"role": ..., "content":
+        ...}`` instead.
+
+        ``last``: only the last that many (0: all). Otherwise a page: from position ``offset``, at most
+        ``limit`` (None: all), of ``memory`` merged in order with the memory ``merged_with`` if given.
+        """
+        check_key(memory)
+        if not isinstance(field, str) or not field or "\x00" in field:
+            raise InvalidInput(f"field must be a non-empty string without NUL bytes, got {field!r}")
+        if last is not None:
+            _positive(last, "last")
+            if offset or limit is not None or merged_with is not None:
+                raise InvalidInput("payloads takes either last or a page (offset, limit, merged_with)")
+            params: dict[str, Any] = {"memory": memory, "field": field, "k": last or None}
+            text = await self._scalar("payloads_last", params, connection)
+        else:
+            _positive(offset, "offset")
+            if limit is not None:
+                _positive(limit, "limit")
+            if merged_with is not None:
+                check_key(merged_with)
+            params = {"memory": memory, "field": field, "offset": offset, "limit": limit, "merged": merged_with}
+            text = await self._scalar("payloads_page", params, connection)
+        values: list[Any] = _loads(text)
+        return values
 
     async def count(self, memory: str, *, connection: AsyncConnection[Any] | None = None) -> int:
         check_key(memory)
@@ -315,9 +409,17 @@ class AsyncMessageRepository(AsyncRepository):
         check_key(memory)
         return int(await self._scalar("count_actions", {"memory": memory}, connection))
 
-    async def memories(self, *, connection: AsyncConnection[Any] | None = None) -> list[str]:
-        """The keys of every memory in the namespace."""
-        return await self._column("list_memories", {}, connection)
+    async def memories(
+        self, *, prefix: str = "", nonempty: bool = False, connection: AsyncConnection[Any] | None = None
+    ) -> list[str]:
+        """The keys of the memories of the namespace, sorted: those starting with ``prefix``, and only
+        those holding at least one message when ``nonempty``."""
+        if not prefix and not nonempty:
+            return await self._column("list_memories", {}, connection)
+        if not isinstance(prefix, str) or "\x00" in prefix:
+            raise InvalidInput("prefix must be a string without NUL bytes")
+        params = {"prefix": prefix, "nonempty": bool(nonempty)}
+        return await self._column("list_memories_matching", params, connection)
 
     async def stats(
         self, *, all_namespaces: bool = False, connection: AsyncConnection[Any] | None = None

@@ -71,6 +71,10 @@ ROWS: dict[tuple[str, str], tuple[str, ...]] = {
             "get_message",
             "delete_newest",
             "newest",
+            "delete_at_position",
+            "delete_at_position_from_end",
+            "delete_oldest",
+            "move_oldest",
         )
     },
     ("messages", "stats"): MessageStatsRow._fields,
