@@ -77,7 +77,7 @@ PAIRS: dict[str, dict[str, str]] = {
 }
 
 #: Modules ``import pgmem`` must not load (tests/unit/test_imports.py checks it; reported here too).
-HEAVY = ("sqlalchemy", "alembic", "mako", "faiss", "openai", "typer", "rich", "numpy", "pydantic_settings")
+HEAVY = ("sqlalchemy", "alembic", "mako", "faiss", "openai", "typer", "rich", "numpy", "pydantic", "pydantic_settings")
 
 
 def summary(samples: list[dict[str, float]]) -> dict[str, Any]:

@@ -12,10 +12,8 @@ import re
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
-
 from pgmem.errors import InvalidInput
-from pgmem.models import IGNORED_MESSAGE_ID, Message
+from pgmem.models import IGNORED_MESSAGE_ID, Message, is_pydantic_model
 
 #: Largest message content accepted, in UTF-8 bytes.
 MAX_CONTENT_BYTES = 1 << 20
@@ -81,7 +79,7 @@ def check_text(value: str, field: str, where: str, *, max_chars: int | None = MA
 
 
 def _json_default(value: Any) -> Any:
-    if isinstance(value, BaseModel):
+    if is_pydantic_model(value):
         return value.model_dump(mode="json")
     if isinstance(value, set | frozenset):
         return sorted(value, key=str)

@@ -41,7 +41,7 @@ def class_path(cls: type) -> str:
 
 
 def _fields_of(cls: type) -> set[str] | None:
-    fields = getattr(cls, "model_fields", None)
+    fields = Message.FIELDS if cls is Message else getattr(cls, "model_fields", None)
     return set(fields) if fields is not None else None
 
 

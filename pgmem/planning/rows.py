@@ -18,19 +18,20 @@ import hashlib
 import json
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, NamedTuple
-
-from pydantic import BaseModel, create_model
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pgmem.checks import check_message, dump_json
 from pgmem.errors import InvalidInput
-from pgmem.models import Message, public_id, resolve_class, storage_id
+from pgmem.models import Message, is_pydantic_model, public_id, resolve_class, storage_id
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 
 def _encode_instruct(value: BaseModel | dict[str, Any] | None, where: str) -> str | None:
     if value is None:
         return None
-    if isinstance(value, BaseModel):
+    if is_pydantic_model(value):
         cls = type(value)
         doc = {"kind": "model", "class": f"{cls.__module__}.{cls.__qualname__}", "value": value.model_dump(mode="json")}
     elif isinstance(value, dict):
@@ -46,6 +47,8 @@ def decode_instruct(doc: dict[str, Any] | None) -> BaseModel | dict[str, Any] | 
     if doc.get("kind") != "model":
         value: dict[str, Any] = doc.get("value", {})
         return value
+    from pydantic import BaseModel, create_model  # a stored pydantic model: pydantic is wanted now
+
     value = doc["value"]
     cls = resolve_class(doc["class"])
     if cls is not None and issubclass(cls, BaseModel):
@@ -138,37 +141,30 @@ class MessageRow(NamedTuple):
 
 
 _new_message = object.__new__
-_set = object.__setattr__
-_ALL_FIELDS = frozenset(Message.model_fields)
 _loads = json.loads
 
 
 def decode(row: tuple[Any, ...]) -> Message:
     """Build a :class:`Message` from a :class:`MessageRow` (or the plain tuple of one, as psycopg returns
-    it: decoding unpacks it in ``MessageRow``'s order, with no copy)."""
+    it: decoding unpacks it in ``MessageRow``'s order, with no copy). The values come from columns pgmem
+    checked on the way in, so the constructor's checks are skipped."""
     (seq, id_, content, instruct, role, cause_by, sent_from, send_to, metadata, tool_calls, name,
      tool_call_id, message_class, created_at) = row  # fmt: skip
-    values = {
-        "id": public_id(id_),
-        "content": content,
-        "instruct_content": None if instruct is None else decode_instruct(_loads(instruct)),
-        "role": role,
-        "cause_by": cause_by,
-        "sent_from": sent_from,
-        "send_to": set(send_to),
-        "metadata": {} if metadata == "{}" else _loads(metadata),  # '{}': most messages, not parsed
-        "tool_calls": None if tool_calls is None else _loads(tool_calls),
-        "name": name,
-        "tool_call_id": tool_call_id,
-        "created_at": created_at,
-    }
-    # What Message.model_construct does, without its per-call introspection (a third of the cost of
-    # reading 10 messages back): rows come from columns pgmem validated on the way in.
-    message = _new_message(Message)
-    _set(message, "__dict__", values)
-    _set(message, "__pydantic_fields_set__", set(_ALL_FIELDS))
-    _set(message, "__pydantic_extra__", None)
-    _set(message, "__pydantic_private__", {"_source_class": message_class, "_seq": seq})
+    message: Message = _new_message(Message)
+    message.id = public_id(id_)
+    message.content = content
+    message.instruct_content = None if instruct is None else decode_instruct(_loads(instruct))
+    message.role = role
+    message.cause_by = cause_by
+    message.sent_from = sent_from
+    message.send_to = set(send_to)
+    message.metadata = {} if metadata == "{}" else _loads(metadata)  # '{}': most messages, not parsed
+    message.tool_calls = None if tool_calls is None else _loads(tool_calls)
+    message.name = name
+    message.tool_call_id = tool_call_id
+    message.created_at = created_at
+    message._source_class = message_class
+    message._seq = seq
     return message
 
 

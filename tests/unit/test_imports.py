@@ -30,10 +30,11 @@ def _heavy(modules: set[str], names: tuple[str, ...] = HEAVY) -> list[str]:
 
 
 def test_import_pgmem_loads_nothing_heavy() -> None:
-    # numpy (~100 ms) and pydantic-settings are not needed to import pgmem either; neither flavour of the
-    # core is loaded before it is used (pgmem.connect / pgmem.aconnect, or pgmem.Client etc.).
+    # numpy (~100 ms), pydantic (~50 ms; pgmem.Message is a plain class) and pydantic-settings are not
+    # needed to import pgmem either; neither flavour of the core is loaded before it is used
+    # (pgmem.connect / pgmem.aconnect, or pgmem.Client etc.).
     modules = _loaded("import pgmem")
-    assert _heavy(modules, (*HEAVY, "numpy", "pydantic_settings", "pgmem._sync", "pgmem._async")) == []
+    assert _heavy(modules, (*HEAVY, "numpy", "pydantic", "pydantic_settings", "pgmem._sync", "pgmem._async")) == []
 
 
 @pytest.mark.parametrize("entry", ["pgmem.metagpt", "pgmem.openmanus", "pgmem.stores"])
