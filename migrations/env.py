@@ -23,8 +23,8 @@ def _include_object(obj, name, type_, reflected, compare_to):  # type: ignore[no
         return False
     if type_ == "table" and name == "alembic_version":
         return False
-    # Per-model HNSW indexes are created at run time when a model is first used (pgmem.vectors).
-    if type_ == "index" and reflected and (name or "").startswith("embeddings_hnsw_m"):
+    # Per-model HNSW indexes are created at run time when a model is first used (pgmem.vectors, client.items).
+    if type_ == "index" and reflected and (name or "").startswith(("embeddings_hnsw_m", "item_vectors_hnsw_m")):
         return False
     return True
 

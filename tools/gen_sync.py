@@ -35,6 +35,7 @@ REPLACEMENTS = {
     "AsyncRetrievalLog": "RetrievalLog",
     "AsyncRetention": "Retention",
     "AsyncStoreRepository": "StoreRepository",
+    "AsyncItemRepository": "ItemRepository",
     "register_vector_async": "register_vector",
     "AsyncConnection": "Connection",
     "AsyncConnectionPool": "ConnectionPool",

@@ -25,6 +25,7 @@ from pgmem.settings import get_settings
 
 if TYPE_CHECKING:
     from pgmem._async.brains import AsyncBrainRepository
+    from pgmem._async.items import AsyncItemRepository
     from pgmem._async.queues import AsyncQueueRepository
     from pgmem._async.retention import AsyncRetention
     from pgmem._async.stores import AsyncStoreRepository
@@ -98,6 +99,12 @@ def _stores(client: AsyncClient) -> AsyncStoreRepository:
     return AsyncStoreRepository(client)
 
 
+def _items(client: AsyncClient) -> AsyncItemRepository:
+    from pgmem._async.items import AsyncItemRepository
+
+    return AsyncItemRepository(client)
+
+
 class AsyncClient:
     """A connection to pgmem's tables in one namespace, with its repositories.
 
@@ -113,6 +120,8 @@ class AsyncClient:
         brains: the :class:`AsyncBrainRepository` (MetaGPT BrainMemory state, with a TTL).
         stores: the :class:`AsyncStoreRepository` (records of named memory stores and indexed files).
         retention: the :class:`AsyncRetention` (purges of what grows: archives, logs, expired brains).
+        items: the :class:`AsyncItemRepository` (JSON items at (path, key) with TTLs and vector search;
+            LangGraph's store).
         embedder: the embedding provider of this client (default: the configured one, see
             :func:`pgmem.embeddings.default_embedder`).
         retrieval_log: whether searches record what they returned in ``pgmem.retrieval_log`` (default:
@@ -127,6 +136,7 @@ class AsyncClient:
     brains = _OnFirstUse(_brains)
     retention = _OnFirstUse(_retention)
     stores = _OnFirstUse(_stores)
+    items = _OnFirstUse(_items)
 
     def __init__(
         self,

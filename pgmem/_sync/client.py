@@ -26,6 +26,7 @@ from pgmem.settings import get_settings
 
 if TYPE_CHECKING:
     from pgmem._sync.brains import BrainRepository
+    from pgmem._sync.items import ItemRepository
     from pgmem._sync.queues import QueueRepository
     from pgmem._sync.retention import Retention
     from pgmem._sync.stores import StoreRepository
@@ -99,6 +100,12 @@ def _stores(client: Client) -> StoreRepository:
     return StoreRepository(client)
 
 
+def _items(client: Client) -> ItemRepository:
+    from pgmem._sync.items import ItemRepository
+
+    return ItemRepository(client)
+
+
 class Client:
     """A connection to pgmem's tables in one namespace, with its repositories.
 
@@ -114,6 +121,8 @@ class Client:
         brains: the :class:`AsyncBrainRepository` (MetaGPT BrainMemory state, with a TTL).
         stores: the :class:`AsyncStoreRepository` (records of named memory stores and indexed files).
         retention: the :class:`AsyncRetention` (purges of what grows: archives, logs, expired brains).
+        items: the :class:`AsyncItemRepository` (JSON items at (path, key) with TTLs and vector search;
+            LangGraph's store).
         embedder: the embedding provider of this client (default: the configured one, see
             :func:`pgmem.embeddings.default_embedder`).
         retrieval_log: whether searches record what they returned in ``pgmem.retrieval_log`` (default:
@@ -128,6 +137,7 @@ class Client:
     brains = _OnFirstUse(_brains)
     retention = _OnFirstUse(_retention)
     stores = _OnFirstUse(_stores)
+    items = _OnFirstUse(_items)
 
     def __init__(
         self,

@@ -454,12 +454,62 @@ retrieval_log = Table(
 
 # -- end of analytics ------------------------------------------------------------------------------------
 
+# -- the key-value item store (migration 0002): LangGraph's BaseStore (pgmem.integrations.langgraph) ---------
+
+items = Table(
+    "items",
+    metadata,
+    Column("namespace", Text, nullable=False),
+    # Labels compared byte by byte (collation "C"): every path under a prefix P lies in one range of the
+    # primary key, [P, P with its last label followed by U+0001), so a prefix-scoped read is an index range.
+    Column("path", ARRAY(Text(collation="C")), nullable=False, comment="the item's path (LangGraph's namespace)"),
+    Column("key", Text, nullable=False),
+    Column("id", BigInteger, Identity(always=False), nullable=False),
+    Column("value", JSONB, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("expires_at", DateTime(timezone=True), nullable=True, comment="NULL: never expires"),
+    Column("ttl_minutes", DOUBLE_PRECISION, nullable=True, comment="what a read with refresh_ttl extends by"),
+    PrimaryKeyConstraint("namespace", "path", "key", name="items_pkey"),
+    Index("items_id_key", "namespace", "id", unique=True),
+    Index("items_updated_idx", "namespace", "updated_at"),
+    Index("items_expires_idx", "namespace", "expires_at", postgresql_where=text("expires_at IS NOT NULL")),
+    CheckConstraint("cardinality(path) >= 1", name="items_path_check"),
+    comment="Key-value items (client.items): a JSON value at (path, key), with an optional TTL.",
+)
+
+item_vectors = Table(
+    "item_vectors",
+    metadata,
+    Column("namespace", Text, nullable=False),
+    Column("item_id", BigInteger, nullable=False),
+    Column("id", BigInteger, Identity(always=False), nullable=False),
+    Column("model_id", SmallInteger, nullable=False),
+    Column("field", Text, nullable=False, comment="the field path the text came from (path.i: its i-th text)"),
+    Column("embedding", VECTOR(), nullable=True, comment="models up to 2,000 dimensions"),
+    Column("embedding_half", HALFVEC(), nullable=True, comment="models above 2,000 dimensions"),
+    PrimaryKeyConstraint("namespace", "item_id", "id", name="item_vectors_pkey"),
+    ForeignKeyConstraint(
+        ["namespace", "item_id"],
+        ["pgmem.items.namespace", "pgmem.items.id"],
+        ondelete="CASCADE",
+        name="item_vectors_item_fkey",
+    ),
+    ForeignKeyConstraint(["model_id"], ["pgmem.embedding_models.id"], name="item_vectors_model_fkey"),
+    CheckConstraint("(embedding IS NULL) <> (embedding_half IS NULL)", name="item_vectors_one_vector_check"),
+    comment="Vectors of items' fields, per model; a partial HNSW index per model (item_vectors_hnsw_m<id>).",
+)
+
+# -- end of the item store ---------------------------------------------------------------------------------
+
 __all__ = [
     "FTS_MAX_CHARS",
     "SCHEMA",
     "embedding_models",
     "embedding_outbox",
     "embeddings",
+    "item_vectors",
+    "items",
     "memory_models",
     "vector_log",
     "brain_memories",

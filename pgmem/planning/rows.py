@@ -423,3 +423,26 @@ class AnalyzeLockRow(NamedTuple):
 
     locked: bool
     lock_timeout: str
+
+
+class ItemRow(NamedTuple):
+    """``items.get``, ``items.get_refresh``: an item of the item store."""
+
+    path: list[str]
+    key: str
+    value: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+
+class ItemHitRow(NamedTuple):
+    """A search of the item store (pgmem.planning.items): the item, its score (None without a query) and,
+    for an index scan, how many vectors the scan returned."""
+
+    path: list[str]
+    key: str
+    value: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+    score: float | None
+    scanned: int | None

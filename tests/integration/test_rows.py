@@ -26,6 +26,7 @@ from pgmem.planning.rows import (
     BrainRow,
     DepthRow,
     EmbeddingModelRow,
+    ItemRow,
     LockedFileRow,
     MemoryModelRow,
     MemoryVectorRow,
@@ -90,6 +91,8 @@ ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("brains", "lock"): BrainLockRow._fields,
     ("brains", "history"): MESSAGE,
     ("stores", "files"): StoreFileRow._fields,
+    ("items", "get"): ItemRow._fields,
+    ("items", "get_refresh"): ItemRow._fields,
     ("stores", "lock_file"): LockedFileRow._fields,
     ("stores", "stores"): StoreRow._fields,
     ("vectors", "get_model"): EmbeddingModelRow._fields,
@@ -108,7 +111,7 @@ ROWS: dict[tuple[str, str], tuple[str, ...]] = {
 #: Statements of several columns that Python does not read by position: printed for people to read
 #: (`pgmem stats`/report read analytics rows by column name), or offered to copy into psql.
 NOT_DECODED = {("demo", "conversation")}
-GROUPS = ("messages", "queues", "summaries", "brains", "stores", "vectors", "retention", "demo")
+GROUPS = ("messages", "queues", "summaries", "brains", "stores", "items", "vectors", "retention", "demo")
 
 
 def _columns(conn: psycopg.Connection[Any], text: str) -> tuple[str, ...]:

@@ -40,8 +40,8 @@ def _include_object(obj: Any, name: str | None, type_: str, reflected: bool, com
         return False
     if type_ == "table" and name == "alembic_version":
         return False
-    # Per-model HNSW indexes are created at run time when a model is first used (pgmem.vectors).
-    if type_ == "index" and reflected and (name or "").startswith("embeddings_hnsw_m"):
+    # Per-model HNSW indexes are created at run time when a model is first used (pgmem.vectors, client.items).
+    if type_ == "index" and reflected and (name or "").startswith(("embeddings_hnsw_m", "item_vectors_hnsw_m")):
         return False
     return True
 

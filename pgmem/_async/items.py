@@ -1,0 +1,427 @@
+"""The item repository (``client.items``): a key-value store of JSON items at ``(path, key)`` with TTLs
+and vector search over their texts, in ``pgmem.items`` and ``pgmem.item_vectors``. LangGraph's
+``BaseStore`` adapter (:mod:`pgmem.integrations.langgraph`) is built on it."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, LiteralString
+
+from psycopg import AsyncConnection
+from psycopg.pq import TransactionStatus
+
+from pgmem._acompat import AEvent, aevent_wait
+from pgmem._async.base import AsyncRepository
+from pgmem._async.embedding_models import MODEL_LOCK_KEY, AsyncModelRegistry
+from pgmem._async.search_planner import COUNT_TTL
+from pgmem._async.sessions import SESSION_EF_SEARCH
+from pgmem.checks import dump_json
+from pgmem.embeddings import Embedder, check_query_vector, check_vectors
+from pgmem.errors import Conflict, InvalidInput, translate
+from pgmem.planning import items as plan
+from pgmem.planning import statements
+from pgmem.planning.items import ItemWrite
+from pgmem.planning.rows import ItemHitRow, ItemRow
+from pgmem.planning.search import EmbeddingModel
+
+if TYPE_CHECKING:
+    from pgmem._async.client import AsyncClient
+
+__all__ = ["WRITE_ATTEMPTS", "AsyncItemRepository", "ItemWrite"]
+
+Q = statements.load("items")
+
+#: How many times a batch of writes runs when a concurrent batch made it a deadlock victim (or a
+#: serialization failure); only for transactions the repository owns.
+WRITE_ATTEMPTS = 8
+#: The largest ``ef_search`` (and so ``offset + limit`` worth of vectors) an index scan serves; deeper
+#: pages are searched exactly.
+MAX_EF_SEARCH = 1000
+
+#: ``list[ItemHitRow]`` (the repository's ``list_paths`` etc. keep builtins readable in the class body).
+Hits = list[ItemHitRow]
+
+
+class AsyncItemRepository(AsyncRepository):
+    """JSON items of one namespace, at ``(path, key)``: a path is a tuple of labels (a hierarchy), a key
+    any string. Items may expire (a TTL in minutes, extended by reads that ask for it) and may have
+    vectors of some of their texts, per embedding model, for similarity search.
+
+    Example:
+        >>> await client.items.put_many([{"path": ("users", "u1"), "key": "prefs", "value": {"lang": "fr"}}])
+        >>> (await client.items.get(("users", "u1"), "prefs")).value
+        {'lang': 'fr'}
+    """
+
+    queries = Q
+
+    def __init__(self, client: AsyncClient) -> None:
+        super().__init__(client)
+        self._registry = AsyncModelRegistry(client)
+        self._indexed: set[int] = set()
+        self._counts: dict[Any, tuple[int, float]] = {}
+        self._vector_rows: tuple[float, float] | None = None
+
+    # -- models -------------------------------------------------------------------------------------
+
+    async def model(self, embedder: Embedder) -> EmbeddingModel:
+        """Register ``embedder``'s model (``pgmem.embedding_models``) and its HNSW index on the item
+        vectors, once per process; return it. A name registered with another dimension is an
+        :class:`pgmem.EmbeddingError`."""
+        model = await self._registry.register(embedder)
+        if model.id not in self._indexed:
+            with translate():
+                async with self._client.transaction() as conn:
+                    await conn.execute(Q["index_lock"], {"key": MODEL_LOCK_KEY})
+                    await conn.execute(plan.index_ddl(model))
+            self._indexed.add(model.id)
+        return model
+
+    # -- writes -------------------------------------------------------------------------------------
+
+    async def put(
+        self,
+        path: Sequence[str],
+        key: str,
+        value: Mapping[str, Any],
+        *,
+        ttl: float | None = None,
+        texts: Sequence[tuple[str, str]] | None = None,
+        embedder: Embedder | None = None,
+        connection: AsyncConnection[Any] | None = None,
+    ) -> None:
+        """Insert or replace one item (see :meth:`put_many`)."""
+        write: ItemWrite = {"path": path, "key": key, "value": value, "ttl": ttl, "texts": texts}
+        await self.put_many([write], embedder=embedder, connection=connection)
+
+    async def delete(self, path: Sequence[str], key: str, *, connection: AsyncConnection[Any] | None = None) -> None:
+        """Delete one item and its vectors (nothing happens when it does not exist)."""
+        await self.put_many([{"path": path, "key": key, "value": None}], connection=connection)
+
+    async def put_many(
+        self,
+        writes: Iterable[ItemWrite],
+        *,
+        embedder: Embedder | None = None,
+        connection: AsyncConnection[Any] | None = None,
+    ) -> None:
+        """Write a batch of items in one transaction, all or nothing: ``value`` inserts or replaces an
+        item (``updated_at`` moves, ``created_at`` stays), ``None`` deletes it.
+
+        ``texts`` of a write are embedded with ``embedder`` (one call for the whole batch, before anything
+        is written) and replace every vector the item had; a write without texts leaves the item with
+        none. Of several writes to one item, the last one counts. Batches running at once from many
+        processes never fail on each other: rows are locked in (path, key) order and a deadlock victim
+        runs again (when the repository owns the transaction).
+
+        Raises:
+            InvalidInput: a bad path, key, value (not a JSON object, NaN, NUL, over 1 MiB) or TTL;
+                nothing is written.
+            EmbeddingError: the embedder failed or returned vectors of another dimension; nothing is
+                written.
+        """
+        latest: dict[tuple[tuple[str, ...], str], tuple[str | None, float | None, list[tuple[str, str]]]] = {}
+        for i, write in enumerate(writes):
+            where = f"write {i}: "
+            if not isinstance(write, Mapping):
+                raise InvalidInput(f"{where}a write is a mapping with path, key and value")
+            try:
+                path = plan.check_path(write["path"])
+                key = plan.check_item_key(write["key"])
+            except KeyError as exc:
+                raise InvalidInput(f"{where}a write needs {exc.args[0]!r}") from None
+            except InvalidInput as exc:
+                raise InvalidInput(f"{where}{exc}") from None
+            value = write.get("value")
+            if value is None:
+                latest[path, key] = (None, None, [])
+                continue
+            if not isinstance(value, Mapping):
+                raise InvalidInput(f"{where}a value must be a dict (a JSON object), got {type(value).__name__}")
+            ttl = plan.check_ttl_minutes(write.get("ttl"))
+            texts = [(str(f), t) for f, t in (write.get("texts") or ())]
+            for _, text in texts:
+                if not isinstance(text, str):
+                    raise InvalidInput(f"{where}a text to embed must be a string, got {type(text).__name__}")
+            latest[path, key] = (dump_json(dict(value), "value", where), ttl, texts)
+        plan.check_batch(len(latest))
+        if not latest:
+            return
+        order = sorted(latest)
+        deletes = [k for k in order if latest[k][0] is None]
+        upserts = [k for k in order if latest[k][0] is not None]
+        fields: list[str] = []
+        texts_in_order: list[str] = []
+        of: list[int] = []
+        for n, k in enumerate(upserts, start=1):
+            for field, text in latest[k][2]:
+                of.append(n)
+                fields.append(field)
+                texts_in_order.append(text)
+        model: EmbeddingModel | None = None
+        vectors: list[Any] = []
+        if texts_in_order:
+            if embedder is None:
+                raise InvalidInput("texts to embed need an embedder")
+            model = await self.model(embedder)
+            vectors = list(
+                check_vectors(await embedder.aembed(texts_in_order), len(texts_in_order), model.dimension, model.name)
+            )
+        upsert_params = {
+            "ns": self.namespace,
+            "paths": plan.paths_json([k[0] for k in upserts]),
+            "keys": [k[1] for k in upserts],
+            "values": [latest[k][0] for k in upserts],
+            "ttls": [latest[k][1] for k in upserts],
+        }
+        vector_params = {
+            "ns": self.namespace,
+            "paths": upsert_params["paths"],
+            "keys": upsert_params["keys"],
+            "model": model.id if model is not None else None,
+            "half": model is not None and model.kind == "halfvec",
+            "of": of,
+            "fields": fields,
+            "vectors": vectors,
+        }
+        delete_params = {
+            "ns": self.namespace,
+            "paths": plan.paths_json([k[0] for k in deletes]),
+            "keys": [k[1] for k in deletes],
+        }
+        attempts = WRITE_ATTEMPTS if self._owns(connection) else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                with translate():
+                    async with self._client.transaction(connection) as conn:
+                        if vectors:
+                            await self._client.sessions.ready(conn)
+                        async with conn.pipeline():
+                            if deletes:
+                                await conn.execute(Q["delete"], delete_params)
+                            if upserts:
+                                await conn.execute(Q["upsert"], upsert_params)
+                                await conn.execute(Q["replace_vectors"], vector_params)
+                return
+            except Conflict as exc:
+                if attempt == attempts or getattr(exc.__cause__, "sqlstate", None) not in ("40P01", "40001"):
+                    raise
+                await aevent_wait(AEvent(), random.uniform(0, 0.005 * attempt))
+
+    async def sweep(self, *, connection: AsyncConnection[Any] | None = None) -> int:
+        """Delete the namespace's expired items with their vectors; return how many."""
+        return int(await self._scalar("sweep", {}, connection) or 0)
+
+    # -- reads --------------------------------------------------------------------------------------
+
+    async def get_many(
+        self,
+        path: Sequence[str],
+        keys: Sequence[str],
+        *,
+        refresh_ttl: bool = False,
+        omit_expired: bool = False,
+        connection: AsyncConnection[Any] | None = None,
+    ) -> list[ItemRow]:
+        """The items of ``path`` with these keys (in no particular order; missing ones are absent).
+
+        ``refresh_ttl``: extend the expiry of those read that have a TTL and have not expired (never their
+        ``updated_at``). ``omit_expired``: leave out expired items a sweep has not deleted yet.
+        """
+        params = {
+            "path": list(plan.check_path(path)),
+            "keys": [plan.check_item_key(k) for k in keys],
+            "omit_expired": bool(omit_expired),
+        }
+        rows = await self._rows("get_refresh" if refresh_ttl else "get", params, connection)
+        return [ItemRow._make(row) for row in rows]
+
+    async def get(
+        self,
+        path: Sequence[str],
+        key: str,
+        *,
+        refresh_ttl: bool = False,
+        omit_expired: bool = False,
+        connection: AsyncConnection[Any] | None = None,
+    ) -> ItemRow | None:
+        """One item, or None (see :meth:`get_many`)."""
+        found = await self.get_many(
+            path, [key], refresh_ttl=refresh_ttl, omit_expired=omit_expired, connection=connection
+        )
+        return found[0] if found else None
+
+    async def list_paths(
+        self,
+        *,
+        prefix: Sequence[str] | None = None,
+        suffix: Sequence[str] | None = None,
+        max_depth: int | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        omit_expired: bool = False,
+        connection: AsyncConnection[Any] | None = None,
+    ) -> list[tuple[str, ...]]:
+        """The distinct paths holding items, sorted: those starting with ``prefix`` and ending with
+        ``suffix`` (whole labels; a ``"*"`` label matches any one label), each cut to ``max_depth``
+        labels (then distinct again)."""
+        plan.check_page(limit, offset)
+        if max_depth is not None and (isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 1):
+            raise InvalidInput(f"max_depth must be a positive integer, got {max_depth!r}")
+        pre = plan.check_path(prefix, "prefix", empty=True) if prefix is not None else ()
+        suf = plan.check_path(suffix, "suffix", empty=True) if suffix is not None else ()
+        params = {
+            "prefix": list(pre) or None,
+            "suffix": list(suf) or None,
+            "max_depth": max_depth,
+            "limit": limit,
+            "offset": offset,
+            "omit_expired": bool(omit_expired),
+        }
+        return [tuple(path) for path in await self._column("list_paths", params, connection)]
+
+    async def search(
+        self,
+        prefix: Sequence[str] = (),
+        *,
+        filter: Mapping[str, Any] | None = None,
+        limit: int = 10,
+        offset: int = 0,
+        query: str | None = None,
+        vector: Any = None,
+        embedder: Embedder | None = None,
+        vectors_per_item: int = 1,
+        refresh_ttl: bool = False,
+        omit_expired: bool = False,
+        mode: str = "auto",
+        exact_limit: int | None = None,
+        connection: AsyncConnection[Any] | None = None,
+    ) -> Hits:
+        """Items under ``prefix`` (whole labels) that pass ``filter``, ``limit`` of them after ``offset``.
+
+        Without ``query`` or ``vector``: newest ``updated_at`` first (``score`` None). With one (``query``
+        is embedded with ``embedder``; ``vector`` is taken as is, ``embedder`` naming its model): the
+        items with vectors of that model, best first, an item scoring as its best vector (cosine
+        similarity). A filtered search is exact when few items pass (``exact_limit``, default
+        ``8 * sqrt(item vectors)``, counted once per COUNT_TTL seconds), else an iterative HNSW scan with
+        the filters applied during the scan; a scan that comes back short is followed by the exact
+        search, so every page holds ``limit`` items whenever that many match, at any ``offset``.
+        ``vectors_per_item``: how many vectors an item usually has (the scan reads that many per hit).
+        ``mode``: ``auto``, ``exact`` or ``ann``.
+        """
+        limit, offset = plan.check_page(limit, offset)
+        if mode not in ("auto", "exact", "ann"):
+            raise InvalidInput(f"mode must be 'auto', 'exact' or 'ann', got {mode!r}")
+        pre = plan.check_path(prefix, "prefix", empty=True)
+        shape, filter_params = plan.check_filter(filter)
+        params: dict[str, Any] = {"limit": limit, "offset": offset, **plan.path_params(pre), **filter_params}
+        refresh = bool(refresh_ttl)
+        omit = bool(omit_expired)
+        if query is None and vector is None:
+            text = plan.search_statement("list", bool(pre), shape, omit, refresh)
+            return [ItemHitRow._make(r) for r in await self._hits(text, params, None, connection)]
+        if embedder is None:
+            raise InvalidInput("a search by query or vector needs the embedder (its model) of the items' vectors")
+        model = await self.model(embedder)
+        if vector is None:
+            if not isinstance(query, str):
+                raise InvalidInput(f"a query must be a string, got {type(query).__name__}")
+            vector = check_vectors(await embedder.aembed([query]), 1, model.dimension, model.name)[0]
+        params["q"] = check_query_vector(vector, model.dimension)
+        if limit == 0:
+            return []
+        filtered = bool(pre or shape or omit)
+        n = (offset + limit) * max(1, int(vectors_per_item))
+        strategy = mode
+        if strategy == "auto":
+            if n > MAX_EF_SEARCH:
+                strategy = "exact"
+            elif filtered:
+                strategy = await self._strategy(pre, shape, filter_params, omit, exact_limit, connection)
+            else:
+                strategy = "ann"
+        if strategy == "ann":
+            params["n"] = n
+            text = plan.search_statement("ann", bool(pre), shape, omit, refresh, model)
+            rows = await self._hits(text, params, max(SESSION_EF_SEARCH, min(n, MAX_EF_SEARCH)), connection)
+            if len(rows) == limit or mode == "ann":
+                return [ItemHitRow._make(r) for r in rows]
+            # Short: the scan ran out (max_scan_tuples) or items have more vectors than expected.
+        text = plan.search_statement("exact", bool(pre), shape, omit, refresh, model)
+        return [ItemHitRow._make(r) for r in await self._hits(text, params, None, connection)]
+
+    # -- helpers ------------------------------------------------------------------------------------
+
+    def _owns(self, connection: AsyncConnection[Any] | None) -> bool:
+        """Whether a transaction on ``connection`` would be the repository's own (retried on a deadlock)."""
+        if connection is None:
+            return self._client.owns_transactions
+        return connection.autocommit and connection.info.transaction_status == TransactionStatus.IDLE
+
+    async def _hits(
+        self, text: LiteralString, params: dict[str, Any], ef: int | None, connection: AsyncConnection[Any] | None
+    ) -> list[tuple[Any, ...]]:
+        """Run a search statement. ``ef``: an HNSW scan with iterative scans on and at least this
+        ``ef_search``: on one of the pool's connections already set so, the statement alone; else with
+        both settings local to a transaction, in the same round trip (a pipeline)."""
+        params["ns"] = self.namespace
+        sessions = self._client.sessions
+        with translate():
+            async with self._client.connection(connection) as conn:
+                if "q" in params:
+                    await sessions.ready(conn)
+                if ef is None or (
+                    connection is None and sessions.own(conn) and ef <= SESSION_EF_SEARCH and sessions.iterative(conn)
+                ):
+                    cur = await conn.execute(text, params, binary=True)
+                    return await cur.fetchall()
+                async with conn.pipeline():
+                    async with self._client.transaction(conn) as tx:
+                        await tx.execute(
+                            "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
+                            "set_config('hnsw.ef_search', %s, true)",
+                            (str(ef),),
+                        )
+                        cur = await tx.execute(text, params, binary=True)
+                return await cur.fetchall()
+
+    async def _strategy(
+        self,
+        prefix: tuple[str, ...],
+        shape: tuple[tuple[str, str], ...],
+        filter_params: dict[str, Any],
+        omit_expired: bool,
+        exact_limit: int | None,
+        connection: AsyncConnection[Any] | None,
+    ) -> str:
+        """``exact`` when at most ``exact_limit`` items pass the filters (counted no further, remembered
+        for COUNT_TTL seconds: a stale count only picks the slower strategy for a while), else ``ann``."""
+        if exact_limit is None:
+            exact_limit = await self._default_exact_limit(connection)
+        key = (prefix, tuple(sorted(filter_params.items())), shape, omit_expired, exact_limit)
+        now = time.monotonic()
+        known = self._counts.get(key)
+        if known is None or now - known[1] > COUNT_TTL:
+            params = {"exact_limit": exact_limit, **plan.path_params(prefix), **filter_params, "ns": self.namespace}
+            with translate():
+                async with self._client.connection(connection) as conn:
+                    cur = await conn.execute(plan.count_statement(bool(prefix), shape, omit_expired), params)
+                    row = await cur.fetchone()
+            known = (int(row[0]) if row else 0, now)
+            if len(self._counts) > 10_000:
+                self._counts.clear()
+            self._counts[key] = known
+        return "exact" if known[0] <= exact_limit else "ann"
+
+    async def _default_exact_limit(self, connection: AsyncConnection[Any] | None) -> int:
+        """``8 * sqrt(N)`` items, N the item vectors (planner statistics, re-read every minute), between
+        500 and 20,000: where an exact search and an iterative index scan cost the same
+        (:meth:`pgmem._async.search_planner.AsyncSearchPlanner._default_exact_limit`)."""
+        now = time.monotonic()
+        if self._vector_rows is None or now - self._vector_rows[1] > 60:
+            rows = float(await self._scalar("vector_rows", {}, connection) or 0.0)
+            self._vector_rows = (rows, now)
+        return int(min(20_000, max(500, 8 * math.sqrt(self._vector_rows[0]))))

@@ -1,0 +1,300 @@
+"""The item store (``client.items``): checks of what is written, filters, and the search statements.
+
+An item is a JSON object at ``(path, key)`` inside the client's namespace, with an optional TTL and, per
+embedding model, vectors of some of its texts. A search is one statement:
+
+* without a query vector: the items under a path prefix that pass the filters, newest ``updated_at``
+  first (ties by path and key), ``limit`` rows after ``offset``;
+* with one, an item scores as its best vector (cosine similarity, ``1 - distance``). ``exact``: every
+  candidate's vectors are compared (no index); ``ann``: the model's partial HNSW index on
+  ``item_vectors`` is walked with pgvector's iterative scans, the filters applied during the scan, for
+  ``n`` vectors (at least ``offset + limit`` items' worth), and the hits ordered exactly. The caller runs
+  the exact statement when the index scan came back short, so a page is never short while enough items
+  match (:class:`pgmem._async.items.AsyncItemRepository`).
+
+Filters are JSON comparisons on top-level fields of the value: equality (``{"k": v}`` or ``$eq``, JSON
+equality), ``$ne`` (a missing field is not equal), and ``$gt $gte $lt $lte`` between values of the same
+JSON type (numbers numerically, strings by code point... as ``jsonb`` compares them).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, LiteralString, TypedDict
+
+from psycopg import sql
+
+from pgmem.checks import MAX_BATCH, check_text, dump_json
+from pgmem.errors import InvalidInput
+from pgmem.planning.search import EmbeddingModel
+
+__all__ = [
+    "FILTER_OPERATORS",
+    "MAX_ITEM_LIMIT",
+    "ItemWrite",
+    "check_filter",
+    "check_item_key",
+    "check_page",
+    "check_path",
+    "check_ttl_minutes",
+    "count_statement",
+    "index_ddl",
+    "path_params",
+    "search_statement",
+]
+
+#: The comparison operators a filter may use, and their SQL.
+FILTER_OPERATORS: dict[str, LiteralString] = {
+    "$eq": "=",
+    "$ne": "IS DISTINCT FROM",
+    "$gt": ">",
+    "$gte": ">=",
+    "$lt": "<",
+    "$lte": "<=",
+}
+#: The largest ``offset + limit`` of a search.
+MAX_ITEM_LIMIT = 100_000
+#: The longest TTL, in minutes (ten years).
+MAX_TTL_MINUTES = 10 * 365 * 24 * 60.0
+
+
+class ItemWrite(TypedDict, total=False):
+    """One write of :meth:`AsyncItemRepository.put_many`.
+
+    ``path`` and ``key`` name the item; ``value`` is its JSON object (``None``: delete the item). ``ttl``:
+    minutes until it expires (None: never). ``texts``: ``(field, text)`` pairs to embed, one vector each
+    (None or empty: the item gets no vectors); a write replaces every vector the item had.
+    """
+
+    path: Sequence[str]
+    key: str
+    value: Mapping[str, Any] | None
+    ttl: float | None
+    texts: Sequence[tuple[str, str]] | None
+
+
+def check_path(path: Any, what: str = "path", *, empty: bool = False) -> tuple[str, ...]:
+    """A path as a tuple of labels: each a non-empty string without NUL bytes or lone surrogates, at most
+    1,000 characters; at least one label unless ``empty``."""
+    if isinstance(path, str) or not isinstance(path, Sequence):
+        raise InvalidInput(f"a {what} must be a tuple of strings, got {type(path).__name__}")
+    labels = tuple(path)
+    if not labels and not empty:
+        raise InvalidInput(f"a {what} needs at least one label")
+    if len(labels) > 100:
+        raise InvalidInput(f"a {what} has at most 100 labels, got {len(labels)}")
+    for label in labels:
+        if not isinstance(label, str) or not label:
+            raise InvalidInput(f"{what} labels must be non-empty strings, got {label!r} in {labels!r}")
+        check_text(label, f"{what} label", "")
+    return labels
+
+
+def check_item_key(key: Any) -> str:
+    if not isinstance(key, str):
+        raise InvalidInput(f"an item key must be a string, got {type(key).__name__}")
+    check_text(key, "item key", "")
+    return key
+
+
+def check_ttl_minutes(ttl: Any) -> float | None:
+    """A TTL in (fractional) minutes: a positive finite number up to ten years, or None."""
+    if ttl is None:
+        return None
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl):
+        raise InvalidInput(f"a TTL must be a number of minutes, got {ttl!r}")
+    if not 0 < ttl <= MAX_TTL_MINUTES:
+        raise InvalidInput(f"a TTL must be in (0, {MAX_TTL_MINUTES:.0f}] minutes, got {ttl!r}")
+    return float(ttl)
+
+
+def check_page(limit: Any, offset: Any) -> tuple[int, int]:
+    for name, value in (("limit", limit), ("offset", offset)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidInput(f"{name} must be a non-negative integer, got {value!r}")
+    if limit + offset > MAX_ITEM_LIMIT:
+        raise InvalidInput(f"offset + limit must be at most {MAX_ITEM_LIMIT}, got {offset + limit}")
+    return limit, offset
+
+
+def check_batch(count: int) -> None:
+    if count > MAX_BATCH:
+        raise InvalidInput(f"a batch holds at most {MAX_BATCH} writes, got {count}")
+
+
+def check_filter(filter: Any) -> tuple[tuple[tuple[str, str], ...], dict[str, Any]]:
+    """``(shape, params)`` of a filter: shape is ``((field, operator), ...)`` in order (the statement's
+    text depends on the operators only), params bind each field (``fk<i>``) and JSON value (``fv<i>``)."""
+    if filter is None:
+        return (), {}
+    if not isinstance(filter, Mapping):
+        raise InvalidInput(f"a filter must be a dict, got {type(filter).__name__}")
+    shape: list[tuple[str, str]] = []
+    params: dict[str, Any] = {}
+    for field, condition in filter.items():
+        if not isinstance(field, str):
+            raise InvalidInput(f"filter fields must be strings, got {field!r}")
+        check_text(field, "filter field", "")
+        if isinstance(condition, Mapping) and any(isinstance(k, str) and k.startswith("$") for k in condition):
+            pairs = list(condition.items())
+        else:
+            pairs = [("$eq", condition)]
+        for operator, value in pairs:
+            if operator not in FILTER_OPERATORS:
+                raise InvalidInput(
+                    f"unsupported filter operator {operator!r} on {field!r}; use one of {', '.join(FILTER_OPERATORS)}"
+                )
+            i = len(shape)
+            params[f"fk{i}"] = field
+            params[f"fv{i}"] = dump_json(value, f"filter value of {field!r}")
+            shape.append((field, operator))
+    if len(shape) > 64:
+        raise InvalidInput("a filter has at most 64 conditions")
+    return tuple((f"fk{i}", op) for i, (_, op) in enumerate(shape)), params
+
+
+def path_params(prefix: tuple[str, ...]) -> dict[str, Any]:
+    """``prefix`` and ``prefix_end`` of a path prefix: the paths starting with it are ``[prefix,
+    prefix_end)`` in collation "C" (its last label followed by U+0001, the next string after it, as no
+    label holds a NUL)."""
+    if not prefix:
+        return {"prefix": None, "prefix_end": None}
+    return {"prefix": list(prefix), "prefix_end": [*prefix[:-1], prefix[-1] + "\x01"]}
+
+
+def paths_json(paths: Sequence[tuple[str, ...]]) -> list[str]:
+    """Paths as the JSON arrays the batch statements take (one ``text[]`` of them: arrays of different
+    lengths cannot share one two-dimensional array)."""
+    return [json.dumps(list(p), ensure_ascii=False, separators=(",", ":")) for p in paths]
+
+
+def index_ddl(model: EmbeddingModel) -> sql.Composed:
+    """The model's partial HNSW index on ``item_vectors`` (cosine)."""
+    ops = "vector_cosine_ops" if model.kind == "vector" else "halfvec_cosine_ops"
+    return sql.SQL("CREATE INDEX IF NOT EXISTS {} ON pgmem.item_vectors USING hnsw ({} {}) WHERE model_id = {}").format(
+        sql.Identifier(f"item_vectors_hnsw_m{model.id}"),
+        model.vector_expr("item_vectors"),
+        sql.SQL(ops),
+        sql.Literal(model.id),
+    )
+
+
+# -- statements ---------------------------------------------------------------------------------------------
+
+_ROW = "i.path, i.key, i.value, i.created_at, i.updated_at"
+
+
+def _item_terms(prefix: bool, shape: tuple[tuple[str, str], ...], omit_expired: bool) -> list[sql.Composable]:
+    """WHERE terms on an ``items`` alias ``i`` (the namespace's term excluded)."""
+    terms: list[sql.Composable] = []
+    if prefix:
+        terms.append(sql.SQL("i.path >= %(prefix)s::text[] AND i.path < %(prefix_end)s::text[]"))
+    if omit_expired:
+        terms.append(sql.SQL("(i.expires_at IS NULL OR i.expires_at > now())"))
+    for param, operator in shape:
+        field = sql.Placeholder(param)
+        value = sql.Placeholder("fv" + param[2:])
+        if operator in ("$eq", "$ne"):
+            op = sql.SQL(FILTER_OPERATORS[operator])
+            terms.append(sql.SQL("(i.value -> {}) {} {}::jsonb").format(field, op, value))
+        else:
+            terms.append(
+                sql.SQL(
+                    "(jsonb_typeof(i.value -> {f}) = jsonb_typeof({v}::jsonb) AND (i.value -> {f}) {op} {v}::jsonb)"
+                ).format(f=field, v=value, op=sql.SQL(FILTER_OPERATORS[operator]))
+            )
+    return terms
+
+
+def _and(terms: list[sql.Composable]) -> sql.Composable:
+    return sql.SQL("").join(sql.SQL(" AND {}").format(t) for t in terms)
+
+
+def _text(composed: sql.Composable) -> LiteralString:
+    # Only the model's id and dimension are literals (integers): no quoting context is needed.
+    text: LiteralString = composed.as_string(None)
+    return text
+
+
+@functools.lru_cache(maxsize=512)
+def count_statement(prefix: bool, shape: tuple[tuple[str, str], ...], omit_expired: bool) -> LiteralString:
+    """How many items pass the filters, counted no further than ``%(exact_limit)s + 1``."""
+    return _text(
+        sql.SQL(
+            "SELECT count(*) FROM (SELECT 1 FROM pgmem.items AS i WHERE i.namespace = %(ns)s{} "
+            "LIMIT %(exact_limit)s + 1) AS c"
+        ).format(_and(_item_terms(prefix, shape, omit_expired)))
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def search_statement(
+    kind: str,
+    prefix: bool,
+    shape: tuple[tuple[str, str], ...],
+    omit_expired: bool,
+    refresh: bool,
+    model: EmbeddingModel | None = None,
+) -> LiteralString:
+    """One search (rows.ItemHitRow: the item, its score, and for ``ann`` how many vectors the index scan
+    returned, to tell a short scan). ``kind``: ``list`` (no query), ``exact`` or ``ann`` (``model``'s
+    vectors, query ``%(q)s``). ``refresh``: the hits' TTLs are extended in the same statement (never an
+    expired item's, never ``updated_at``). Parameters: ns, limit, offset, the prefix's and the filter's,
+    and for ``ann`` the number of vectors to scan, ``n``."""
+    terms = _and(_item_terms(prefix, shape, omit_expired))
+    if kind == "list":
+        body = sql.SQL(
+            "SELECT {row}, NULL::float8 AS score, NULL::bigint AS scanned, i.id, "
+            "row_number() OVER (ORDER BY i.updated_at DESC, i.path, i.key) AS rn "
+            "FROM pgmem.items AS i WHERE i.namespace = %(ns)s{terms} "
+            "ORDER BY i.updated_at DESC, i.path, i.key LIMIT %(limit)s OFFSET %(offset)s"
+        ).format(row=sql.SQL(_ROW), terms=terms)
+    else:
+        assert model is not None
+        vec = model.vector_expr("v")
+        q = model.param("q")
+        if kind == "exact":
+            best = sql.SQL(
+                "SELECT v.item_id, min({vec} <=> {q}) AS distance, NULL::bigint AS scanned "
+                "FROM pgmem.items AS i JOIN pgmem.item_vectors AS v "
+                "ON v.namespace = i.namespace AND v.item_id = i.id AND v.model_id = {m} "
+                "WHERE i.namespace = %(ns)s{terms} GROUP BY v.item_id"
+            ).format(vec=vec, q=q, m=sql.Literal(model.id), terms=terms)
+        else:
+            exists = (
+                sql.SQL(
+                    " AND EXISTS (SELECT 1 FROM pgmem.items AS i "
+                    "WHERE i.namespace = v.namespace AND i.id = v.item_id{})"
+                ).format(terms)
+                if prefix or shape or omit_expired
+                else sql.SQL("")
+            )
+            best = sql.SQL(
+                # The window sums the groups' sizes: how many vectors the scan returned (a window in the
+                # scan itself would count before LIMIT and defeat the index).
+                "SELECT s.item_id, min(s.distance) AS distance, (sum(count(*)) OVER ())::bigint AS scanned FROM ("
+                "SELECT v.item_id, {vec} <=> {q} AS distance "
+                "FROM pgmem.item_vectors AS v WHERE v.namespace = %(ns)s AND v.model_id = {m}{exists} "
+                "ORDER BY {vec} <=> {q} LIMIT %(n)s) AS s GROUP BY s.item_id"
+            ).format(vec=vec, q=q, m=sql.Literal(model.id), exists=exists)
+        body = sql.SQL(
+            "SELECT {row}, 1 - b.distance AS score, b.scanned, i.id, "
+            "row_number() OVER (ORDER BY b.distance, i.path, i.key) AS rn "
+            "FROM ({best}) AS b JOIN pgmem.items AS i ON i.namespace = %(ns)s AND i.id = b.item_id "
+            "ORDER BY b.distance, i.path, i.key LIMIT %(limit)s OFFSET %(offset)s"
+        ).format(row=sql.SQL(_ROW), best=best)
+    columns = sql.SQL("h.path, h.key, h.value, h.created_at, h.updated_at, h.score, h.scanned")
+    if not refresh:
+        return _text(sql.SQL("SELECT {} FROM ({}) AS h ORDER BY h.rn").format(columns, body))
+    return _text(
+        sql.SQL(
+            "WITH h AS MATERIALIZED ({body}), touched AS ("
+            "UPDATE pgmem.items AS i SET expires_at = now() + make_interval(secs => i.ttl_minutes * 60) "
+            "FROM h WHERE i.namespace = %(ns)s AND i.id = h.id AND i.ttl_minutes IS NOT NULL "
+            "AND i.expires_at > now()) "
+            "SELECT {columns} FROM h ORDER BY h.rn"
+        ).format(body=body, columns=columns)
+    )

@@ -1,0 +1,130 @@
+-- Named queries of the item repository (pgmem._async.items, `client.items`): key-value items at
+-- (namespace, path, key) with an optional TTL, and their vectors per embedding model. Searches are
+-- composed per filter shape in pgmem.planning.items.
+--
+-- A path is a text[] compared in collation "C": the paths under a prefix P are the range
+-- [P, P with U+0001 after its last label) of the primary key. Batch statements take paths as JSON
+-- arrays (one text[] of them), since arrays of different lengths cannot share a two-dimensional array.
+
+-- fragment: write_rows
+-- The writes of a batch, in the order given (sorted by path and key by the caller: concurrent batches
+-- then lock their rows in the same order).
+unnest(%(paths)s::text[], %(keys)s::text[]) WITH ORDINALITY AS w(path_json, key, n)
+CROSS JOIN LATERAL (
+    SELECT array_agg(e.label ORDER BY e.i) AS path
+    FROM jsonb_array_elements_text(w.path_json::jsonb) WITH ORDINALITY AS e(label, i)
+) AS p
+
+-- name: get
+-- Items of one path by key (rows.ItemRow); with %(omit_expired)s, expired items (not yet swept) are left out.
+SELECT i.path, i.key, i.value, i.created_at, i.updated_at
+FROM pgmem.items AS i
+WHERE i.namespace = %(ns)s AND i.path = %(path)s::text[] AND i.key = ANY(%(keys)s::text[])
+  AND (NOT %(omit_expired)s OR i.expires_at IS NULL OR i.expires_at > now());
+
+-- name: get_refresh
+-- `get` that also extends the TTL of what it read (rows.ItemRow): never an expired item's, never
+-- updated_at.
+WITH found AS MATERIALIZED (
+    SELECT i.id, i.path, i.key, i.value, i.created_at, i.updated_at
+    FROM pgmem.items AS i
+    WHERE i.namespace = %(ns)s AND i.path = %(path)s::text[] AND i.key = ANY(%(keys)s::text[])
+      AND (NOT %(omit_expired)s OR i.expires_at IS NULL OR i.expires_at > now())
+), touched AS (
+    UPDATE pgmem.items AS i SET expires_at = now() + make_interval(secs => i.ttl_minutes * 60)
+    FROM found AS f
+    WHERE i.namespace = %(ns)s AND i.id = f.id AND i.ttl_minutes IS NOT NULL AND i.expires_at > now()
+)
+SELECT f.path, f.key, f.value, f.created_at, f.updated_at FROM found AS f;
+
+-- name: upsert
+-- Insert or replace items: the value, updated_at and the TTL change, created_at stays. Rows are
+-- inserted (and locked) in the order of the batch.
+INSERT INTO pgmem.items AS i (namespace, path, key, value, expires_at, ttl_minutes)
+SELECT %(ns)s, p.path, w.key, v.value::jsonb, now() + make_interval(secs => v.ttl * 60), v.ttl
+FROM {{write_rows}}
+JOIN unnest(%(values)s::text[], %(ttls)s::float8[]) WITH ORDINALITY AS v(value, ttl, n) ON v.n = w.n
+ORDER BY w.n
+ON CONFLICT (namespace, path, key) DO UPDATE
+SET value = excluded.value, updated_at = now(), expires_at = excluded.expires_at,
+    ttl_minutes = excluded.ttl_minutes;
+
+-- name: replace_vectors
+-- The vectors of the items just written: the old ones (of any model: the value changed) go, the new
+-- ones of %(model)s come (%(of)s: the 1-based place in the batch of each vector's item). Run after
+-- `upsert`, in its transaction: this statement's snapshot then sees every vector committed before the
+-- items were locked.
+WITH target AS MATERIALIZED (
+    SELECT i.id, w.n
+    FROM {{write_rows}}
+    JOIN pgmem.items AS i ON i.namespace = %(ns)s AND i.path = p.path AND i.key = w.key
+), gone AS (
+    DELETE FROM pgmem.item_vectors AS v USING target AS t WHERE v.namespace = %(ns)s AND v.item_id = t.id
+)
+INSERT INTO pgmem.item_vectors (namespace, item_id, model_id, field, embedding, embedding_half)
+SELECT %(ns)s, t.id, %(model)s, x.field,
+       CASE WHEN %(half)s THEN NULL ELSE x.vector END,
+       CASE WHEN %(half)s THEN x.vector::halfvec END
+FROM unnest(%(of)s::int8[], %(fields)s::text[], %(vectors)b::vector[]) AS x(n, field, vector)
+JOIN target AS t ON t.n = x.n;
+
+-- name: delete
+-- Delete items (their vectors go with them: ON DELETE CASCADE), locking them in the batch's order.
+DELETE FROM pgmem.items AS d
+USING (
+    SELECT i.id
+    FROM {{write_rows}}
+    JOIN pgmem.items AS i ON i.namespace = %(ns)s AND i.path = p.path AND i.key = w.key
+    ORDER BY w.n
+    FOR UPDATE OF i
+) AS l
+WHERE d.namespace = %(ns)s AND d.id = l.id;
+
+-- name: sweep
+-- Delete the namespace's expired items with their vectors; returns how many.
+WITH gone AS (
+    DELETE FROM pgmem.items WHERE namespace = %(ns)s AND expires_at IS NOT NULL AND expires_at < now()
+    RETURNING 1
+)
+SELECT count(*) FROM gone;
+
+-- name: list_paths
+-- The namespace's distinct paths (one index probe per path, a loose index scan), those matching the
+-- prefix and suffix conditions (a "*" label matches any one label), truncated to %(max_depth)s labels,
+-- distinct again, sorted; with %(omit_expired)s a path counts only while it holds an unexpired item.
+WITH RECURSIVE paths AS (
+    (SELECT i.path FROM pgmem.items AS i WHERE i.namespace = %(ns)s ORDER BY i.path LIMIT 1)
+    UNION ALL
+    SELECT (SELECT i.path FROM pgmem.items AS i WHERE i.namespace = %(ns)s AND i.path > paths.path
+            ORDER BY i.path LIMIT 1)
+    FROM paths WHERE paths.path IS NOT NULL
+), matching AS (
+    SELECT p.path FROM paths AS p
+    WHERE p.path IS NOT NULL
+      AND (%(prefix)s::text[] IS NULL OR (
+          cardinality(p.path) >= cardinality(%(prefix)s::text[])
+          AND NOT EXISTS (
+              SELECT 1 FROM unnest(%(prefix)s::text[]) WITH ORDINALITY AS c(label, n)
+              WHERE c.label <> '*' AND c.label <> p.path[c.n::int])))
+      AND (%(suffix)s::text[] IS NULL OR (
+          cardinality(p.path) >= cardinality(%(suffix)s::text[])
+          AND NOT EXISTS (
+              SELECT 1 FROM unnest(%(suffix)s::text[]) WITH ORDINALITY AS c(label, n)
+              WHERE c.label <> '*'
+                AND c.label <> p.path[cardinality(p.path) - cardinality(%(suffix)s::text[]) + c.n::int])))
+      AND (NOT %(omit_expired)s OR EXISTS (
+          SELECT 1 FROM pgmem.items AS i
+          WHERE i.namespace = %(ns)s AND i.path = p.path AND (i.expires_at IS NULL OR i.expires_at > now())))
+)
+SELECT DISTINCT CASE WHEN %(max_depth)s::int IS NULL THEN m.path ELSE m.path[1:%(max_depth)s::int] END AS path
+FROM matching AS m
+ORDER BY 1
+LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: vector_rows
+-- How many item vectors there are (planner statistics; 0 before the first ANALYZE).
+SELECT greatest(reltuples, 0)::float8 FROM pg_class WHERE oid = 'pgmem.item_vectors'::regclass;
+
+-- name: index_lock
+-- Serialises the creation of a model's HNSW index on item_vectors (with the model registry's lock key).
+SELECT pg_advisory_xact_lock(%(key)s);
