@@ -333,6 +333,9 @@ def main() -> None:
     with _server(args.dsn) as server_dsn:
         for part in parts:
             if part == "history":
+                if importlib.util.find_spec("langchain_postgres") is None:
+                    print("history: skipped (pip install --no-deps langchain-postgres to compare with it)")
+                    continue
                 results["history"] = bench_history(server_dsn, iterations)
             elif part == "session":
                 results["session"] = bench_session(server_dsn, iterations)
