@@ -122,7 +122,8 @@ def test_simple_store_retrieves_rescores_and_dedups(client: pgmem.Client, dsn: s
     assert best.output_snapshot is not None and best.output_snapshot.blocks == [PNG]  # data kept
     assert best.metadata["agent_role"] == "coder"
     assert convo.retrieve("coder", "snake board curses", top_k=5, similarity_threshold=0.99) == []
-    assert convo.retrieve("coder", "", top_k=5) == []
+    # as in DevAll, the text searched for is "Query: <query>": an empty query still finds the items
+    assert len(convo.retrieve("coder", "", top_k=5)) == 2
 
     # durable and shared: another client sees the items
     with pgmem.connect(dsn, namespace="test", max_size=2) as other:
@@ -152,7 +153,8 @@ def test_file_store_picks_up_an_edited_and_a_deleted_file(client: pgmem.Client, 
     assert snake_chunks == 2 and store.files()[str(docs / "snake.md")] == snake_chunks
     assert store.count_memories() == snake_chunks + 2
     (hit,) = store.retrieve("qa", "where are high scores kept?", top_k=1)
-    assert hit.metadata["source"] == str(docs / "sub" / "scores.md") and hit.metadata["chunk_index"] == 0
+    assert hit.metadata["file_path"] == str(docs / "sub" / "scores.md") and hit.metadata["chunk_index"] == 0
+    assert hit.metadata["file_name"] == "scores.md" and hit.metadata["total_chunks"] == 1
 
     assert store.refresh().unchanged == 3  # nothing changed: nothing re-indexed
     (docs / "notes.txt").write_text("Deployment now happens on Mondays, never on Fridays.")
@@ -184,21 +186,22 @@ def test_file_store_options(client: pgmem.Client, tmp_path: Path) -> None:
     other = build_stores([{"name": "latin", "type": "file", "config": {"file_sources": latin}}], client=client)["latin"]
     assert [i.content_summary for i in other.items()] == ["café"]
     assert chunk_text("x" * 1000, 500, 50) == ["x" * 500, "x" * 500, "x" * 100]
+    assert chunk_text("One. " * 150, 500, 50)[0].endswith("One.")  # cut at a sentence end past the middle
     assert chunk_text("   ", 500, 50) == []
 
 
-def test_blackboard_is_trimmed_by_count_and_time_newest_first(client: pgmem.Client, dsn: str) -> None:
+def test_blackboard_is_trimmed_by_count_and_time_read_oldest_first(client: pgmem.Client, dsn: str) -> None:
     board = build_stores([{"name": "board", "type": "blackboard", "config": {"max_items": 3}}], client=client)["board"]
     for i in range(5):
         assert board.update(_payload(f"status {i}", role=f"agent{i}"))
     assert not board.update(MemoryWritePayload(agent_role="x"))
     assert [i.content_summary for i in board.retrieve("any", "ignored", top_k=10)] == [
-        "status 4",
-        "status 3",
         "status 2",
+        "status 3",
+        "status 4",
     ]
     assert board.count_memories() == 3
-    assert [i.content_summary for i in board.retrieve("any", "", top_k=2)] == ["status 4", "status 3"]
+    assert [i.content_summary for i in board.retrieve("any", "", top_k=2)] == ["status 3", "status 4"]
 
     aged = build_stores(
         [{"name": "aged", "type": "blackboard", "config": {"max_items": 100, "max_age_seconds": 60}}], client=client
@@ -237,7 +240,7 @@ def test_blackboard_is_shared_with_another_process(client: pgmem.Client, dsn: st
     )
     assert done.returncode == 0, done.stderr
     board = build_stores(config, client=client)["board"]
-    assert [i.content_summary for i in board.retrieve("parent", "", top_k=5)] == [f"from child {i}" for i in (2, 1, 0)]
+    assert [i.content_summary for i in board.retrieve("parent", "", top_k=5)] == [f"from child {i}" for i in (0, 1, 2)]
 
 
 def test_memory_manager_reads_by_stage_and_writes_to_writable_stores(client: pgmem.Client, tmp_path: Path) -> None:

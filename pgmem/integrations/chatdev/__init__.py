@@ -30,11 +30,16 @@ from pgmem.integrations.chatdev.base import (
 )
 from pgmem.integrations.chatdev.blackboard import BlackboardMemoryConfig, BlackboardMemoryStore
 from pgmem.integrations.chatdev.config import (
+    STAGES,
     MemoryAttachmentConfig,
+    MemoryDesign,
     MemoryStoreConfig,
     build_stores,
+    load_design,
     load_memory_config,
+    parse_design,
     parse_memory_config,
+    resolve_placeholders,
 )
 from pgmem.integrations.chatdev.file import FileMemoryConfig, FileMemoryStore, FileSource, IndexReport, chunk_text
 from pgmem.integrations.chatdev.manager import MemoryManager
@@ -44,9 +49,16 @@ from pgmem.integrations.chatdev.registry import (
     iter_memory_store_registrations,
     register_memory_store,
 )
-from pgmem.integrations.chatdev.simple import EmbeddingConfig, SimpleMemoryConfig, SimpleMemoryStore
+from pgmem.integrations.chatdev.simple import (
+    EmbeddingConfig,
+    SimpleMemoryConfig,
+    SimpleMemoryStore,
+    devall_similarity,
+    extract_key_content,
+)
 
 __all__ = [
+    "STAGES",
     "BlackboardMemoryConfig",
     "BlackboardMemoryStore",
     "ConfigError",
@@ -57,6 +69,7 @@ __all__ = [
     "IndexReport",
     "MemoryAttachmentConfig",
     "MemoryContentSnapshot",
+    "MemoryDesign",
     "MemoryItem",
     "MemoryManager",
     "MemoryRetrievalResult",
@@ -69,11 +82,16 @@ __all__ = [
     "StoreConfig",
     "build_stores",
     "chunk_text",
+    "devall_similarity",
+    "extract_key_content",
     "get_memory_store_registration",
     "iter_memory_store_registrations",
+    "load_design",
     "load_memory_config",
+    "parse_design",
     "parse_memory_config",
     "register_memory_store",
+    "resolve_placeholders",
 ]
 
 
@@ -84,7 +102,7 @@ def _register_builtins() -> None:
         "simple",
         SimpleMemoryConfig,
         lambda name, config, client: SimpleMemoryStore(name, config, client=client),
-        "read/write; vector retrieval re-scored lexically (Jaccard or LCS); de-duplicated by summary hash",
+        "read/write; vector retrieval re-scored lexically (DevAll's score); de-duplicated by summary",
     )
     register_memory_store(
         "file",
@@ -96,7 +114,7 @@ def _register_builtins() -> None:
         "blackboard",
         BlackboardMemoryConfig,
         lambda name, config, client: BlackboardMemoryStore(name, config, client=client),
-        "append-only log trimmed by count and age, newest first, no vectors",
+        "append-only log trimmed by count and age, read by recency, no vectors",
     )
 
 

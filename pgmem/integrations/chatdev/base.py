@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import sys
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pgmem import Client
 from pgmem.checks import check_key, key_for
@@ -39,9 +40,10 @@ def config_error(exc: ValidationError, where: str) -> ConfigError:
 
 
 class StoreConfig(BaseModel):
-    """Base of the stores' config classes: unknown keys are errors (a typo must not pass silently)."""
+    """Base of the stores' config classes: unknown keys are errors (a typo must not pass silently), and
+    values are not coerced (``max_items: "5"`` is an error, as in DevAll)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class MemoryContentSnapshot(BaseModel):
@@ -58,11 +60,14 @@ class MemoryContentSnapshot(BaseModel):
 
     @classmethod
     def of(cls, value: Any) -> MemoryContentSnapshot | None:
-        """A snapshot from a snapshot, a dict, a string or a message-like object (its ``content``)."""
+        """A snapshot from a snapshot, a dict, a string, DevAll's ``MemoryContentSnapshot`` (``text`` and
+        ``blocks``) or a message-like object (its ``content``)."""
         if value is None or isinstance(value, MemoryContentSnapshot):
             return value
         if isinstance(value, str):
             return cls(text=value)
+        if not isinstance(value, Mapping) and isinstance(getattr(value, "text", None), str):
+            value = {"text": value.text, "blocks": list(getattr(value, "blocks", None) or [])}
         if isinstance(value, Mapping):
             try:
                 return cls.model_validate(dict(value))
@@ -72,6 +77,23 @@ class MemoryContentSnapshot(BaseModel):
         if isinstance(content, str):
             return cls(text=content)
         raise InvalidInput(f"cannot make a memory snapshot of a {type(value).__name__}")
+
+    def to_message_blocks(self) -> list[Any]:
+        """The blocks as DevAll's ``MessageBlock`` objects when DevAll's ``entity.messages`` is loaded in
+        this process (its executor's thinking path calls this on retrieved items), else as the block
+        dicts. Blocks that do not parse are left out, as DevAll does."""
+        blocks = [p["block"] for p in self.blocks if isinstance(p.get("block"), dict)]
+        devall = sys.modules.get("entity.messages")
+        factory = getattr(getattr(devall, "MessageBlock", None), "from_dict", None)
+        if factory is None:
+            return blocks
+        out = []
+        for block in blocks:
+            try:
+                out.append(factory(block))
+            except Exception:  # noqa: BLE001,S112 - DevAll skips a block it cannot read; so do we
+                continue
+        return out
 
     def attachment_overview(self) -> list[dict[str, Any]]:
         """``role``, ``attachment_id``, ``mime_type``, ``name`` and ``size`` of each attachment (no data)."""
@@ -142,6 +164,11 @@ class MemoryWritePayload(BaseModel):
     input_snapshot: MemoryContentSnapshot | None = None
     output_snapshot: MemoryContentSnapshot | None = None
 
+    @field_validator("input_snapshot", "output_snapshot", mode="before")
+    @classmethod
+    def _snapshot(cls, value: Any) -> Any:
+        return value if isinstance(value, Mapping) else MemoryContentSnapshot.of(value)
+
 
 class MemoryRetrievalResult(BaseModel):
     """Retrieved items and the context block made of them."""
@@ -160,8 +187,8 @@ class MemoryRetrievalResult(BaseModel):
 
 
 def check_store_name(name: Any) -> str:
-    if not isinstance(name, str) or not name:
-        raise ConfigError(f"a memory store name must be a non-empty string, got {name!r}")
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"a memory store name must be a non-blank string, got {name!r}")
     key_for("store:", name)  # NUL bytes and the like
     return name
 
@@ -252,9 +279,17 @@ class MemoryStore:
         return f"{type(self).__name__}(name={self.name!r})"
 
 
-def payload_of(value: MemoryWritePayload | Mapping[str, Any]) -> MemoryWritePayload:
+_PAYLOAD_FIELDS = ("agent_role", "inputs_text", "input_snapshot", "output_snapshot")
+
+
+def payload_of(value: MemoryWritePayload | Mapping[str, Any] | Any) -> MemoryWritePayload:
+    """A payload from pgmem's, a dict, or DevAll's ``MemoryWritePayload`` (any object with its four
+    attributes; a ``None`` role or input text reads as empty)."""
     if isinstance(value, MemoryWritePayload):
         return value
+    if not isinstance(value, Mapping) and all(hasattr(value, f) for f in _PAYLOAD_FIELDS):
+        value = {f: getattr(value, f) for f in _PAYLOAD_FIELDS}
+        value = {k: v for k, v in value.items() if v is not None or k.endswith("snapshot")}
     if isinstance(value, Mapping):
         try:
             return MemoryWritePayload.model_validate(dict(value))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import codecs
 import hashlib
 import logging
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,19 +37,29 @@ log = logging.getLogger("pgmem.integrations.chatdev")
 
 
 class FileSource(StoreConfig):
-    """Files to index: one file, or a folder (``recursive``), optionally only some suffixes."""
+    """Files to index: one file, or a folder (``recursive``), optionally only some suffixes.
+
+    ``file_types`` are compared with a file's suffix as written, case included, as DevAll does (``.md``
+    does not take ``NOTES.MD``); a type given without its dot (``md``) gets one (DevAll's would match no
+    file at all). One type may be given as a plain string.
+    """
 
     path: str = Field(min_length=1)
     file_types: list[str] | None = None
     recursive: bool = True
     encoding: str = "utf-8"
 
+    @field_validator("file_types", mode="before")
+    @classmethod
+    def _one_type(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
     @field_validator("file_types")
     @classmethod
     def _suffixes(cls, value: list[str] | None) -> list[str] | None:
         if value is None:
             return None
-        return [s.lower() if s.startswith(".") else "." + s.lower() for s in value]
+        return [s if s.startswith(".") else "." + s for s in value]
 
     @field_validator("encoding")
     @classmethod
@@ -72,7 +83,8 @@ class FileMemoryConfig(StoreConfig):
         embedding: the embedding provider (default: the client's).
         max_file_bytes: larger files are skipped (and reported).
         progress: show a progress bar when at least ``progress_threshold`` files are (re)indexed.
-        index_path: accepted for ChatDev configs and ignored (the index is in Postgres).
+        index_path: accepted for ChatDev configs and ignored (the index is in Postgres); ``memory_path``
+            is DevAll's other name for it.
     """
 
     file_sources: list[FileSource] = Field(min_length=1)
@@ -83,6 +95,7 @@ class FileMemoryConfig(StoreConfig):
     progress: bool = True
     progress_threshold: int = Field(default=20, ge=1)
     index_path: str | None = None
+    memory_path: str | None = None
 
     @model_validator(mode="after")
     def _overlap(self) -> FileMemoryConfig:
@@ -94,13 +107,32 @@ class FileMemoryConfig(StoreConfig):
 
 
 def chunk_text(text: str, size: int = 500, overlap: int = 50) -> list[str]:
-    """Windows of ``size`` characters, each starting ``size - overlap`` after the previous one."""
+    """DevAll's chunks of a file's text (``FileMemory._chunk_text``): windows of ``size`` characters,
+    each ended early at the window's last sentence end ("。！？.!?" or a newline) when that lies past its
+    middle, stripped; the next window starts ``overlap`` characters before the previous one ended. A text
+    of at most ``size`` characters is one chunk; blank chunks are dropped."""
     if not text.strip():
         return []
     if len(text) <= size:
-        return [text]
-    step = size - overlap
-    return [text[i : i + size] for i in range(0, len(text) - overlap, step)]
+        return [text]  # DevAll strips only the chunks of a longer text
+    chunks = []
+    start = 0
+    while start < len(text):
+        end = start + size
+        chunk = text[start:end]
+        if end < len(text):
+            cut = max(chunk.rfind(mark) for mark in _SENTENCE_ENDS)
+            if cut > size // 2:
+                chunk = chunk[: cut + 1]
+                end = start + cut + 1
+        chunks.append(chunk.strip())
+        start = end - overlap
+        if start >= len(text):
+            break
+    return [chunk for chunk in chunks if chunk]
+
+
+_SENTENCE_ENDS = ("\u3002", "\uff01", "\uff1f", ".", "!", "?", "\n")
 
 
 @dataclass(slots=True)
@@ -154,7 +186,7 @@ class FileMemoryStore(MemoryStore):
             for path in candidates:
                 if not path.is_file():
                     continue
-                if source.file_types is not None and path.suffix.lower() not in source.file_types:
+                if source.file_types is not None and path.suffix not in source.file_types:
                     continue
                 found.setdefault(str(path), (path, source.encoding))
         return found
@@ -183,8 +215,8 @@ class FileMemoryStore(MemoryStore):
         for path_str in sorted(set(known) - set(found)):
             self._remove(path_str)
             report.removed.append(path_str)
-        for path_str, sha, size, chunks in self._progress(work, report):
-            if self._index(path_str, sha, size, chunks):
+        for path_str, sha, facts, chunks in self._progress(work, report):
+            if self._index(path_str, sha, facts, chunks):
                 is_new = path_str not in known
                 (report.added if is_new else report.updated).append(path_str)
                 report.chunks += len(chunks)
@@ -211,16 +243,22 @@ class FileMemoryStore(MemoryStore):
                 except UnicodeDecodeError as exc:
                     report.skipped.append((path_str, f"not {encoding}: {exc.reason} at byte {exc.start}"))
                     continue
-                text = text.replace("\x00", "")
+                # DevAll reads in text mode: universal newlines
+                text = text.replace("\x00", "").replace("\r\n", "\n").replace("\r", "\n")
                 chunks = chunk_text(text, self.config.chunk_size, self.config.chunk_overlap)
-                yield path_str, sha, len(data), chunks
+                facts = {
+                    "file_hash": hashlib.md5(data, usedforsecurity=False).hexdigest()[:16],  # DevAll's
+                    "file_size": len(data),
+                    "encoding": encoding,
+                }
+                yield path_str, sha, facts, chunks
                 if progress is not None:
                     progress.advance(task)
         finally:
             if progress is not None:
                 progress.stop()
 
-    def _index(self, path: str, sha: bytes, size: int, chunks: list[str]) -> bool:
+    def _index(self, path: str, sha: bytes, facts: dict[str, Any], chunks: list[str]) -> bool:
         """Replace a file's chunks in one transaction; False when another process already indexed it."""
         ids = ["fchunk-" + digest(self.name, path, str(i), chunk)[:40] for i, chunk in enumerate(chunks)]
         messages = [
@@ -229,11 +267,7 @@ class FileMemoryStore(MemoryStore):
                 content=chunk,
                 role="file",
                 cause_by=self.cause_by,
-                metadata={
-                    ITEM_KEY: {
-                        "metadata": {"source": path, "chunk_index": i, "chunks": len(chunks), "sha256": sha.hex()}
-                    }
-                },
+                metadata={ITEM_KEY: {"metadata": self._chunk_metadata(path, facts, i, len(chunks))}},
             )
             for i, (chunk_id, chunk) in enumerate(zip(ids, chunks, strict=True))
         ]
@@ -248,8 +282,25 @@ class FileMemoryStore(MemoryStore):
                     client.messages.delete_many(self.memory_key, stale, connection=conn)
             if messages:
                 client.messages.add_many(self.memory_key, messages, connection=conn)
-            client.stores.save_file(self.name, path, sha256=sha, size=size, chunk_ids=ids, connection=conn)
+            client.stores.save_file(
+                self.name, path, sha256=sha, size=facts["file_size"], chunk_ids=ids, connection=conn
+            )
         return True
+
+    @staticmethod
+    def _chunk_metadata(path: str, facts: dict[str, Any], index: int, total: int) -> dict[str, Any]:
+        """A chunk's metadata, DevAll's keys and values (``file_hash``: the first 16 hex digits of the
+        file's MD5; pgmem itself tracks files by SHA-256 in ``pgmem.store_files``)."""
+        return {
+            "source_type": "file",
+            "file_path": path,
+            "file_name": os.path.basename(path),
+            "file_hash": facts["file_hash"],
+            "file_size": facts["file_size"],
+            "chunk_index": index,
+            "total_chunks": total,
+            "encoding": facts["encoding"],
+        }
 
     def _remove(self, path: str) -> None:
         client = self.client
@@ -277,7 +328,8 @@ class FileMemoryStore(MemoryStore):
         top_k: int = 3,
         similarity_threshold: float = -1.0,
     ) -> list[MemoryItem]:
-        """The ``top_k`` chunks closest to ``query``; ``metadata`` names the ``source`` file and chunk."""
+        """The ``top_k`` chunks closest to ``query``; ``metadata`` names the file (``file_path``) and the
+        chunk (``chunk_index`` of ``total_chunks``)."""
         top_k = check_top_k(top_k)
         threshold = check_threshold(similarity_threshold)
         text = query_text(query).strip()

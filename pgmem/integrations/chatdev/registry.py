@@ -75,8 +75,18 @@ def get_memory_store_registration(name: str) -> MemoryStoreRegistration:
         found = _registry.get(name) if isinstance(name, str) else None
         known = sorted(_registry)
     if found is None:
-        raise ConfigError(f"unknown memory store type {name!r}; known types: {', '.join(known)}")
+        hint = _UNSUPPORTED.get(name, "") if isinstance(name, str) else ""
+        raise ConfigError(f"unknown memory store type {name!r}{hint}; supported types: {', '.join(known)}")
     return found
+
+
+#: Store types of ChatDev that pgmem does not provide, with what to use instead.
+_UNSUPPORTED = {
+    "mem0": (
+        " (ChatDev's mem0 store keeps memories in the mem0 service; pgmem does not wrap it: use 'simple' "
+        "for the same read/write semantic memory in Postgres)"
+    ),
+}
 
 
 def iter_memory_store_registrations() -> dict[str, MemoryStoreRegistration]:
