@@ -367,7 +367,11 @@ class ItemRepository(Repository):
     ) -> list[tuple[Any, ...]]:
         """Run a search statement. ``ef``: an HNSW scan with iterative scans on and at least this
         ``ef_search``: on one of the pool's connections already set so, the statement alone; else with
-        both settings local to a transaction, in the same round trip (a pipeline)."""
+        both settings local to a transaction, in the same round trip (a pipeline).
+
+        Never prepared: the generic plan knows neither the prefix nor the filter values, and for a prefix
+        that holds every item it chose to compute and sort the distance of every vector instead of walking
+        the index (5 ms against 0.9 ms, planning included, at 3,000 items)."""
         params["ns"] = self.namespace
         sessions = self._client.sessions
         with translate():
@@ -377,7 +381,7 @@ class ItemRepository(Repository):
                 if ef is None or (
                     connection is None and sessions.own(conn) and ef <= SESSION_EF_SEARCH and sessions.iterative(conn)
                 ):
-                    cur = conn.execute(text, params, binary=True)
+                    cur = conn.execute(text, params, prepare=False, binary=True)
                     return cur.fetchall()
                 with conn.pipeline():
                     with self._client.transaction(conn) as tx:
@@ -386,7 +390,7 @@ class ItemRepository(Repository):
                             "set_config('hnsw.ef_search', %s, true)",
                             (str(ef),),
                         )
-                        cur = tx.execute(text, params, binary=True)
+                        cur = tx.execute(text, params, prepare=False, binary=True)
                 return cur.fetchall()
 
     def _strategy(

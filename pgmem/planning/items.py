@@ -243,7 +243,7 @@ def search_statement(
     returned, to tell a short scan). ``kind``: ``list`` (no query), ``exact`` or ``ann`` (``model``'s
     vectors, query ``%(q)s``). ``refresh``: the hits' TTLs are extended in the same statement (never an
     expired item's, never ``updated_at``). Parameters: ns, limit, offset, the prefix's and the filter's,
-    and for ``ann`` the number of vectors to scan, ``n``."""
+    and for ``ann`` the number of vectors to scan, ``n``. Run unprepared (see ``AsyncItemRepository``)."""
     terms = _and(_item_terms(prefix, shape, omit_expired))
     if kind == "list":
         body = sql.SQL(

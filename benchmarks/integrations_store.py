@@ -1,0 +1,182 @@
+"""LangGraph's store: pgmem's ``PgmemStore`` vs LangGraph's ``PostgresStore`` (langgraph-checkpoint-postgres,
+HNSW, cosine), on the same server, each in a fresh database, with the same data, interleaved.
+
+Data: the first ``items`` (default 34,000) CPython comments of ``../shared/data/minilm-cpython-comments``
+with their MiniLM vectors (384 dimensions), served by a lookup embedder (a text ``"<row>|..."`` gets row
+``row``'s vector: no model runs, both stores pay the same nothing); queries are the data set's last 1,000
+vectors. Each value is ``{"text": ..., "bucket": row % 8, "pct": row % 100}``, the text indexed.
+
+Measured (p50 / p99 in µs; ratios are PostgresStore's time over pgmem's, >1 = pgmem faster):
+
+* put of a batch of 100 (the load itself, alternating batches between the stores; grows with the table:
+  one HNSW insert per vector, O(log n) each), put of one new item, get of one item;
+* search without a query (newest 10 under a prefix);
+* vector search, limit 10: unfiltered, and with filters keeping 12.5% and 1% of the items — with the
+  hits returned (PostgresStore cuts candidates to 2*limit+1 before filtering: short answers) and recall
+  against an exact numpy search over the same items.
+
+Run: ``python -m benchmarks.integrations_store [--items N] [--samples N] [--dsn DSN] [--json PATH]``;
+``run_store(dsn, items=..., samples=...)`` returns the figures as a dict for another runner.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+
+import pgmem
+from benchmarks._common import DATA, bench_database, timed_together, write_json
+
+K = 10
+BATCH = 100
+FILTERS: dict[str, tuple[dict[str, Any], Callable[[int], bool]]] = {
+    "unfiltered": ({}, lambda row: True),
+    "filter 12.5%": ({"bucket": 3}, lambda row: row % 8 == 3),
+    "filter 1%": ({"pct": 7}, lambda row: row % 100 == 7),
+}
+
+
+def _data(items: int) -> tuple[list[str], np.ndarray, np.ndarray]:
+    texts = json.loads((DATA / "texts.json").read_text())
+    vectors = np.load(DATA / "embeddings-f16.npy").astype(np.float32)
+    corpus, queries = vectors[:-1000], vectors[-1000:]
+    items = min(items, len(corpus))
+    return texts[:items], corpus[:items], queries
+
+
+def _value(row: int, text: str) -> dict[str, Any]:
+    return {"text": f"{row}|{text}", "bucket": row % 8, "pct": row % 100}
+
+
+def run_store(dsn: str | None = None, *, items: int = 34_000, samples: int = 300) -> dict[str, Any]:
+    """Both stores on ``dsn``'s server (default: ``PGMEM_BENCH_DSN``, else a throwaway embedded server);
+    returns the figures (µs) and ratios."""
+    from langgraph.store.base import PutOp
+    from langgraph.store.postgres import PostgresStore
+
+    from pgmem.integrations.langgraph import PgmemStore
+
+    texts, corpus, queries = _data(items)
+    items = len(texts)
+    table = np.concatenate([corpus, queries])
+    unit = corpus / np.linalg.norm(corpus, axis=1, keepdims=True)
+
+    def embed(batch: list[str]) -> list[list[float]]:
+        return table[[int(t.split("|", 1)[0]) for t in batch]].tolist()
+
+    index: Any = {"dims": 384, "embed": embed, "fields": ["text"], "distance_type": "cosine"}
+    out: dict[str, Any] = {"items": items, "samples": samples, "dimensions": 384}
+    with (
+        bench_database(dsn, "_lgstore") as lg_dsn,
+        bench_database(dsn, "_pgstore") as pg_dsn,
+        PostgresStore.from_conn_string(lg_dsn, index={**index, "ann_index_config": {"kind": "hnsw"}}) as lg,
+        pgmem.connect(pg_dsn, namespace="bench") as client,
+    ):
+        lg.setup()
+        pg = PgmemStore(client, index={**index, "model": "all-MiniLM-L6-v2-lookup"})
+        pg.setup()
+        stores: dict[str, Any] = {"langgraph": lg, "pgmem": pg}
+        ns = ("bench", "docs")
+
+        # The load: batches of 100, alternating which store goes first.
+        batch_times: dict[str, list[float]] = {"langgraph": [], "pgmem": []}
+        for n, start in enumerate(range(0, items, BATCH)):
+            ops = [PutOp(ns, f"r{i}", _value(i, texts[i])) for i in range(start, min(items, start + BATCH))]
+            order = ["langgraph", "pgmem"] if n % 2 == 0 else ["pgmem", "langgraph"]
+            for name in order:
+                t0 = time.perf_counter_ns()
+                stores[name].batch(ops)
+                batch_times[name].append((time.perf_counter_ns() - t0) / 1000)
+        for name, values in batch_times.items():
+            values.sort()
+            out[f"{name} put batch of 100"] = {
+                "p50_us": round(values[len(values) // 2], 1),
+                "p99_us": round(values[min(len(values) - 1, int(len(values) * 0.99))], 1),
+            }
+        # Planner statistics as autovacuum gives them a minute after a load.
+        for target in (lg_dsn, pg_dsn):
+            with psycopg.connect(target, autocommit=True) as conn:
+                conn.execute("ANALYZE")
+
+        rng = np.random.default_rng(0)
+        fresh = iter(range(10**9))
+        keys = iter(rng.integers(0, items, samples * 50).tolist())
+        qrows = iter(rng.integers(0, len(queries), samples * 50).tolist())
+
+        def put_one(store: Any) -> Callable[[], Any]:
+            return lambda: store.put(("bench", "new"), f"n{next(fresh)}", _value(next(keys), "new item"))
+
+        def get_one(store: Any) -> Callable[[], Any]:
+            return lambda: store.get(ns, f"r{next(keys)}")
+
+        def recent(store: Any) -> Callable[[], Any]:
+            return lambda: store.search(ns, limit=K)
+
+        for label, make in (("put one", put_one), ("get", get_one), ("search without query", recent)):
+            t = timed_together({name: make(s) for name, s in stores.items()}, iterations=samples)
+            for name in stores:
+                out[f"{name} {label}"] = {"p50_us": t[name]["p50_us"], "p99_us": t[name]["p99_us"]}
+
+        for label, (flt, keep) in FILTERS.items():
+            mask = np.array([keep(row) for row in range(items)])
+            hits: dict[str, list[int]] = {name: [] for name in stores}
+            recalls: dict[str, list[float]] = {name: [] for name in stores}
+
+            def search(name: str, store: Any) -> Callable[[], Any]:
+                def run() -> None:
+                    q = next(qrows)
+                    found = store.search(ns, query=f"{items + q}|query", filter=flt or None, limit=K)
+                    scores = unit @ (queries[q] / np.linalg.norm(queries[q]))
+                    scores[~mask] = -np.inf
+                    want = {f"r{i}" for i in np.argsort(-scores)[:K]}
+                    hits[name].append(len(found))
+                    recalls[name].append(len({h.key for h in found} & want) / K)
+
+                return run
+
+            t = timed_together({name: search(name, s) for name, s in stores.items()}, iterations=samples)
+            for name in stores:
+                out[f"{name} vector search {label}"] = {
+                    "p50_us": t[name]["p50_us"],
+                    "p99_us": t[name]["p99_us"],
+                    "hits": round(float(np.mean(hits[name])), 2),
+                    "recall": round(float(np.mean(recalls[name])), 3),
+                }
+    labels = ["put batch of 100", "put one", "get", "search without query"]
+    labels += [f"vector search {label}" for label in FILTERS]
+    out["ratios (PostgresStore / pgmem, p50)"] = {
+        label: round(out[f"langgraph {label}"]["p50_us"] / out[f"pgmem {label}"]["p50_us"], 2) for label in labels
+    }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dsn", default=None, help="server to create the two databases on (default: embedded)")
+    parser.add_argument("--items", type=int, default=34_000)
+    parser.add_argument("--samples", type=int, default=300)
+    parser.add_argument("--json", type=Path, default=Path("benchmarks/results/integrations_store.json"))
+    args = parser.parse_args()
+    result = run_store(args.dsn, items=args.items, samples=args.samples)
+    write_json(args.json, result)
+    print(f"{'':28} {'PostgresStore p50/p99':>24} {'pgmem p50/p99':>22} {'ratio':>6}  hits/recall")
+    for label, ratio in result["ratios (PostgresStore / pgmem, p50)"].items():
+        lg, pg = result[f"langgraph {label}"], result[f"pgmem {label}"]
+        extra = ""
+        if "hits" in lg:
+            extra = f"  {lg['hits']}/{lg['recall']} vs {pg['hits']}/{pg['recall']}"
+        print(
+            f"{label:28} {lg['p50_us']:>12.0f}/{lg['p99_us']:<11.0f} {pg['p50_us']:>10.0f}/{pg['p99_us']:<11.0f}"
+            f" {ratio:>6}{extra}"
+        )
+
+
+if __name__ == "__main__":
+    main()
