@@ -11,8 +11,8 @@ Parts (each system gets a fresh database of the same server; the same messages, 
 * chatstore: ``PgmemChatStore`` vs ``PostgresChatStore`` of llama-index-storage-chat-store-postgres (one
   array of messages per key, rewritten on each change; sync): add at 10 and at 1,000 messages, get at 10
   and 1,000, delete the last at 10 and 1,000.
-* store: LangGraph's store, by ``benchmarks/integrations_store.py`` (its ``run(server_dsn, *, quick)``),
-  skipped when that module is absent.
+* store: LangGraph's store, by ``benchmarks/integrations_store.py`` (its ``run_store(dsn, items=...,
+  samples=...)``; ``--quick``: 5,000 items), skipped when that module is absent.
 
 Speed-up = their p50 / pgmem's p50 (above 1: pgmem is faster). langchain-postgres pins pgvector < 0.4 and
 cannot share an environment's resolver with pgmem; install it with ``pip install --no-deps
@@ -276,7 +276,10 @@ def bench_store(server_dsn: str, iterations: int, quick: bool) -> dict[str, Any]
         print("store: skipped (benchmarks/integrations_store.py is not there yet)")
         return None
     module = importlib.import_module("benchmarks.integrations_store")
-    result: dict[str, Any] = module.run(server_dsn, quick=quick)
+    kwargs: dict[str, Any] = {"samples": iterations}
+    if quick:
+        kwargs["items"] = 5_000
+    result: dict[str, Any] = module.run_store(server_dsn, **kwargs)
     return result
 
 
