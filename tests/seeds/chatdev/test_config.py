@@ -213,7 +213,8 @@ graph:
     assert ours.config.embedding.base_url == ENV["BASE_URL"] + "/x"  # type: ignore[attr-defined]
     data = yaml.safe_load(text)
     theirs = _devall_store(data["graph"]["memory"][0], data["vars"])
-    assert theirs.config.embedding.api_key == ENV["API_KEY"] and theirs.config.embedding.model == "text-embedding-3-small"
+    assert theirs.config.embedding.api_key == ENV["API_KEY"]
+    assert theirs.config.embedding.model == "text-embedding-3-small"
 
     unset = {"BASE_URL": ENV["BASE_URL"]}  # API_KEY is not set
     with pytest.raises(ns.configs.ConfigError, match="Unresolved placeholder"):
@@ -236,5 +237,5 @@ def test_mem0_is_a_clear_error_naming_the_supported_types() -> None:
 
 def test_an_attachment_to_an_undeclared_store_is_an_error() -> None:
     design = {"graph": {"memory": [], "nodes": [{"id": "A", "type": "agent", "config": {"memories": [{"name": "x"}]}}]}}
-    with pytest.raises(pgmem.ConfigError, match=r"graph.nodes\[0\].config.memories\[0\].name: no memory store named 'x'"):
+    with pytest.raises(pgmem.ConfigError, match=r"nodes\[0\].config.memories\[0\].name: no memory store named 'x'"):
         parse_design(design, env=ENV)
