@@ -3,7 +3,8 @@
 Facades accept any message object with MetaGPT- or OpenAI-style attributes (``content``, ``role``,
 ``cause_by``, ``send_to``…) — a real ``metagpt.schema.Message`` among them — and return objects of the
 caller's class. Fields of the caller's class that pgmem has no column for travel in
-``metadata["__extra__"]`` and are restored on the way back.
+``metadata["__extra__"]`` and are restored on the way back, as does a ``content`` of ``None`` (OpenAI's
+assistant message that only calls tools), which the ``content`` column stores as ``""``.
 """
 
 from __future__ import annotations
@@ -52,10 +53,17 @@ class MessageCodec(Generic[T]):
         >>> codec = MessageCodec(MyMessage)
         >>> core = codec.to_core(MyMessage(content="hi"))
         >>> codec.from_core(core)  # a MyMessage again
+
+    Args:
+        message_class: the class messages are returned as (``None``: the class of the first message
+            converted, else the class recorded with each row when it is imported).
+        validate: build the caller's pydantic messages with ``model_validate`` (nested models such as
+            OpenManus's ``ToolCall`` come back as objects, not dicts) instead of ``model_construct``.
     """
 
-    def __init__(self, message_class: type[T] | None = None) -> None:
+    def __init__(self, message_class: type[T] | None = None, *, validate: bool = False) -> None:
         self.message_class = message_class
+        self.validate = validate
 
     def to_core(self, obj: Any) -> Message:
         if isinstance(obj, Message):
@@ -69,17 +77,20 @@ class MessageCodec(Generic[T]):
         for field in CORE_FIELDS:
             if hasattr(obj, field):
                 value = getattr(obj, field)
-                if value is not None or field in ("instruct_content", "name", "tool_call_id", "tool_calls"):
+                if value is not None or field in ("content", "instruct_content", "name", "tool_call_id", "tool_calls"):
                     data[field] = value
         if "content" not in data:
             raise InvalidInput(f"{cls.__name__} has no 'content' attribute")
-        if data["content"] is None:
+        content_is_none = data["content"] is None
+        if content_is_none:
             data["content"] = ""
         tool_calls = data.get("tool_calls")
         if tool_calls is not None:
             data["tool_calls"] = [t.model_dump(mode="json") if isinstance(t, BaseModel) else t for t in tool_calls]
         metadata = dict(data.get("metadata") or {})
         extra = self._extra_fields(obj)
+        if content_is_none:
+            extra["content"] = None
         if extra:
             metadata[EXTRA_KEY] = extra
         data["metadata"] = metadata
@@ -131,6 +142,11 @@ class MessageCodec(Generic[T]):
         if fields is not None:
             values = {k: v for k, v in values.items() if k in fields}
         if isinstance(cls, type) and issubclass(cls, BaseModel):
+            if self.validate:
+                try:
+                    return cls.model_validate(values)  # type: ignore[return-value]
+                except ValueError as exc:
+                    raise InvalidInput(f"a stored message is not a valid {cls.__name__}: {exc}") from exc
             # The values come from rows pgmem validated on the way in and are already in the caller's
             # normal form (sets, module.ClassName strings), so skip re-validation: it is most of the cost
             # of reading a message back.

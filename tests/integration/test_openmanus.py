@@ -147,7 +147,9 @@ def test_get_recent_messages(client: pgmem.Client) -> None:
     assert [m.content for m in recent(4)] == ["m2", "m3", "m4", "m5"]
     assert [m.content for m in recent(100)] == ["m2", "m3", "m4", "m5"]  # never beyond the window
     assert recent(0) == memory.messages  # OpenManus's messages[-0:] is everything
-    for bad in (-1, 1.5, "2", True):
+    assert [m.content for m in recent(-1)] == ["m3", "m4", "m5"]  # messages[1:], as OpenManus slices
+    assert recent(-9) == []
+    for bad in (1.5, "2", True, None):
         with pytest.raises(pgmem.InvalidInput):
             recent(bad)  # type: ignore[arg-type]
     for bad_max in (0, -3, 2.0, True):
@@ -283,24 +285,45 @@ def _conversation(rng: random.Random, turns: int) -> list[Message]:
 
 
 def _expected_window(conversation: list[Message], n: int) -> list[Message]:
+    """The README's rule: the last n messages; a tool result counts when its call is earlier in them (the
+    first result of a call), and follows its call, in the order of the calls; an assistant message shows
+    its answered calls only, and is left out when it has neither content nor an answered call."""
     window = conversation[-n:]
     called: set[str] = set()
-    kept = []
+    answers: dict[str, Message] = {}
     for m in window:
-        if m.role == "tool" and m.tool_call_id not in called:
+        if m.role == "tool":
+            if m.tool_call_id in called and m.tool_call_id not in answers:
+                answers[m.tool_call_id] = m  # type: ignore[index]
+        else:
+            called.update(c.id for c in m.tool_calls or [])
+    kept: list[Message] = []
+    for m in window:
+        if m.role == "tool":
             continue
-        called.update(c.id for c in m.tool_calls or [])
-        kept.append(m)
+        if m.tool_calls:
+            answered = [c for c in m.tool_calls if c.id in answers]
+            if not answered and not m.content:
+                continue
+            kept.append(m.model_copy(update={"tool_calls": answered or None}))
+            kept.extend(answers[c.id] for c in answered)
+        else:
+            kept.append(m)
     return kept
 
 
 def _check_window(window: list[Message]) -> None:
-    assert not window or window[0].role != "tool"
-    called: set[str] = set()
+    """What the OpenAI chat API requires of tool messages: each answers a call of the assistant message
+    right before its block, and every call of that message is answered before anything else."""
+    pending: list[str] = []
     for m in window:
         if m.role == "tool":
-            assert m.tool_call_id in called, f"tool result {m.tool_call_id} without its call in the window"
-        called.update(c.id for c in m.tool_calls or [])
+            assert m.tool_call_id in pending, f"tool result {m.tool_call_id} does not follow its call"
+            pending.remove(m.tool_call_id)  # type: ignore[arg-type]
+            continue
+        assert not pending, f"calls {pending} unanswered before the next message"
+        pending = [c.id for c in m.tool_calls or []]
+    assert not pending
 
 
 def test_no_window_ever_starts_with_or_holds_an_orphaned_tool_result(client: pgmem.Client) -> None:
@@ -324,3 +347,99 @@ def test_no_window_ever_starts_with_or_holds_an_orphaned_tool_result(client: pgm
             recent = memory.get_recent_messages(k)
             _check_window(recent)
             assert recent == _expected_window(conversation, k)
+
+
+# -- messages is assignable, and Memory is a pydantic model -----------------------------------------------
+
+
+def test_assigning_an_extension_of_the_window_appends(client: pgmem.Client, dsn: str) -> None:
+    with pgmem.connect(dsn, namespace="test", min_size=0, max_size=1) as second_client:
+        mine = Memory("agent:assign", client=client, max_messages=3)
+        theirs = Memory("agent:assign", client=second_client)
+        mine.add_messages([Message.user_message(f"m{i}") for i in range(5)])
+        window = mine.messages
+        assert [m.content for m in window] == ["m2", "m3", "m4"]
+        theirs.add_message(Message.user_message("from them"))  # lands after mine read its window
+        mine.messages = window + [Message.assistant_message("mine")]  # what `messages += [...]` does
+        everything = [m.content for m in theirs.messages]
+        assert everything == ["m0", "m1", "m2", "m3", "m4", "from them", "mine"]  # nothing lost or repeated
+        mine.messages += [Message.user_message("again")]
+        assert [m.content for m in theirs.messages][-2:] == ["mine", "again"]
+
+
+def test_assigning_another_list_replaces_the_contents(client: pgmem.Client, dsn: str) -> None:
+    memory = Memory("agent:replace", client=client, max_messages=3)
+    memory.add_messages([Message.user_message(f"m{i}") for i in range(5)])
+    memory.messages = memory.messages[1:]  # drops m2 and the history before the window
+    assert [m.content for m in Memory("agent:replace", client=client, max_messages=10).messages] == ["m3", "m4"]
+    memory.messages = []
+    assert Memory("agent:replace", client=client).messages == []
+    before = table_counts(dsn)
+    memory.messages = [Message.user_message("kept")]
+    after = table_counts(dsn)
+    for bad in ("text", None, 3, [Message.user_message("fine"), "not a message"], [Message.user_message("\x00")]):
+        with pytest.raises(pgmem.InvalidInput):
+            memory.messages = bad  # type: ignore[assignment]
+    assert table_counts(dsn) == after != before
+    assert [m.content for m in memory.messages] == ["kept"]
+
+
+def test_memory_is_a_pydantic_field(client: pgmem.Client) -> None:
+    from pydantic import BaseModel, ConfigDict, Field
+
+    class Agent(BaseModel):
+        model_config = ConfigDict(arbitrary_types_allowed=True)
+        memory: Memory = Field(default_factory=lambda: Memory(client=client, max_messages=4))
+
+    agent = Agent()
+    agent.memory.messages += [Message.user_message("hi")]
+    assert agent.model_dump()["memory"]["messages"] == [Message.user_message("hi").model_dump()]
+    assert agent.memory.model_dump(include={"messages", "max_messages"}) == {
+        "messages": [Message.user_message("hi").model_dump()],
+        "max_messages": 4,
+    }
+    seeded = Memory(client=client, messages=[Message.system_message("be brief"), Message.user_message("go")])
+    assert [m.content for m in Memory(seeded.key, client=client).messages] == ["be brief", "go"]
+    assert Memory(seeded.key, client=client)  # truthy even when the window is empty, as OpenManus's
+    assert bool(Memory(client=client)) and len(Memory(client=client)) == 0
+
+
+def test_messages_come_back_as_the_callers_class(client: pgmem.Client) -> None:
+    from pydantic import BaseModel
+
+    class Chat(BaseModel):  # a message class of the caller's own, OpenAI-shaped
+        role: str
+        content: str | None = None
+        tool_calls: list[ToolCall] | None = None
+        tool_call_id: str | None = None
+
+    memory = Memory(client=client)
+    memory.add_message(Chat(role="assistant", tool_calls=[_call("c1")]))
+    memory.add_message(Chat(role="tool", content="out", tool_call_id="c1"))
+    back = memory.messages
+    assert [type(m) for m in back] == [Chat, Chat]
+    assert back[0].content is None and isinstance(back[0].tool_calls[0], ToolCall)  # type: ignore[index]
+
+
+@pytest.mark.slow
+def test_processes_appending_by_assignment_lose_nothing(dsn: str) -> None:
+    """Two processes each run `messages += [msg]` 40 times on one memory: all 80 messages are stored,
+    once each, in each process's order."""
+    import multiprocessing
+
+    from tests.integration.openmanus_workers import append_by_assignment
+
+    ctx = multiprocessing.get_context("spawn")
+    start = ctx.Event()
+    procs = [ctx.Process(target=append_by_assignment, args=(dsn, "agent:race", n, 40, start)) for n in ("a", "b")]
+    for p in procs:
+        p.start()
+    start.set()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    with pgmem.connect(dsn, namespace="test") as client:
+        contents = [m.content for m in Memory("agent:race", client=client, max_messages=1000).messages]
+    assert sorted(contents) == sorted(f"{n} {i}" for n in "ab" for i in range(40))
+    for name in "ab":
+        assert [c for c in contents if c.startswith(name)] == [f"{name} {i}" for i in range(40)]

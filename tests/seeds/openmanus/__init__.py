@@ -1,0 +1,1 @@
+"""Differential tests against OpenManus 0.1.0 (``openmanus`` on PyPI, package ``app``)."""
