@@ -7,7 +7,9 @@ import gc
 import json
 import os
 import shutil
+import signal
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -124,3 +126,20 @@ def timed_together(
             "n": iterations,
         }
     return out
+
+
+@contextlib.contextmanager
+def busy_processes(n: int) -> Iterator[list[int]]:
+    """``n`` CPU-bound processes spinning for the duration (other agents' work on the same cores); killed
+    (by pid) at the end."""
+    pids = [
+        os.posix_spawn(sys.executable, [sys.executable, "-c", "while True: pass"], dict(os.environ)) for _ in range(n)
+    ]
+    try:
+        time.sleep(0.5)  # let them reach the loop
+        yield pids
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        for pid in pids:
+            os.waitpid(pid, 0)

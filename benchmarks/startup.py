@@ -26,13 +26,9 @@ import compileall
 import json
 import os
 import platform
-import signal
 import statistics
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -41,7 +37,7 @@ from rich.console import Console
 from rich.table import Table
 
 import pgmem
-from benchmarks._common import bench_database, write_json
+from benchmarks._common import bench_database, busy_processes, write_json
 
 NAMESPACE = "startup"
 MEMORY = "role:Alice"
@@ -140,22 +136,6 @@ def measure(children: dict[str, str], env: dict[str, str], runs: int, warmup: in
     out["ratio_of_medians"] = round(out["pgmem"]["wall_ms_median"] / out["raw psycopg"]["wall_ms_median"], 2)
     out["ratio_paired_median"] = round(statistics.median(paired), 2)
     return out
-
-
-@contextmanager
-def busy_processes(n: int) -> Iterator[list[int]]:
-    """``n`` CPU-bound processes spinning for the duration; killed (by pid) at the end."""
-    pids = [
-        os.posix_spawn(sys.executable, [sys.executable, "-c", "while True: pass"], dict(os.environ)) for _ in range(n)
-    ]
-    try:
-        time.sleep(0.5)  # let them reach the loop
-        yield pids
-    finally:
-        for pid in pids:
-            os.kill(pid, signal.SIGKILL)
-        for pid in pids:
-            os.waitpid(pid, 0)
 
 
 def loaded_modules(env: dict[str, str]) -> dict[str, Any]:

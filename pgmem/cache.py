@@ -25,12 +25,20 @@ when the log was purged past it).
   trip on 2 cores). When the mark moved, the entry catches up and the search runs again.
 
 Answers equal an exact search in Postgres over the same rows: same ids, same order (ties by id), scores
-as cosine similarities. Search is brute force (exact): a numpy matrix-vector product with
-``argpartition``. Measured on this project's 2-core machines with 384-d MiniLM vectors (single queries,
-p50): numpy 29 / 235 / 1,121 / 3,820 µs at 1k / 10k / 30k / 100k vectors, ``faiss.knn`` with one OpenMP
-thread 27 / 407 / 1,525 / 5,494 µs, ``IndexFlatIP`` slower still at 30k; so numpy is the default at every
-size and FAISS is used only above ``faiss_above`` vectors when you set it (with one OpenMP thread unless
-told otherwise: two were 2-12x slower on single queries here).
+as cosine similarities. Search is brute force (exact), by one of two kernels:
+
+* ``numpy``: a matrix-vector product (OpenBLAS's gemv, on its thread pool) and ``argpartition``. The
+  fastest on an idle machine: 29 / 235 / 1,121 / 3,820 µs at 1k / 10k / 30k / 100k 384-d vectors (single
+  queries, p50, 2 cores), against 27 / 407 / 1,525 / 5,494 µs for ``faiss.knn`` on one thread.
+* ``faiss``: ``faiss.knn`` on one OpenMP thread (FAISS's own SIMD loop, no BLAS thread pool). Beside
+  CPU-bound processes it holds up where the BLAS pool collapses: with other processes busy on the same 2
+  cores, numpy took 9,489 / 12,167 µs at 10k / 30k against 637 / 1,678 µs.
+
+``kernel="auto"`` (the default) picks per search, by the recent cost of each kernel on entries of that
+size: it times every search, keeps the last few timings of each kernel per size class (powers of two), uses
+the cheaper one and gives the other a probe every :data:`PROBE_EVERY` searches, so it moves to FAISS when
+the machine gets busy and back when it is quiet again (``benchmarks/vectors.py`` part A, loaded scenario).
+Both kernels give the same answer (ties at the k-th place are resolved by id either way).
 """
 
 from __future__ import annotations
@@ -38,9 +46,10 @@ from __future__ import annotations
 import json
 import logging
 import math
+import statistics
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -151,6 +160,68 @@ class _ModelChanged(Exception):
     """The memory is searched with another model now: drop the entry, look the model up again."""
 
 
+#: With ``kernel="auto"``, every this many searches of a size class go to the kernel not in use (times how
+#: many times slower it was, up to :data:`PROBE_MAX`).
+PROBE_EVERY = 32
+PROBE_MAX = 1024
+
+
+class KernelChooser:
+    """Which exact-search kernel is cheaper now, per size class of entries (powers of two).
+
+    Keeps the last :data:`KernelChooser.KEEP` timings (seconds per query) of each kernel per class; picks
+    the one with the lower median, and the other one every :data:`PROBE_EVERY` searches of that class
+    (scaled by how much slower it was, so probing costs about 1/PROBE_EVERY of the search time), so a
+    change of load (other processes taking the cores, or leaving them) is noticed within a few probes. A
+    kernel never timed in a class is tried first. Lock-free: a lost timing under a race costs nothing."""
+
+    KERNELS = ("numpy", "faiss")
+    KEEP = 5
+
+    def __init__(self) -> None:
+        self._times: dict[tuple[int, str], deque[float]] = {}
+        self._calls: dict[int, int] = {}
+        # per size class: (the cheaper kernel, the other, probe interval), recomputed on every timing
+        self._order: dict[int, tuple[str, str, int]] = {}
+
+    def pick(self, n: int) -> str:
+        size = n.bit_length()
+        order = self._order.get(size)
+        if order is None:  # a kernel not timed yet in this class goes first
+            return next((k for k in self.KERNELS if not self._times.get((size, k))), self.KERNELS[0])
+        cheaper, other, every = order
+        calls = self._calls[size] = self._calls.get(size, 0) + 1
+        return other if calls % every == 0 else cheaper
+
+    def record(self, kernel: str, n: int, seconds: float) -> None:
+        size = n.bit_length()
+        times = self._times.get((size, kernel))
+        if times is None:
+            times = self._times[size, kernel] = deque(maxlen=self.KEEP)
+        times.append(seconds)
+        medians = []
+        for name in self.KERNELS:
+            known = self._times.get((size, name))
+            if not known:
+                return
+            ordered = sorted(known)
+            medians.append((ordered[len(ordered) // 2], name))
+        (fast, cheaper), (slow, other) = sorted(medians)
+        # A probe of a kernel r times as slow costs r searches: probe it r times less often (at most
+        # PROBE_MAX apart), so that probing never costs more than ~1/PROBE_EVERY of the search time.
+        ratio = slow / fast if fast > 0 else 1.0
+        every = PROBE_EVERY if ratio <= 1.0 else min(PROBE_MAX, int(PROBE_EVERY * ratio))
+        self._order[size] = (cheaper, other, every)
+
+    def snapshot(self) -> dict[str, dict[str, float]]:
+        """The median timing (µs per query) of each kernel per size class (``"<=2^b"``), for reports."""
+        out: dict[str, dict[str, float]] = {}
+        for (size, kernel), times in sorted(self._times.items()):
+            if times:
+                out.setdefault(f"<=2^{size}", {})[kernel] = round(statistics.median(times) * 1e6, 1)
+        return out
+
+
 def _unit(vectors: Vectors) -> Vectors:
     norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
     out: Vectors = np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
@@ -166,9 +237,10 @@ class VectorCache:
         budget_bytes: the most memory the cached matrices may take (LRU eviction beyond it; a memory
             larger than the whole budget is searched in Postgres instead).
         mode: ``"default"`` or ``"strict"`` (see the module docstring).
-        faiss_above: memories with more vectors than this are searched with ``faiss.knn`` (default:
-            never; numpy measured faster, see the module docstring).
-        faiss_threads: OpenMP threads for FAISS (1 is fastest for single queries here).
+        kernel: ``"auto"`` (default: the cheaper of the two by recent timings), ``"numpy"`` or ``"faiss"``
+            (see the module docstring).
+        faiss_threads: OpenMP threads for FAISS (1 is fastest for single queries here; FAISS's setting is
+            process-wide).
 
     Example:
         >>> cache = VectorCache(client)
@@ -181,11 +253,15 @@ class VectorCache:
         *,
         budget_bytes: int = 512 * 1024 * 1024,
         mode: Literal["default", "strict"] = "default",
-        faiss_above: int | None = None,
+        kernel: Literal["auto", "numpy", "faiss"] = "auto",
         faiss_threads: int = 1,
     ) -> None:
         if mode not in ("default", "strict"):
             raise InvalidInput(f"mode must be 'default' or 'strict', got {mode!r}")
+        if kernel not in ("auto", "numpy", "faiss"):
+            raise InvalidInput(f"kernel must be 'auto', 'numpy' or 'faiss', got {kernel!r}")
+        if isinstance(faiss_threads, bool) or not isinstance(faiss_threads, int) or faiss_threads < 1:
+            raise InvalidInput(f"faiss_threads must be a positive integer, got {faiss_threads!r}")
         if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes < 0:
             raise InvalidInput(f"budget_bytes must be a non-negative integer, got {budget_bytes!r}")
         if client.conninfo is None:
@@ -193,7 +269,8 @@ class VectorCache:
         self._client = client
         self.mode = mode
         self.budget_bytes = budget_bytes
-        self.faiss_above = faiss_above
+        self.kernel = kernel
+        self.kernels = KernelChooser()
         self.stats = CacheStats()
         self._entries: OrderedDict[tuple[str, int], _Entry] = OrderedDict()
         # The highest revision NOTIFY announced per memory, and how many announcements it has had. Kept per
@@ -710,7 +787,9 @@ class VectorCache:
         base = entry.matrix[:n]
         take = k if k < n else n
         found: list[tuple[list[float], list[int]]] = []
-        if self.faiss_above is not None and n > self.faiss_above:
+        kernel = self.kernels.pick(n) if self.kernel == "auto" else self.kernel
+        started = time.perf_counter()
+        if kernel == "faiss":
             # one more than k: a tie between the k-th and the next means the k-th place is shared
             wide = take + 1 if take < n else take
             scores, rows = self._faiss.knn(queries, base, wide, metric=self._faiss.METRIC_INNER_PRODUCT)
@@ -722,6 +801,7 @@ class VectorCache:
         else:
             for q in queries:
                 found.append(self._top_rows(base @ q, n, take))  # a gemv, not a transposed matrix product
+        self.kernels.record(kernel, n, (time.perf_counter() - started) / len(queries))
         ids = entry.ids
         out = []
         for (products, rows), scale in zip(found, scales, strict=True):

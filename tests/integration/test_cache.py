@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psycopg
@@ -17,7 +18,7 @@ import pytest
 
 import pgmem
 from pgmem import Message
-from pgmem.cache import VectorCache
+from pgmem.cache import PROBE_EVERY, PROBE_MAX, KernelChooser, VectorCache
 from tests.integration.cache_workers import MEMORY, same
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -274,11 +275,51 @@ def test_faiss_path_equals_numpy_path(client: pgmem.Client) -> None:
     client.vectors.enable("m")
     _fill(client, "m", 300)
     queries = client.embedder.embed([f"item {i} colour {i % 11}" for i in range(10)])
-    with VectorCache(client, faiss_above=10) as with_faiss, VectorCache(client) as with_numpy:
+    with (
+        VectorCache(client, kernel="faiss") as with_faiss,
+        VectorCache(client, kernel="numpy") as with_numpy,
+        VectorCache(client) as auto,
+    ):
         for q in queries:
             a, b = with_faiss.search_vectors("m", q, 10)[0], with_numpy.search_vectors("m", q, 10)[0]
             assert same(a, b)
+            for _ in range(3):  # auto tries both kernels, then probes the other one now and then
+                assert same(auto.search_vectors("m", q, 10)[0], a)
             assert same(a, _exact(client, "m", q, 10))
+
+
+def test_auto_kernel_moves_to_the_cheaper_one_and_back() -> None:
+    """The chooser tries each kernel once, then uses the cheaper by the median of recent timings, probing
+    the other every PROBE_EVERY searches: a kernel that becomes slow (the BLAS pool beside busy
+    processes) is left within a few searches, and taken again once its probes are cheap again."""
+    chooser = KernelChooser()
+    n = 10_000
+    cost = {"numpy": 200e-6, "faiss": 400e-6}
+
+    def run(searches: int) -> list[str]:
+        picked = []
+        for _ in range(searches):
+            kernel = chooser.pick(n)
+            chooser.record(kernel, n, cost[kernel])
+            picked.append(kernel)
+        return picked
+
+    first = run(2 + 4 * PROBE_EVERY)
+    assert sorted(first[:2]) == ["faiss", "numpy"]  # each tried once
+    # then numpy, and faiss (twice as slow) as a probe every 2 * PROBE_EVERY searches
+    assert first[2:].count("faiss") == 2 and first[-1] == "faiss"
+    cost["numpy"] = 9_000e-6  # the machine gets busy: numpy is 22x slower than faiss now
+    busy = run(8 * PROBE_EVERY)
+    assert busy[-4 * PROBE_EVERY :].count("numpy") == 0  # probed 22x less often: 704 searches apart
+    busy = run(2 * PROBE_MAX)
+    assert 1 <= busy.count("numpy") <= 3
+    cost["numpy"] = 200e-6  # and quiet again: numpy's probes win it back
+    quiet = run(4 * PROBE_MAX)
+    assert quiet[-4 * PROBE_EVERY :].count("faiss") <= 4
+    assert chooser.pick(100) in KernelChooser.KERNELS  # another size class is timed on its own
+    assert set(chooser.snapshot()["<=2^14"]) == {"numpy", "faiss"}
+    with pytest.raises(pgmem.InvalidInput, match="kernel"):
+        VectorCache.__init__(object.__new__(VectorCache), object(), kernel="blas")  # type: ignore[arg-type]
 
 
 def test_purged_log_and_recreated_memory_reload(dsn: str, client: pgmem.Client) -> None:
@@ -365,8 +406,8 @@ class ExactEmbedder:
         return self.embed(texts)
 
 
-@pytest.mark.parametrize("faiss_above", [None, 5])
-def test_a_shared_kth_place_goes_to_the_smallest_ids(client: pgmem.Client, faiss_above: int | None) -> None:
+@pytest.mark.parametrize("kernel", ["numpy", "faiss", "auto"])
+def test_a_shared_kth_place_goes_to_the_smallest_ids(client: pgmem.Client, kernel: Any) -> None:
     """Equal vectors score equally: which of them make the top k does not depend on the rows' order in the
     cache (numpy's partition and FAISS pick any of them), it is the smallest ids, best first then by id."""
     embedder = ExactEmbedder()
@@ -376,7 +417,7 @@ def test_a_shared_kth_place_goes_to_the_smallest_ids(client: pgmem.Client, faiss
     client.messages.add_many("m", twins)
     client.vectors.flush(embedder)
     q = embedder.embed(["twin"])[0]
-    with VectorCache(client, faiss_above=faiss_above) as cache:
+    with VectorCache(client, kernel=kernel) as cache:
         for k in (1, 3, 5):
             got = cache.search_vectors("m", q, k)[0]
             assert [i for i, _ in got] == [f"twin-{c}" for c in "abcdef"[:k]]
