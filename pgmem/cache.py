@@ -39,6 +39,17 @@ size: it times every search, keeps the last few timings of each kernel per size 
 the cheaper one and gives the other a probe every :data:`PROBE_EVERY` searches, so it moves to FAISS when
 the machine gets busy and back when it is quiet again (``benchmarks/vectors.py`` part A, loaded scenario).
 Both kernels give the same answer (ties at the k-th place are resolved by id either way).
+
+Approximate mode (``approximate_above=N``, off by default). A memory of at least N vectors gets an IVF
+index (``faiss.IndexIVFFlat``, ``sqrt(n)`` lists, inner product on the unit vectors), built in a background
+thread from a copy of the entry; exact search answers until it is attached. The build calibrates
+``nprobe``: the smallest power of two whose recall@10 against exact search reaches
+:data:`ANN_CALIBRATION_RECALL` for perturbed rows of the memory. The index follows the same revision
+protocol as the matrix: every change the entry replays (a peer's, announced by NOTIFY, or the process's
+own) is applied to the index too (a direct map makes removal O(1)); changes made while a build runs are
+journalled and replayed before the index is attached; a reload drops it and a later search builds a new
+one. So an answer reflects every announced revision exactly as in exact mode; only its ranking is
+approximate (scores are exact cosine similarities of the vectors it returns).
 """
 
 from __future__ import annotations
@@ -50,6 +61,7 @@ import statistics
 import threading
 import time
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -110,6 +122,7 @@ class CacheStats:
     bypassed: int = 0
     notifications: int = 0
     reconnects: int = 0
+    approximate_builds: int = 0
 
 
 @dataclass
@@ -122,6 +135,13 @@ class _Entry:
     dirty: int = 0  # own writes since the last catch-up
     epoch: int = -1  # the listener connection it was last current under
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Approximate mode: the IVF index once built, and the changes made while a build runs (replayed into
+    # the new index before it is attached). ``generation`` moves on a reload: a build of an older
+    # generation is thrown away.
+    ann: _Ann | None = None
+    building: list[tuple[int, str, Vectors | None]] | None = None
+    generation: int = 0
+    ann_failed: bool = False
 
     @property
     def size(self) -> int:
@@ -129,7 +149,17 @@ class _Entry:
 
     @property
     def nbytes(self) -> int:
-        return int(self.matrix.nbytes) + _ID_BYTES * len(self.ids)
+        ann = 0 if self.ann is None else self.ann.nbytes
+        return int(self.matrix.nbytes) + _ID_BYTES * len(self.ids) + ann
+
+    def reset(self, ids: Sequence[str], matrix: Vectors, rev: int) -> None:
+        """Replace the contents (a reload): any index or build of the old contents is dropped."""
+        self.generation += 1
+        self.ann, self.building, self.ann_failed = None, None, False
+        self.ids, self.row_of, self.rev = [], {}, rev
+        self.matrix = np.zeros((max(16, len(ids)), self.model.dimension), np.float32)
+        for message_id, vector in zip(ids, matrix, strict=True):
+            self.add(message_id, vector)
 
     def add(self, message_id: str, vector: Vectors) -> None:
         if message_id in self.row_of:
@@ -142,11 +172,19 @@ class _Entry:
         self.matrix[n] = _unit(vector)
         self.ids.append(message_id)
         self.row_of[message_id] = n
+        if self.ann is not None:
+            self.ann.add(message_id, self.matrix[n])
+        if self.building is not None:
+            self.building.append((1, message_id, self.matrix[n].copy()))
 
     def remove(self, message_id: str) -> None:
         row = self.row_of.pop(message_id, None)
         if row is None:
             return
+        if self.ann is not None:
+            self.ann.remove(message_id)
+        if self.building is not None:
+            self.building.append((-1, message_id, None))
         last = len(self.ids) - 1
         if row != last:
             moved = self.ids[last]
@@ -154,6 +192,86 @@ class _Entry:
             self.ids[row] = moved
             self.row_of[moved] = row
         self.ids.pop()
+
+
+#: Approximate mode: recall@10 the build's calibration asks of ``nprobe`` (above the promised 0.95, for
+#: queries that are not rows of the memory).
+ANN_CALIBRATION_RECALL = 0.97
+_ANN_CALIBRATION_QUERIES = 64
+
+
+class _Ann:
+    """An IVF index (``faiss.IndexIVFFlat``, inner product on the unit vectors) over one entry's vectors,
+    kept in step with the entry by :meth:`add` and :meth:`remove` (a direct map makes removal O(1))."""
+
+    def __init__(self, index: Any, nprobe: int, ids: list[str]) -> None:
+        self.index = index
+        self.nprobe = nprobe
+        self.id_of: dict[int, str] = dict(enumerate(ids))
+        self.key_of: dict[str, int] = {message_id: key for key, message_id in enumerate(ids)}
+        self.next_key = len(ids)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.index.ntotal) * (int(self.index.d) * 4 + 8 + 2 * _ID_BYTES)
+
+    def add(self, message_id: str, unit: Vectors) -> None:
+        if message_id in self.key_of:
+            return
+        key = self.next_key
+        self.next_key += 1
+        self.key_of[message_id] = key
+        self.id_of[key] = message_id
+        self.index.add_with_ids(unit[None, :], np.array([key], np.int64))
+
+    def remove(self, message_id: str) -> None:
+        key = self.key_of.pop(message_id, None)
+        if key is not None:
+            del self.id_of[key]
+            self.index.remove_ids(np.array([key], np.int64))
+
+    def search(self, queries: Vectors, k: int) -> list[tuple[list[float], list[str]]]:
+        """Per query, up to ``k`` (products, message ids); fewer when the probed lists hold fewer."""
+        scores, keys = self.index.search(queries, k)
+        out = []
+        for s, r in zip(scores.tolist(), keys.tolist(), strict=True):
+            found = [(p, self.id_of[key]) for p, key in zip(s, r, strict=True) if key >= 0]
+            out.append(([p for p, _ in found], [i for _, i in found]))
+        return out
+
+    @classmethod
+    def build(cls, faiss: Any, ids: list[str], matrix: Vectors) -> _Ann:
+        """Train and fill an index over ``matrix`` (unit rows), then calibrate ``nprobe``: the smallest power
+        of two whose recall@10 against the exact answer reaches :data:`ANN_CALIBRATION_RECALL` for queries
+        drawn from the memory (a row, perturbed, its own row not counted)."""
+        n, d = matrix.shape
+        nlist = max(16, int(math.sqrt(n)))
+        rng = np.random.default_rng(n)
+        quantizer = faiss.IndexFlatIP(d)
+        index = faiss.IndexIVFFlat(quantizer, d, nlist, faiss.METRIC_INNER_PRODUCT)
+        train = matrix[rng.choice(n, min(n, 64 * nlist), replace=False)]
+        index.train(train)
+        index.set_direct_map_type(faiss.DirectMap.Hashtable)
+        index.add_with_ids(matrix, np.arange(n, dtype=np.int64))
+        rows = rng.choice(n, min(n, _ANN_CALIBRATION_QUERIES), replace=False)
+        noisy = matrix[rows] + rng.normal(0, 0.02, (len(rows), d)).astype(np.float32)
+        queries = _unit(noisy).astype(np.float32)
+        k = min(10, n - 1)
+        truth = []
+        for q in queries:
+            products = matrix @ q
+            best = np.argpartition(products, n - k - 1)[n - k - 1 :]
+            truth.append(set(best[np.argsort(products[best])[::-1]][:k].tolist()))
+        nprobe = 1
+        while nprobe < nlist:
+            index.nprobe = nprobe
+            _, found = index.search(queries, k)
+            recall = sum(len(t & set(f.tolist())) for t, f in zip(truth, found, strict=True)) / (k * len(truth))
+            if recall >= ANN_CALIBRATION_RECALL:
+                break
+            nprobe *= 2
+        index.nprobe = min(nprobe, nlist)
+        return cls(index, int(index.nprobe), ids)
 
 
 class _ModelChanged(Exception):
@@ -241,6 +359,9 @@ class VectorCache:
             (see the module docstring).
         faiss_threads: OpenMP threads for FAISS (1 is fastest for single queries here; FAISS's setting is
             process-wide).
+        approximate_above: memories with at least this many vectors are searched approximately, by an
+            IVF index built in the background (exact search answers until it is ready); None (default):
+            always exact. See "Approximate mode" in the module docstring.
 
     Example:
         >>> cache = VectorCache(client)
@@ -255,6 +376,7 @@ class VectorCache:
         mode: Literal["default", "strict"] = "default",
         kernel: Literal["auto", "numpy", "faiss"] = "auto",
         faiss_threads: int = 1,
+        approximate_above: int | None = None,
     ) -> None:
         if mode not in ("default", "strict"):
             raise InvalidInput(f"mode must be 'default' or 'strict', got {mode!r}")
@@ -262,6 +384,10 @@ class VectorCache:
             raise InvalidInput(f"kernel must be 'auto', 'numpy' or 'faiss', got {kernel!r}")
         if isinstance(faiss_threads, bool) or not isinstance(faiss_threads, int) or faiss_threads < 1:
             raise InvalidInput(f"faiss_threads must be a positive integer, got {faiss_threads!r}")
+        if approximate_above is not None and (
+            isinstance(approximate_above, bool) or not isinstance(approximate_above, int) or approximate_above < 1
+        ):
+            raise InvalidInput(f"approximate_above must be a positive integer or None, got {approximate_above!r}")
         if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes < 0:
             raise InvalidInput(f"budget_bytes must be a non-negative integer, got {budget_bytes!r}")
         if client.conninfo is None:
@@ -271,6 +397,7 @@ class VectorCache:
         self.budget_bytes = budget_bytes
         self.kernel = kernel
         self.kernels = KernelChooser()
+        self.approximate_above = approximate_above
         self.stats = CacheStats()
         self._entries: OrderedDict[tuple[str, int], _Entry] = OrderedDict()
         # The highest revision NOTIFY announced per memory, and how many announcements it has had. Kept per
@@ -636,10 +763,7 @@ class VectorCache:
                 # announcements, unless one arrived during the reload (then stay stale and catch up again).
                 if self._announcements.get(memory, 0) == seen and self._announced.get(memory, 0) > rev:
                     self._announced[memory] = rev
-            entry.ids, entry.row_of, entry.rev = [], {}, rev
-            entry.matrix = np.zeros((max(16, len(ids)), entry.model.dimension), np.float32)
-            for message_id, vector in zip(ids, matrix, strict=True):
-                entry.add(message_id, vector)
+            entry.reset(ids, matrix, rev)
         else:
             for _, op, message_id, vector in changes:
                 if op > 0 and vector is not None:
@@ -784,6 +908,11 @@ class VectorCache:
         n = entry.size
         if n == 0:
             return [[] for _ in queries]
+        if self.approximate_above is not None and n >= self.approximate_above:
+            if entry.ann is not None:
+                return self._rank(entry.ann.search(queries, min(k, n)), scales, k, threshold)
+            if entry.building is None and not entry.ann_failed:
+                self._start_build(entry)
         base = entry.matrix[:n]
         take = k if k < n else n
         found: list[tuple[list[float], list[int]]] = []
@@ -803,10 +932,61 @@ class VectorCache:
                 found.append(self._top_rows(base @ q, n, take))  # a gemv, not a transposed matrix product
         self.kernels.record(kernel, n, (time.perf_counter() - started) / len(queries))
         ids = entry.ids
+        named = []
+        for products, rows in found:
+            pairs = [(p, ids[r]) for p, r in zip(products, rows, strict=True) if r >= 0]
+            named.append(([p for p, _ in pairs], [i for _, i in pairs]))
+        return self._rank(named, scales, k, threshold)
+
+    def _start_build(self, entry: _Entry) -> None:
+        """Build the entry's IVF index in a background thread (call with the entry's lock held). The build
+        works on a copy; the changes made meanwhile are journalled and replayed before it is attached."""
+        entry.building = []
+        generation = entry.generation
+        ids = list(entry.ids)
+        matrix = entry.matrix[: entry.size].copy()
+
+        def run() -> None:
+            try:
+                ann = _Ann.build(self._faiss, ids, matrix)
+            except Exception:
+                log.exception("pgmem cache: building the approximate index failed; searching exactly")
+                with entry.lock:
+                    if entry.generation == generation:
+                        entry.building, entry.ann_failed = None, True  # not retried until a reload
+                return
+            with entry.lock:
+                if entry.generation != generation or entry.building is None:
+                    return  # the entry was reloaded meanwhile: a later search starts a new build
+                for op, message_id, vector in entry.building:
+                    if op > 0 and vector is not None:
+                        ann.add(message_id, vector)
+                    else:
+                        ann.remove(message_id)
+                entry.ann, entry.building = ann, None
+            self.stats.approximate_builds += 1
+
+        threading.Thread(target=run, name="pgmem-cache-ann", daemon=True).start()
+
+    def approximate_ready(self, memory: str) -> bool:
+        """Whether ``memory``'s entry (with its active model) has its approximate index built and attached."""
+        model = self._models.get(memory)
+        if model is None:
+            return False
+        with self._lock:
+            entry = self._entries.get((memory, model.id))
+        return entry is not None and entry.ann is not None
+
+    @staticmethod
+    def _rank(
+        found: list[tuple[list[float], list[str]]], scales: list[float], k: int, threshold: float | None
+    ) -> list[list[tuple[str, float]]]:
+        """Per query: its candidates' products and ids, scaled to cosine similarities, best first with ties by
+        id, cut at ``k`` and at ``threshold``."""
         out = []
-        for (products, rows), scale in zip(found, scales, strict=True):
+        for (products, found_ids), scale in zip(found, scales, strict=True):
             # (negated score, id) sorts best first with ties by id, without a key function
-            ranked = [(-p * scale, ids[r]) for p, r in zip(products, rows, strict=True) if r >= 0]
+            ranked = [(-p * scale, i) for p, i in zip(products, found_ids, strict=True)]
             ranked.sort()
             if threshold is not None:
                 out.append([(i, -s) for s, i in ranked[:k] if -s >= threshold])

@@ -465,3 +465,57 @@ async def test_the_cache_serves_an_async_client(dsn: str) -> None:
             exact = await aclient.vectors.search(vector=query, memory="m", k=5, mode="exact")
             assert same(got, [(h.message.id, h.score) for h in exact])
             assert "m-new" in [i for i, _ in got]
+
+
+@pytest.mark.slow
+def test_approximate_mode_recall_and_freshness(client: pgmem.Client, dsn: str) -> None:
+    """Approximate mode on 6,000 real MiniLM vectors: exact answers until the IVF index is built in the
+    background, then recall@10 >= 0.95 against exact search for held-out queries; a peer's writes and
+    deletes are reflected as soon as their revision is announced (added vectors found, deleted ones never
+    returned), and so are the process's own."""
+    from tests.integration.test_filtered_search import DATA, LookupEmbedder
+
+    if not DATA.exists():
+        pytest.skip(f"data set not found at {DATA}")
+    vectors = np.load(DATA / "embeddings-f16.npy").astype(np.float32)
+    corpus, queries = vectors[:6000], vectors[-200:]
+    embedder = LookupEmbedder(vectors)
+    client.vectors.enable("big", embedder)
+    client.messages.add_many("big", [Message(id=f"r{i}", content=f"{i}|row") for i in range(len(corpus))])
+    client.vectors.flush(embedder)
+    with VectorCache(client, approximate_above=5000) as cache:
+        first = cache.search_vectors("big", queries[0], 10)[0]
+        assert same(first, _exact(client, "big", queries[0]))  # exact while the index builds
+        deadline = time.monotonic() + 120
+        while not cache.approximate_ready("big"):
+            assert time.monotonic() < deadline, "the approximate index was not built within 120 s"
+            time.sleep(0.05)
+        assert cache.stats.approximate_builds == 1
+        unit = corpus / np.linalg.norm(corpus, axis=1, keepdims=True)
+        recalls = []
+        for q in queries:
+            truth = {f"r{i}" for i in np.argsort(unit @ q)[::-1][:10]}
+            got = cache.search_vectors("big", q, 10)[0]
+            assert len(got) == 10 and [s for _, s in got] == sorted((s for _, s in got), reverse=True)
+            recalls.append(len(truth & {i for i, _ in got}) / 10)
+        assert np.mean(recalls) >= 0.95, np.mean(recalls)
+
+        # a peer (another client: its writes reach this cache only through NOTIFY) adds and deletes
+        with pgmem.connect(dsn, namespace="test", embedder=embedder) as peer:
+            new = [Message(id=f"n{i}", content=f"{34_000 + i}|new") for i in range(5)]
+            peer.messages.add_many("big", new)
+            peer.vectors.flush(embedder)
+            gone = [f"r{i}" for i in range(0, 6000, 500)]
+            peer.messages.delete_many("big", gone)
+            rev = peer.vectors.head_rev("big")
+        assert cache.wait_announced("big", rev, timeout=10)
+        for i in range(5):
+            got = cache.search_vectors("big", vectors[34_000 + i], 3)[0]
+            assert got[0][0] == f"n{i}" and got[0][1] == pytest.approx(1.0, abs=1e-5)
+        for row in range(0, 6000, 500):
+            assert f"r{row}" not in {i for i, _ in cache.search_vectors("big", corpus[row], 10)[0]}
+        # the process's own write: seen at once
+        client.messages.add("big", Message(id="own", content="34100|own"))
+        client.vectors.flush(embedder)
+        assert cache.search_vectors("big", vectors[34_100], 1)[0][0][0] == "own"
+        assert cache.approximate_ready("big") and cache.stats.approximate_builds == 1  # updated, not rebuilt
