@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -57,8 +58,9 @@ def _design() -> dict[str, Any]:
 
 
 def test_devall_agent_executor_reads_and_writes_pgmem_memory(
-    client: pgmem.Client, dsn: str, monkeypatch: pytest.MonkeyPatch
+    client: pgmem.Client, dsn: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    monkeypatch.chdir(tmp_path)  # DevAll's workflow logger writes logs/<id>.log under the working directory
     for key, value in ENV.items():
         monkeypatch.setenv(key, value)
     importlib.import_module("runtime.node.builtin_nodes")  # DevAll's node types (agent, ...)
