@@ -212,8 +212,16 @@ def test_runner_run_sync_keeps_the_conversation(client: pgmem.Client) -> None:
     model = EchoModel()
     agent = Agent(name="echo", model=model)
     session = PgmemSession("runner", client=client)
-    assert Runner.run_sync(agent, "first", session=session).final_output == "1: first"
-    assert Runner.run_sync(agent, "second", session=session).final_output == "2: second"
+    # run_sync runs on the thread's default event loop and leaves it open on purpose; give it one this
+    # test closes (an unclosed loop would surface as a ResourceWarning in a later test).
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        assert Runner.run_sync(agent, "first", session=session).final_output == "1: first"
+        assert Runner.run_sync(agent, "second", session=session).final_output == "2: second"
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
     items = asyncio.run(session.get_items())
     assert [i.get("role") for i in items] == ["user", "assistant", "user", "assistant"]
     assert items[0]["content"] == "first"
