@@ -150,10 +150,15 @@ def test_ignore_id_dedups_by_content_and_deletes_by_content(client: pgmem.Client
     memory.add(MGMessage(content="other"))
     assert memory.count() == 2
     assert [m.id for m in memory.get()] == [pgmem.IGNORED_MESSAGE_ID] * 2
-    assert memory.find_news([MGMessage(content="same"), MGMessage(content="new")])[0].content == "new"
-    # MetaGPT's delete is a no-op with ignore_id; pgmem deletes the message with that content.
+    # As MetaGPT's: find_news compares the observed messages as they are (their own ids), so only one
+    # carrying the ignored id can be known already.
+    observed = [MGMessage(id=pgmem.IGNORED_MESSAGE_ID, content="same"), MGMessage(content="same")]
+    assert [m.id for m in memory.find_news(observed)] == [observed[1].id]
+    # delete sets the id to the ignored one, as MetaGPT's, and removes the equal message.
     memory.delete(MGMessage(content="same"))
     assert [m.content for m in memory.get()] == ["other"]
+    with pytest.raises(ValueError):
+        memory.delete(MGMessage(content="same"))
 
 
 def test_get_k_find_news_k_and_positions(client: pgmem.Client) -> None:

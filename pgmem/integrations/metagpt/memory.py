@@ -2,14 +2,44 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from pydantic import BaseModel
+
 from pgmem import Client
 from pgmem.connecting import get_default_client
-from pgmem.integrations.codec import MessageCodec
-from pgmem.models import IGNORED_MESSAGE_ID, any_to_str, storage_id_of
+from pgmem.errors import InvalidInput
+from pgmem.integrations.codec import EXTRA_KEY, MessageCodec, class_path
+from pgmem.models import IGNORED_MESSAGE_ID, any_to_str, storage_id, storage_id_of
+
+#: Longest caller id kept readable in a stored id (``<id>#<fingerprint>``; ids are at most 128 characters).
+_READABLE_ID = 100
+
+
+def fingerprint(message: BaseModel) -> str:
+    """A digest of every field of a pydantic message and its class: equal exactly when pydantic's ``==``
+    says two messages of one class are equal (what MetaGPT's ``message in storage`` compares)."""
+    data = message.model_dump(mode="json", warnings=False)
+    text = json.dumps([class_path(type(message)), data], sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:20]
+
+
+def stored_id(message: Any) -> str | None:
+    """The id the MetaGPT facade stores a caller's pydantic message under: its id and a fingerprint of all
+    its fields, so that a reused id with other content is another message (as in MetaGPT) while the same
+    message added twice, or published to several memories, is still one row. ``None`` for pgmem's own
+    :class:`pgmem.Message` and other classes, which keep the core's rule (the id, or the content for
+    MetaGPT's ignored id)."""
+    if not isinstance(message, BaseModel):
+        return None
+    own = getattr(message, "id", None)
+    own = own if isinstance(own, str) and own else IGNORED_MESSAGE_ID
+    readable = own if len(own) <= _READABLE_ID else hashlib.sha256(own.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{readable}#{fingerprint(message)}"
 
 
 class Memory:
@@ -61,10 +91,25 @@ class Memory:
         core = self._codec.to_core(message)
         if self.ignore_id:
             core.id = IGNORED_MESSAGE_ID
+        derived = stored_id(message)
+        if derived is not None:
+            core.metadata = {**core.metadata, EXTRA_KEY: {**core.metadata.get(EXTRA_KEY, {}), "id": core.id}}
+            core.id = derived
         return core
 
-    def _storage_id(self, message: Any) -> str:
-        """The stored id of a caller's message, without converting it (find_news reads only ids)."""
+    def _storage_id(self, message: Any, *, as_added: bool = True) -> str:
+        """The stored id of a caller's message, without converting it (find_news reads only ids).
+
+        ``as_added``: with ``ignore_id``, the id the message gets when added (MetaGPT's ``add`` and
+        ``delete`` set it to ``"0"``; its ``find_news`` compares the observed message as it is)."""
+        if self.ignore_id and as_added:
+            try:
+                message.id = IGNORED_MESSAGE_ID
+            except (AttributeError, TypeError, ValueError):
+                pass
+        derived = stored_id(message)
+        if derived is not None:
+            return derived
         message_id = getattr(message, "id", None)
         content = getattr(message, "content", None) or ""
         if self.ignore_id or not isinstance(message_id, str):
@@ -95,8 +140,10 @@ class Memory:
         return None if found is None else self._codec.from_core(found)
 
     def delete(self, message: Any) -> None:
-        """Remove a message (with ``ignore_id``: the message with the same content; MetaGPT ignores this call)."""
-        self.client.messages.delete(self.key, self._core(message))
+        """Remove a message; :class:`pgmem.InvalidInput` (a ``ValueError``, as MetaGPT's ``list.remove``)
+        when the memory does not hold it."""
+        if not self.client.messages.delete(self.key, self._storage_id(message)):
+            raise InvalidInput(f"Memory.delete: memory {self.key!r} does not hold this message")
 
     def clear(self) -> None:
         self.client.messages.clear(self.key)
@@ -109,7 +156,12 @@ class Memory:
         return self.get_by_content(keyword)
 
     def get(self, k: int = 0) -> list[Any]:
-        """The most recent ``k`` messages, oldest first; all of them when ``k`` is 0."""
+        """The most recent ``k`` messages, oldest first; all of them when ``k`` is 0. MetaGPT slices
+        ``storage[-k:]``, so a negative ``k`` is every message but the first ``-k``."""
+        if isinstance(k, bool) or not isinstance(k, int):
+            raise InvalidInput(f"k must be an integer, got {k!r}")
+        if k < 0:
+            return self._out(self.client.messages.last(self.key)[-k:])
         return self._out(self.client.messages.last(self.key, k))
 
     @property
@@ -118,8 +170,13 @@ class Memory:
         return self.get()
 
     def find_news(self, observed: list[Any], k: int = 0) -> list[Any]:
-        """The observed messages not among the most recent ``k`` (all when 0): one query."""
-        positions = self.client.messages.new_positions(self.key, [self._storage_id(m) for m in observed], k)
+        """The observed messages not among the most recent ``k`` (all when 0; see :meth:`get` for a
+        negative ``k``): one query."""
+        ids = [self._storage_id(m, as_added=False) for m in observed]
+        if isinstance(k, int) and not isinstance(k, bool) and k < 0:
+            seen = {storage_id(m) for m in self.client.messages.last(self.key)[-k:]}
+            return [m for m, i in zip(observed, ids, strict=True) if i not in seen]
+        positions = self.client.messages.new_positions(self.key, ids, k)
         return [observed[i] for i in positions]
 
     def get_by_action(self, action: Any) -> list[Any]:
