@@ -395,3 +395,26 @@ def test_dumps_racing_the_retention_job_recreates_the_brain(client: pgmem.Client
         worker.join(timeout=60)
     assert not errors, errors
     assert [m.content for m in asyncio.run(BrainMemory(client=client).loads(KEY)).history] == ["talk after the purge"]
+
+
+async def test_compress_history_in_the_seeds_form(client: pgmem.Client) -> None:
+    """MetaGPT's call is compress_history(redis_key): the LLM is self.llm; fewer than 10 messages: nothing."""
+    key = f"chat:u:{uuid.uuid4().hex[:6]}"
+    brain = BrainMemory(client=client, llm=OfflineSummarizer())
+    for i in range(9):
+        brain.add_talk(MGMessage(content=f"talk {i}"))
+    await brain.dumps(key)
+    assert await brain.compress_history(key) == []
+    assert brain.historical_summary == "" and len(brain.history) == 9
+    brain.add_talk(MGMessage(content="talk 9"))
+    assert await brain.compress_history(key) == []
+    assert brain.historical_summary and brain.history == []
+    loaded = await BrainMemory(client=client).loads(key)
+    assert loaded.historical_summary == brain.historical_summary and loaded.history == []
+    no_llm = BrainMemory(client=client)
+    for i in range(10):
+        no_llm.add_talk(MGMessage(content=f"t{i}"))
+    with pytest.raises(pgmem.InvalidInput):
+        await no_llm.compress_history(key)
+    with pytest.raises(pgmem.InvalidInput):
+        await no_llm.compress_history()

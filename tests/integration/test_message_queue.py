@@ -83,3 +83,14 @@ def test_processes_popping_never_get_the_same_message(client: pgmem.Client, dsn:
     popped = [c for r in results for c in r]
     assert len(popped) == 2000 and set(popped) == {f"m{i}" for i in range(2000)}
     assert sum(1 for r in results if r) >= 2  # the work was actually shared
+
+
+def test_push_ignores_a_message_already_queued(client: pgmem.Client) -> None:
+    mq = MessageQueue(client=client)
+    message = MGMessage(content="build it")
+    assert mq.push(message) is True
+    assert mq.push(message) is False  # already waiting: ignored, as the seed's queue
+    assert mq.push(MGMessage(id=message.id, content="other content")) is True  # a reused id is another message
+    assert [m.content for m in mq.pop_all()] == ["build it", "other content"]
+    assert mq.push(message) is True  # popped, so it can be queued again
+    assert mq.pop() == message

@@ -30,8 +30,9 @@ class RoleContext:
 def test_memory_storage_idea_message(client: pgmem.Client) -> None:
     # MetaGPT: tests/metagpt/memory/test_memory_storage.py::test_idea_message
     storage = MemoryStorage(client=client)
-    assert storage.recover_memory("UTUser1(Product Manager)") == []
     assert storage.is_initialized is False
+    assert storage.recover_memory("UTUser1(Product Manager)") == []
+    assert storage.is_initialized is True  # as MetaGPT's: recovery opens the (empty) storage
     message = MGMessage(role="User", content="Write a cli snake game", cause_by=UserRequirement)
     assert storage.add(message) is True
     assert storage.is_initialized is True
@@ -89,7 +90,7 @@ async def test_longterm_memory_scenario(client: pgmem.Client) -> None:
     # a new instance (as after a restart) recovers the role's long-term memory from Postgres
     ltm_new = LongTermMemory(client=client)
     ltm_new.recover_memory(role_id, rc)
-    assert len(ltm_new.get()) == 3
+    assert ltm_new.get() == []  # as MetaGPT's: recovery does not fill the short-term memory
     assert len(await ltm_new.find_news([message])) == 0
     ltm_new.recover_memory(role_id, rc)
     assert len(await ltm_new.find_news([sim_message])) == 0
@@ -111,9 +112,12 @@ async def test_longterm_memory_watch_recover_delete(client: pgmem.Client) -> Non
     assert ltm.count() == 2
     storage = client.messages.last(ltm.memory_storage.key)
     assert [m.content for m in storage] == ["Build a chess engine"]  # only watched actions
-    # recovering adds the long-term messages to the short-term memory, and does not store them again
+    # recovering leaves the short-term memory empty (MetaGPT's); load=True adds the long-term messages to
+    # it, without storing them again
     other = LongTermMemory(client=client)
     other.recover_memory("role", rc)
+    assert other.get() == []
+    other.recover_memory("role", rc, load=True)
     assert [m.content for m in other.get()] == ["Build a chess engine"]
     assert client.messages.count(ltm.memory_storage.key) == 1
     # delete removes from long-term storage too (MetaGPT's TODO)
@@ -201,3 +205,64 @@ def test_default_client_and_embedder(default_client_env: str) -> None:
     storage.persist()
     assert storage.client.vectors.pending(storage.key) == {}
     assert storage.client.embedder.model == "pgmem-hash-384"
+
+
+class RankingLLM:
+    """Names documents by number, as MetaGPT's LLM ranker expects of an LLM; records the prompts."""
+
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+        self.prompts: list[str] = []
+
+    async def aask(self, prompt: str) -> str:
+        self.prompts.append(prompt)
+        return self.answer
+
+
+def test_role_zero_accepts_metagpts_arguments_and_ranks_with_an_llm(client: pgmem.Client, tmp_path: Any) -> None:
+    llm = RankingLLM("2, 1, 9, 2")
+    memory = RoleZeroLongTermMemory(
+        client=client,
+        persist_path=str(tmp_path / "chroma"),  # accepted; the memory lives in Postgres
+        collection_name="role_zero_memory",
+        memory_k=2,
+        similarity_top_k=2,
+        use_llm_ranker=True,
+        llm=llm,
+    )
+    assert not (tmp_path / "chroma").exists()
+    same = RoleZeroLongTermMemory(client=client, collection_name="role_zero_memory")
+    assert same.key == memory.key  # the collection names the memory, in any process
+    for topic in ["snake game rules", "snake game graphics", "weather", "lunch"]:
+        memory.add(MGMessage(content=topic, role="assistant", cause_by=WriteCode))
+    memory.add(MGMessage(content="make the snake game faster", role="user", cause_by=UserRequirement))
+    got = [m.content for m in memory.get(k=1)]
+    assert len(llm.prompts) == 1 and "make the snake game faster" in llm.prompts[0]
+    # The ranker kept the two documents it named (9 is no document, the repeated 2 counts once), and the
+    # kept long-term messages come in creation order before the short-term one.
+    assert len(got) == 3 and got[-1] == "make the snake game faster"
+    assert set(got[:-1]) <= {"snake game rules", "snake game graphics", "weather"}
+    with pytest.raises(pgmem.InvalidInput):
+        RoleZeroLongTermMemory(client=client, use_llm_ranker=True)  # no llm to rank with
+    with pytest.raises(pgmem.InvalidInput):
+        RoleZeroLongTermMemory(client=client, collection_name="")
+
+
+def test_role_zero_boundary_moves_with_clear_and_delete_newest(client: pgmem.Client) -> None:
+    """Long-term is "all but the last memory_k": delete_newest brings the newest long-term message back
+    into the short-term window; clear empties both (README, "MetaGPT's long-term memories")."""
+    memory = RoleZeroLongTermMemory(client=client, memory_k=2)
+    for i in range(4):
+        memory.add(MGMessage(content=f"m{i}", role="assistant", cause_by=WriteCode))
+    assert [m.content for m in memory.get(k=2)] == ["m2", "m3"]  # m0, m1 are long-term
+    memory.delete_newest()
+    assert [m.content for m in memory.get(k=2)] == ["m1", "m2"]  # m1 is short-term again
+    memory.clear()
+    assert memory.count() == 0 and memory.get(k=2) == []
+
+
+def test_parse_ranking() -> None:
+    from pgmem.integrations.metagpt.longterm import parse_ranking
+
+    assert parse_ranking("Doc 3, then 1; 3 again and 7", 4) == [2, 0]
+    assert parse_ranking("NONE", 4) == []

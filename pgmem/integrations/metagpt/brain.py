@@ -312,7 +312,7 @@ class BrainMemory(BaseModel):
 
     async def compress_history(
         self,
-        llm: Any,
+        llm: Any = None,
         *,
         max_tokens: int = 4000,
         policy: CompressionPolicy | None = None,
@@ -326,7 +326,15 @@ class BrainMemory(BaseModel):
         in Postgres; an LLM failure raises with everything stored before it kept.
 
         Needs a bound brain (after ``loads`` or ``dumps``); an unbound one falls back to :meth:`summarize`.
+
+        The seed's form, ``compress_history(redis_key)``: with fewer than 10 history messages nothing
+        happens; otherwise the history is summarised with ``self.llm`` and the summary stored under
+        ``redis_key`` (:meth:`set_history_summary`). Returns ``[]``.
         """
+        if isinstance(llm, str):
+            return await self._compress_seed_form(llm)
+        if llm is None:
+            raise InvalidInput("compress_history needs an LLM (any async aask(prompt)), or the seed's redis_key")
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise InvalidInput(f"max_tokens must be a positive integer, got {max_tokens!r}")
         text = self.history_text_all
@@ -352,6 +360,19 @@ class BrainMemory(BaseModel):
         self.history = self._from_core(rest)
         self._saved = self._fields()
         return created
+
+    async def _compress_seed_form(self, redis_key: str) -> list[Summary]:
+        if len(self.history) < 10:
+            return []
+        if self.llm is None:
+            raise InvalidInput("compress_history(redis_key) summarises with self.llm, which is not set")
+        check_brain_key(redis_key)
+        text = "\n".join(getattr(m, "content", "") for m in self.history)
+        summary = await summarize_text(self.llm, text, max_words=200)
+        if not summary:
+            raise InvalidInput(f"the LLM returned an empty summary of {len(text)} characters")
+        await self.set_history_summary(summary, redis_key)
+        return []
 
     @property
     def history_text_all(self) -> str:

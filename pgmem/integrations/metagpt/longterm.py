@@ -10,10 +10,13 @@ default) without ever blocking a write on it.
 from __future__ import annotations
 
 import logging
+import os
+import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from pgmem import Client
+from pgmem._acompat import drive
 from pgmem.checks import key_for
 from pgmem.connecting import get_default_client
 from pgmem.embeddings import Embedder
@@ -22,6 +25,7 @@ from pgmem.integrations._facade import call
 from pgmem.integrations.codec import MessageCodec
 from pgmem.integrations.metagpt.memory import Memory
 from pgmem.models import any_to_str
+from pgmem.summarizer import ask
 
 __all__ = [
     "DEFAULT_L2_THRESHOLD",
@@ -90,7 +94,8 @@ class MemoryStorage:
 
     @property
     def is_initialized(self) -> bool:
-        """Whether the role's storage holds any message (MetaGPT: its FAISS index exists)."""
+        """True once :meth:`recover_memory` ran (until :meth:`clean`), as MetaGPT's, whose recovery
+        always opens (or creates) the role's FAISS index."""
         return self._initialized
 
     def recover_memory(self, role_id: str) -> list[Any]:
@@ -101,7 +106,7 @@ class MemoryStorage:
         self.role_id = role_id
         self.client.vectors.enable(self.key, self.embedder)
         messages = self.client.messages.last(self.key)
-        self._initialized = bool(messages)
+        self._initialized = True
         return self._codec.from_core_list(messages)
 
     def add(self, message: Any) -> bool:
@@ -175,23 +180,26 @@ class LongTermMemory(Memory):
         self.rc: Any = None
         self.msg_from_recover = False
 
-    def recover_memory(self, role_id: str, rc: Any) -> None:
-        """Load the role's long-term messages into the short-term memory; remember ``rc`` (its ``watch``)."""
+    def recover_memory(self, role_id: str, rc: Any, *, load: bool = False) -> None:
+        """Open the role's long-term storage and remember ``rc`` (its ``watch``).
+
+        As MetaGPT's (``# self.add_batch(messages) # TODO no need``), the long-term messages are not
+        copied into the short-term memory: they only make :meth:`find_news` drop similar news. ``load=True``
+        also adds them to the short-term memory (without storing them long-term again)."""
         if not hasattr(rc, "watch"):
             raise InvalidInput("rc must have a `watch` collection of actions (a MetaGPT RoleContext)")
         messages = self.memory_storage.recover_memory(role_id)
         self.rc = rc
-        if not self.memory_storage.is_initialized:
-            log.warning("It may the first time to run Agent %s, the long-term memory is empty", role_id)
+        if not messages:
+            log.warning("It may the first time to run Role %s, the long-term memory is empty", role_id)
         else:
-            log.warning(
-                "Agent %s has existed memory storage with %d messages and has recovered them.", role_id, len(messages)
-            )
-        self.msg_from_recover = True
-        try:
-            self.add_batch(messages)
-        finally:
-            self.msg_from_recover = False
+            log.warning("Role %s has existing memory storage and has recovered them.", role_id)
+        if load:
+            self.msg_from_recover = True
+            try:
+                self.add_batch(messages)
+            finally:
+                self.msg_from_recover = False
 
     def _watched(self) -> set[str]:
         return {any_to_str(action) for action in (getattr(self.rc, "watch", None) or ())}
@@ -239,6 +247,24 @@ class LongTermMemory(Memory):
 
 Reranker = Callable[[str, list[Any]], list[Any]]
 
+_RANK_PROMPT = (
+    "A list of documents is shown below. Each document has a number next to it. A question is also "
+    "provided. Respond with the numbers of the documents you should consult to answer the question, in "
+    "order of relevance, as a comma-separated list (e.g. 2, 1). Answer NONE if none is relevant.\n\n"
+    "{documents}\n\nQuestion: {query}\nAnswer:"
+)
+
+
+def parse_ranking(answer: str, count: int) -> list[int]:
+    """The 0-based candidate positions an LLM's ranking answer names, in its order (1-based numbers in the
+    answer; unknown or repeated numbers ignored)."""
+    seen: list[int] = []
+    for token in re.findall(r"\d+", answer):
+        position = int(token) - 1
+        if 0 <= position < count and position not in seen:
+            seen.append(position)
+    return seen
+
 
 class RoleZeroLongTermMemory(Memory):
     """MetaGPT's ``RoleZeroLongTermMemory``: messages older than the last ``memory_k`` are long-term.
@@ -249,10 +275,21 @@ class RoleZeroLongTermMemory(Memory):
     to the last message (when it is a user requirement and the memory holds more than ``memory_k``),
     ordered by creation time, before the short-term ones.
 
+    Boundary: the long-term part is always "all but the last ``memory_k``" of the list, so whatever
+    shortens the list moves the boundary: :meth:`delete_newest` brings the newest long-term message back
+    into the short-term window, :meth:`clear` empties both. (MetaGPT's copies in Chroma stay where they
+    are.)
+
     Args:
-        key: the memory's key (default: a new one).
-        rerank: optional ``(query, messages) -> messages`` applied to the related long-term messages (the
-            place of MetaGPT's LLM ranker).
+        key: the memory's key (default: a new one; MetaGPT's ``collection_name`` names it too).
+        persist_path: MetaGPT's Chroma folder. Accepted and unused: the memory lives in Postgres.
+        collection_name: MetaGPT's Chroma collection; used as the key (``rolezero:<name>``) when ``key``
+            is not given, so the same name in another process is the same memory.
+        use_llm_ranker: rerank the recalled long-term candidates with ``llm`` (as MetaGPT's
+            ``LLMRankerConfig``): the LLM is asked which candidates are relevant to the query, most relevant
+            first, and the ``similarity_top_k`` it names are kept.
+        llm: what ``use_llm_ranker`` asks (any async ``aask(prompt) -> str``).
+        rerank: optional ``(query, messages) -> messages`` applied to the related long-term messages.
     """
 
     def __init__(
@@ -265,11 +302,27 @@ class RoleZeroLongTermMemory(Memory):
         similarity_top_k: int = 5,
         rerank: Reranker | None = None,
         message_class: type[Any] | None = None,
+        persist_path: str | None = None,
+        collection_name: str | None = None,
+        use_llm_ranker: bool = False,
+        llm: Any = None,
     ) -> None:
         for name, value in (("memory_k", memory_k), ("similarity_top_k", similarity_top_k)):
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1_000_000:
                 raise InvalidInput(f"{name} must be an integer in [1, 1000000], got {value!r}")
+        if persist_path is not None and not isinstance(persist_path, str | os.PathLike):
+            raise InvalidInput(f"persist_path must be a path, got {type(persist_path).__name__}")
+        if collection_name is not None and (not isinstance(collection_name, str) or not collection_name):
+            raise InvalidInput("collection_name must be a non-empty string")
+        if use_llm_ranker and (llm is None or not callable(getattr(llm, "aask", None))):
+            raise InvalidInput("use_llm_ranker needs llm=, an object with an async aask(prompt) method")
+        if key is None and collection_name is not None:
+            key = key_for("rolezero:", collection_name)
         super().__init__(key, client=client, message_class=message_class)
+        self.persist_path = persist_path
+        self.collection_name = collection_name
+        self.use_llm_ranker = use_llm_ranker
+        self.llm = llm
         self.embedder = embedder
         self.memory_k = memory_k
         self.similarity_top_k = similarity_top_k
@@ -296,6 +349,14 @@ class RoleZeroLongTermMemory(Memory):
         sent_from = getattr(message, "sent_from", "")
         return role == "user" and (cause_by.endswith("UserRequirement") or sent_from == TEAMLEADER_NAME)
 
+    def _llm_rank(self, query: str, candidates: list[Any]) -> list[Any]:
+        """Keep the candidates the LLM names as relevant, most relevant first (MetaGPT's LLM ranker)."""
+        if not candidates:
+            return candidates
+        documents = "\n".join(f"Document {i}:\n{m.content}" for i, m in enumerate(candidates, 1))
+        answer = drive(ask(self.llm, _RANK_PROMPT.format(documents=documents, query=query)))
+        return [candidates[i] for i in parse_ranking(str(answer), len(candidates))][: self.similarity_top_k]
+
     def get(self, k: int = 0) -> list[Any]:
         """The last ``k`` messages (all when 0), preceded by related long-term ones (see the class doc)."""
         memories = super().get(k)
@@ -318,7 +379,10 @@ class RoleZeroLongTermMemory(Memory):
         except Exception as exc:  # noqa: BLE001 - as MetaGPT: a failed long-term fetch returns the short-term part
             log.warning("fetching long-term memories failed: %s: %s", type(exc).__name__, exc)
             return memories
-        related = sorted((h.message for h in hits), key=lambda m: m.created_at)
+        candidates = [h.message for h in hits]
+        if self.use_llm_ranker:
+            candidates = self._llm_rank(query, candidates)
+        related = sorted(candidates, key=lambda m: m.created_at)
         out = self._codec.from_core_list(related)
         if self.rerank is not None:
             out = list(self.rerank(query, out))

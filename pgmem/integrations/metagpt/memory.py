@@ -14,7 +14,7 @@ from pgmem import Client
 from pgmem.connecting import get_default_client
 from pgmem.errors import InvalidInput
 from pgmem.integrations.codec import EXTRA_KEY, MessageCodec, class_path
-from pgmem.models import IGNORED_MESSAGE_ID, any_to_str, storage_id, storage_id_of
+from pgmem.models import IGNORED_MESSAGE_ID, Message, any_to_str, storage_id, storage_id_of
 
 #: Longest caller id kept readable in a stored id (``<id>#<fingerprint>``; ids are at most 128 characters).
 _READABLE_ID = 100
@@ -40,6 +40,17 @@ def stored_id(message: Any) -> str | None:
     own = own if isinstance(own, str) and own else IGNORED_MESSAGE_ID
     readable = own if len(own) <= _READABLE_ID else hashlib.sha256(own.encode("utf-8", "surrogatepass")).hexdigest()
     return f"{readable}#{fingerprint(message)}"
+
+
+def to_stored(codec: MessageCodec[Any], message: Any) -> Message:
+    """``message`` as the core message the MetaGPT facades store: a pydantic message under
+    :func:`stored_id` (its own id kept in ``metadata["__extra__"]`` and given back on reads)."""
+    core = codec.to_core(message)
+    derived = stored_id(message)
+    if derived is not None:
+        core.metadata = {**core.metadata, EXTRA_KEY: {**core.metadata.get(EXTRA_KEY, {}), "id": core.id}}
+        core.id = derived
+    return core
 
 
 class Memory:
@@ -88,13 +99,9 @@ class Memory:
                 message.id = IGNORED_MESSAGE_ID  # MetaGPT does the same to the caller's object
             except (AttributeError, TypeError, ValueError):
                 pass
-        core = self._codec.to_core(message)
-        if self.ignore_id:
+        core = to_stored(self._codec, message)
+        if self.ignore_id and stored_id(message) is None:
             core.id = IGNORED_MESSAGE_ID
-        derived = stored_id(message)
-        if derived is not None:
-            core.metadata = {**core.metadata, EXTRA_KEY: {**core.metadata.get(EXTRA_KEY, {}), "id": core.id}}
-            core.id = derived
         return core
 
     def _storage_id(self, message: Any, *, as_added: bool = True) -> str:

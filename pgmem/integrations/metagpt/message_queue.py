@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from typing import Any
@@ -11,6 +12,8 @@ from pgmem.checks import check_key
 from pgmem.connecting import get_default_client
 from pgmem.errors import InvalidInput
 from pgmem.integrations.codec import MessageCodec
+from pgmem.integrations.metagpt.memory import to_stored
+from pgmem.models import storage_id
 
 
 class MessageQueue:
@@ -18,7 +21,9 @@ class MessageQueue:
 
     Messages come out in priority order (lower first, 0 by default), then oldest first. ``pop`` takes
     and acknowledges in one statement, so two processes popping from one queue never get the same
-    message. Use :attr:`pgmem.Client.queues` for leases and retries.
+    message. Pushing a message already waiting in the queue (equal in every field, as the MetaGPT
+    ``Memory`` facade compares them) does nothing, as in the seed; once popped it can be pushed again.
+    Use :attr:`pgmem.Client.queues` for leases and retries.
 
     Args:
         name: the queue; the same name in another process is the same queue. ``None``: a new queue.
@@ -44,9 +49,13 @@ class MessageQueue:
     def client(self) -> Client:
         return self._client if self._client is not None else get_default_client()
 
-    def push(self, msg: Any, priority: int = 0) -> None:
-        """Append a message (``priority``: lower comes out first)."""
-        self.client.queues.push(self.name, self._codec.to_core(msg), priority=priority)
+    def push(self, msg: Any, priority: int = 0) -> bool:
+        """Append a message (``priority``: lower comes out first); False when it is already waiting in
+        the queue (nothing is pushed)."""
+        core = to_stored(self._codec, msg)
+        # The dedup key names the message (its stored id) in the key alphabet, whatever the id's characters.
+        dedup = "msg:" + hashlib.sha256(storage_id(core).encode("utf-8", "surrogatepass")).hexdigest()[:40]
+        return self.client.queues.push(self.name, core, priority=priority, dedup_key=dedup).created
 
     def pop(self) -> Any:
         """Remove and return the next message; None when the queue is empty."""
