@@ -40,16 +40,18 @@ the cheaper one and gives the other a probe every :data:`PROBE_EVERY` searches, 
 the machine gets busy and back when it is quiet again (``benchmarks/vectors.py`` part A, loaded scenario).
 Both kernels give the same answer (ties at the k-th place are resolved by id either way).
 
-Approximate mode (``approximate_above=N``, off by default). A memory of at least N vectors gets an IVF
-index (``faiss.IndexIVFFlat``, ``sqrt(n)`` lists, inner product on the unit vectors), built in a background
-thread from a copy of the entry; exact search answers until it is attached. The build calibrates
-``nprobe``: the smallest power of two whose recall@10 against exact search reaches
-:data:`ANN_CALIBRATION_RECALL` for perturbed rows of the memory. The index follows the same revision
-protocol as the matrix: every change the entry replays (a peer's, announced by NOTIFY, or the process's
-own) is applied to the index too (a direct map makes removal O(1)); changes made while a build runs are
-journalled and replayed before the index is attached; a reload drops it and a later search builds a new
-one. So an answer reflects every announced revision exactly as in exact mode; only its ranking is
-approximate (scores are exact cosine similarities of the vectors it returns).
+Approximate mode (``approximate_above=N``, off by default). A memory of at least N vectors gets an HNSW
+graph (``faiss.IndexHNSWFlat``, M=32, inner product on the unit vectors), built in a background thread
+from a copy of the entry; exact search answers until it is attached. The build calibrates ``efSearch``:
+the smallest step whose recall@10 against exact search reaches :data:`ANN_CALIBRATION_RECALL` for
+rows of the memory held out of the graph (inserted after the calibration; near-copies of stored rows
+left out) as queries. The graph follows the same revision protocol as the matrix: every change the entry
+replays (a peer's, announced by NOTIFY, or the process's own) is applied to it too (an added vector is
+inserted; a removed one is marked dead and skipped inside the graph walk, so k live hits still come
+back); changes made while a build runs are journalled and replayed before the graph is attached; once a
+fifth of it is dead a new graph is built in the background while the old one answers; a reload drops it
+and a later search builds a new one. So an answer reflects every announced revision exactly as in exact
+mode; only its ranking is approximate (scores are exact cosine similarities of the vectors it returns).
 """
 
 from __future__ import annotations
@@ -194,84 +196,120 @@ class _Entry:
         self.ids.pop()
 
 
-#: Approximate mode: recall@10 the build's calibration asks of ``nprobe`` (above the promised 0.95, for
-#: queries that are not rows of the memory).
+#: Approximate mode: recall@10 the build's calibration asks of ``efSearch`` (above the promised 0.95).
 ANN_CALIBRATION_RECALL = 0.97
+#: HNSW's graph degree and construction depth (FAISS's ``M`` and ``efConstruction``).
+ANN_M = 32
+ANN_EF_CONSTRUCTION = 64
 _ANN_CALIBRATION_QUERIES = 64
+# From 64: held-out MiniLM queries (not rows of the memory) measured recall@10 0.93 at efSearch 32 and
+# 0.975 at 64 on 100k vectors whose held-out rows calibrated at 32 (benchmarks/vectors.py, part A).
+_ANN_EF_SEARCH = (64, 128, 256, 512)
+_ANN_NEAR_COPY = 0.95  # cosine similarity above which a calibration query has a near-copy in the graph
 
 
 class _Ann:
-    """An IVF index (``faiss.IndexIVFFlat``, inner product on the unit vectors) over one entry's vectors,
-    kept in step with the entry by :meth:`add` and :meth:`remove` (a direct map makes removal O(1))."""
+    """An HNSW graph (``faiss.IndexHNSWFlat``, inner product on the unit vectors) over one entry's vectors,
+    kept in step with the entry: :meth:`add` inserts into the graph; :meth:`remove` marks the vector's key
+    dead (HNSW cannot delete), and searches skip dead keys inside the graph walk (an ID selector), so they
+    still return k live vectors. The entry rebuilds the graph once a fifth of it is dead."""
 
-    def __init__(self, index: Any, nprobe: int, ids: list[str]) -> None:
+    def __init__(self, faiss: Any, index: Any, ef_search: int, ids: list[str]) -> None:
+        self._faiss = faiss
         self.index = index
-        self.nprobe = nprobe
-        self.id_of: dict[int, str] = dict(enumerate(ids))
+        self.ef_search = ef_search
+        self.id_of: list[str | None] = list(ids)
         self.key_of: dict[str, int] = {message_id: key for key, message_id in enumerate(ids)}
-        self.next_key = len(ids)
+        self.dead: set[int] = set()
+        self._params: Any = None
 
     @property
     def nbytes(self) -> int:
-        return int(self.index.ntotal) * (int(self.index.d) * 4 + 8 + 2 * _ID_BYTES)
+        per_vector = int(self.index.d) * 4 + 2 * ANN_M * 4 + 8 + _ID_BYTES
+        return int(self.index.ntotal) * per_vector
+
+    @property
+    def worn(self) -> bool:
+        """Whether enough of the graph is dead that a rebuild pays."""
+        return len(self.dead) * 5 > max(1, int(self.index.ntotal))
 
     def add(self, message_id: str, unit: Vectors) -> None:
         if message_id in self.key_of:
             return
-        key = self.next_key
-        self.next_key += 1
-        self.key_of[message_id] = key
-        self.id_of[key] = message_id
-        self.index.add_with_ids(unit[None, :], np.array([key], np.int64))
+        self.key_of[message_id] = len(self.id_of)
+        self.id_of.append(message_id)
+        self.index.add(np.ascontiguousarray(unit[None, :], np.float32))
 
     def remove(self, message_id: str) -> None:
         key = self.key_of.pop(message_id, None)
         if key is not None:
-            del self.id_of[key]
-            self.index.remove_ids(np.array([key], np.int64))
+            self.id_of[key] = None
+            self.dead.add(key)
+            self._params = None
+
+    def _search_params(self) -> Any:
+        if self._params is None:
+            faiss = self._faiss
+            params = faiss.SearchParametersHNSW()
+            params.efSearch = self.ef_search
+            if self.dead:
+                dead = np.fromiter(self.dead, np.int64, len(self.dead))
+                batch = faiss.IDSelectorBatch(dead)
+                params.sel = faiss.IDSelectorNot(batch)
+                params._keep = (dead, batch)  # the selectors hold pointers into these
+            self._params = params
+        return self._params
 
     def search(self, queries: Vectors, k: int) -> list[tuple[list[float], list[str]]]:
-        """Per query, up to ``k`` (products, message ids); fewer when the probed lists hold fewer."""
-        scores, keys = self.index.search(queries, k)
+        """Per query, up to ``k`` live (products, message ids)."""
+        scores, keys = self.index.search(queries, k, params=self._search_params())
         out = []
         for s, r in zip(scores.tolist(), keys.tolist(), strict=True):
             found = [(p, self.id_of[key]) for p, key in zip(s, r, strict=True) if key >= 0]
-            out.append(([p for p, _ in found], [i for _, i in found]))
+            out.append(([p for p, i in found if i is not None], [i for _, i in found if i is not None]))
         return out
 
     @classmethod
     def build(cls, faiss: Any, ids: list[str], matrix: Vectors) -> _Ann:
-        """Train and fill an index over ``matrix`` (unit rows), then calibrate ``nprobe``: the smallest power
-        of two whose recall@10 against the exact answer reaches :data:`ANN_CALIBRATION_RECALL` for queries
-        drawn from the memory (a row, perturbed, its own row not counted)."""
+        """Build the graph over ``matrix`` (unit rows), then calibrate ``efSearch``: the smallest of
+        :data:`_ANN_EF_SEARCH` whose recall@10 against the exact answer reaches
+        :data:`ANN_CALIBRATION_RECALL` for rows of the memory held out of the graph as queries."""
         n, d = matrix.shape
-        nlist = max(16, int(math.sqrt(n)))
+        index = faiss.IndexHNSWFlat(d, ANN_M, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = ANN_EF_CONSTRUCTION
+        # Calibration queries are rows of the memory held out of the graph until it is calibrated: texts
+        # like the memory's, absent from the graph, as a real query is. They are inserted last.
         rng = np.random.default_rng(n)
-        quantizer = faiss.IndexFlatIP(d)
-        index = faiss.IndexIVFFlat(quantizer, d, nlist, faiss.METRIC_INNER_PRODUCT)
-        train = matrix[rng.choice(n, min(n, 64 * nlist), replace=False)]
-        index.train(train)
-        index.set_direct_map_type(faiss.DirectMap.Hashtable)
-        index.add_with_ids(matrix, np.arange(n, dtype=np.int64))
-        rows = rng.choice(n, min(n, _ANN_CALIBRATION_QUERIES), replace=False)
-        noisy = matrix[rows] + rng.normal(0, 0.02, (len(rows), d)).astype(np.float32)
-        queries = _unit(noisy).astype(np.float32)
-        k = min(10, n - 1)
-        truth = []
-        for q in queries:
-            products = matrix @ q
-            best = np.argpartition(products, n - k - 1)[n - k - 1 :]
-            truth.append(set(best[np.argsort(products[best])[::-1]][:k].tolist()))
-        nprobe = 1
-        while nprobe < nlist:
-            index.nprobe = nprobe
-            _, found = index.search(queries, k)
-            recall = sum(len(t & set(f.tolist())) for t, f in zip(truth, found, strict=True)) / (k * len(truth))
-            if recall >= ANN_CALIBRATION_RECALL:
-                break
-            nprobe *= 2
-        index.nprobe = min(nprobe, nlist)
-        return cls(index, int(index.nprobe), ids)
+        held = np.sort(rng.choice(n, min(n // 10, _ANN_CALIBRATION_QUERIES), replace=False))
+        order = np.concatenate([np.setdiff1d(np.arange(n), held), held])
+        inserted = np.ascontiguousarray(matrix[order], np.float32)
+        rest = n - len(held)
+        index.add(inserted[:rest])
+        ann = cls(faiss, index, _ANN_EF_SEARCH[-1], [ids[i] for i in order])
+        k = min(10, rest)
+        if len(held) and k:
+            queries, truth = [], []
+            for q in inserted[rest:]:
+                products = inserted[:rest] @ q
+                best = np.argpartition(products, rest - k)[rest - k :]
+                # a held-out row with a near-copy in the graph is an easy query: calibrate on the others
+                # (unless nearly all are such), as a new text is rarely a copy of a stored one
+                queries.append((float(products[best].max()) < _ANN_NEAR_COPY, q))
+                truth.append(set(best.tolist()))
+            novel = [i for i, (far, _) in enumerate(queries) if far]
+            keep = novel if len(novel) >= len(queries) // 4 else list(range(len(queries)))
+            truth = [truth[i] for i in keep]
+            queries_matrix = np.stack([queries[i][1] for i in keep])
+            for ef in _ANN_EF_SEARCH:
+                params = faiss.SearchParametersHNSW()
+                params.efSearch = ef
+                _, found = index.search(queries_matrix, k, params=params)
+                hits = sum(len(t & set(f.tolist())) for t, f in zip(truth, found, strict=True))
+                if hits >= ANN_CALIBRATION_RECALL * k * len(truth):
+                    ann.ef_search = ef
+                    break
+        index.add(inserted[rest:])
+        return ann
 
 
 class _ModelChanged(Exception):
@@ -910,6 +948,8 @@ class VectorCache:
             return [[] for _ in queries]
         if self.approximate_above is not None and n >= self.approximate_above:
             if entry.ann is not None:
+                if entry.ann.worn and entry.building is None:
+                    self._start_build(entry)  # the old graph answers until the new one is attached
                 return self._rank(entry.ann.search(queries, min(k, n)), scales, k, threshold)
             if entry.building is None and not entry.ann_failed:
                 self._start_build(entry)

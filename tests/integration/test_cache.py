@@ -483,7 +483,7 @@ def test_approximate_mode_recall_and_freshness(client: pgmem.Client, dsn: str) -
     client.vectors.enable("big", embedder)
     client.messages.add_many("big", [Message(id=f"r{i}", content=f"{i}|row") for i in range(len(corpus))])
     client.vectors.flush(embedder)
-    with VectorCache(client, approximate_above=5000) as cache:
+    with VectorCache(client, approximate_above=3000) as cache:
         first = cache.search_vectors("big", queries[0], 10)[0]
         assert same(first, _exact(client, "big", queries[0]))  # exact while the index builds
         deadline = time.monotonic() + 120
@@ -519,3 +519,24 @@ def test_approximate_mode_recall_and_freshness(client: pgmem.Client, dsn: str) -
         client.vectors.flush(embedder)
         assert cache.search_vectors("big", vectors[34_100], 1)[0][0][0] == "own"
         assert cache.approximate_ready("big") and cache.stats.approximate_builds == 1  # updated, not rebuilt
+
+        # deletes mark vectors dead in the graph; past a fifth of it a new graph is built in the background,
+        # the old one answering (without the dead) meanwhile
+        dead = [f"r{i}" for i in range(1, 6000, 4)]
+        client.messages.delete_many("big", dead)
+        gone_now = set(dead) | set(gone)
+        for q in queries[:20]:
+            got = cache.search_vectors("big", q, 10)[0]
+            assert len(got) == 10 and not gone_now & {i for i, _ in got}
+        deadline = time.monotonic() + 120
+        while cache.stats.approximate_builds < 2:
+            assert time.monotonic() < deadline, "the worn graph was not rebuilt within 120 s"
+            cache.search_vectors("big", queries[0], 10)
+            time.sleep(0.05)
+        live = [i for i in range(6000) if f"r{i}" not in gone_now]
+        for q in queries[:50]:
+            got = {i for i, _ in cache.search_vectors("big", q, 10)[0]}
+            assert not gone_now & got
+            truth = {f"r{live[j]}" for j in np.argsort(unit[live] @ q)[::-1][:10]}
+            recalls.append(len(truth & got) / 10)
+        assert np.mean(recalls[-50:]) >= 0.95, np.mean(recalls[-50:])
