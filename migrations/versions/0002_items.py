@@ -59,6 +59,14 @@ def upgrade() -> None:
     op.create_index("items_id_key", "items", ["namespace", "id"], unique=True, schema=SCHEMA)
     op.create_index("items_updated_idx", "items", ["namespace", "updated_at"], schema=SCHEMA)
     op.create_index(
+        "items_value_idx",
+        "items",
+        ["value"],
+        schema=SCHEMA,
+        postgresql_using="gin",
+        postgresql_ops={"value": "jsonb_path_ops"},
+    )
+    op.create_index(
         "items_expires_idx",
         "items",
         ["namespace", "expires_at"],

@@ -150,7 +150,11 @@ def check_filter(filter: Any) -> tuple[tuple[tuple[str, str], ...], dict[str, An
             i = len(shape)
             params[f"fk{i}"] = field
             params[f"fv{i}"] = dump_json(value, f"filter value of {field!r}")
-            shape.append((field, operator))
+            # Equality with a scalar is containment of {field: value} (one term the GIN index serves and
+            # the planner estimates from its statistics); with an array or object, containment is wider
+            # than equality, so the exact comparison is added.
+            scalar = value is None or isinstance(value, str | int | float | bool)
+            shape.append((field, "$eq_scalar" if operator == "$eq" and scalar else operator))
     if len(shape) > 64:
         raise InvalidInput("a filter has at most 64 conditions")
     return tuple((f"fk{i}", op) for i, (_, op) in enumerate(shape)), params
@@ -197,7 +201,13 @@ def _item_terms(prefix: bool, shape: tuple[tuple[str, str], ...], omit_expired: 
     for param, operator in shape:
         field = sql.Placeholder(param)
         value = sql.Placeholder("fv" + param[2:])
-        if operator in ("$eq", "$ne"):
+        if operator == "$eq_scalar":
+            terms.append(sql.SQL("i.value @> jsonb_build_object({f}::text, {v}::jsonb)").format(f=field, v=value))
+        elif operator == "$eq":
+            # containment finds the candidates through items_value_idx (GIN); the equality keeps it exact
+            contains = sql.SQL("i.value @> jsonb_build_object({f}::text, {v}::jsonb)").format(f=field, v=value)
+            terms.append(sql.SQL("{} AND (i.value -> {}) = {}::jsonb").format(contains, field, value))
+        elif operator == "$ne":
             op = sql.SQL(FILTER_OPERATORS[operator])
             terms.append(sql.SQL("(i.value -> {}) {} {}::jsonb").format(field, op, value))
         else:
@@ -257,12 +267,18 @@ def search_statement(
         vec = model.vector_expr("v")
         q = model.param("q")
         if kind == "exact":
-            best = sql.SQL(
-                "SELECT v.item_id, min({vec} <=> {q}) AS distance, NULL::bigint AS scanned "
-                "FROM pgmem.items AS i JOIN pgmem.item_vectors AS v "
-                "ON v.namespace = i.namespace AND v.item_id = i.id AND v.model_id = {m} "
-                "WHERE i.namespace = %(ns)s{terms} GROUP BY v.item_id"
-            ).format(vec=vec, q=q, m=sql.Literal(model.id), terms=terms)
+            # One index probe of item_vectors per candidate item (a correlated subquery): the exact strategy
+            # runs for small candidate sets, which a hash join over every vector of the model would read
+            # in full (measured at 34k items, 1% filter: 8.3 ms as a join, 2-3 ms so).
+            body = sql.SQL(
+                "SELECT {row}, 1 - i.distance AS score, NULL::bigint AS scanned, i.id, "
+                "row_number() OVER (ORDER BY i.distance, i.path, i.key) AS rn FROM ("
+                "SELECT i.*, (SELECT min({vec} <=> {q}) FROM pgmem.item_vectors AS v "
+                "WHERE v.namespace = i.namespace AND v.item_id = i.id AND v.model_id = {m}) AS distance "
+                "FROM pgmem.items AS i WHERE i.namespace = %(ns)s{terms}) AS i "
+                "WHERE i.distance IS NOT NULL "
+                "ORDER BY i.distance, i.path, i.key LIMIT %(limit)s OFFSET %(offset)s"
+            ).format(row=sql.SQL(_ROW), vec=vec, q=q, m=sql.Literal(model.id), terms=terms)
         else:
             exists = (
                 sql.SQL(
@@ -280,12 +296,12 @@ def search_statement(
                 "FROM pgmem.item_vectors AS v WHERE v.namespace = %(ns)s AND v.model_id = {m}{exists} "
                 "ORDER BY {vec} <=> {q} LIMIT %(n)s) AS s GROUP BY s.item_id"
             ).format(vec=vec, q=q, m=sql.Literal(model.id), exists=exists)
-        body = sql.SQL(
-            "SELECT {row}, 1 - b.distance AS score, b.scanned, i.id, "
-            "row_number() OVER (ORDER BY b.distance, i.path, i.key) AS rn "
-            "FROM ({best}) AS b JOIN pgmem.items AS i ON i.namespace = %(ns)s AND i.id = b.item_id "
-            "ORDER BY b.distance, i.path, i.key LIMIT %(limit)s OFFSET %(offset)s"
-        ).format(row=sql.SQL(_ROW), best=best)
+            body = sql.SQL(
+                "SELECT {row}, 1 - b.distance AS score, b.scanned, i.id, "
+                "row_number() OVER (ORDER BY b.distance, i.path, i.key) AS rn "
+                "FROM ({best}) AS b JOIN pgmem.items AS i ON i.namespace = %(ns)s AND i.id = b.item_id "
+                "ORDER BY b.distance, i.path, i.key LIMIT %(limit)s OFFSET %(offset)s"
+            ).format(row=sql.SQL(_ROW), best=best)
     columns = sql.SQL("h.path, h.key, h.value, h.created_at, h.updated_at, h.score, h.scanned")
     if not refresh:
         return _text(sql.SQL("SELECT {} FROM ({}) AS h ORDER BY h.rn").format(columns, body))
