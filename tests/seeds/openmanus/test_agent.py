@@ -106,16 +106,18 @@ def test_two_agent_processes_share_one_memory(dsn: str) -> None:
     for p in procs:
         p.join(30)
         assert p.exitcode == 0
+    saw_the_other = []
     for name, report in reports.items():
         assert report["error"] is None, report["error"]
         assert len(report["requests"]) == 3, name
         assert report["problems"] == [None, None, None], report["problems"]
-        # Each agent saw the other's work too: the memory is shared.
         other = "bob" if name == "alice" else "alice"
         seen = {m.get("content") for request in report["requests"] for m in request}
-        assert f"{other}: add the numbers" in seen or any(
-            call["id"].startswith(other) for r in report["requests"] for m in r for call in m.get("tool_calls") or ()
-        )
+        calls = [call["id"] for r in report["requests"] for m in r for call in m.get("tool_calls") or ()]
+        saw_the_other.append(f"{other}: add the numbers" in seen or any(c.startswith(other) for c in calls))
+    # The memory is shared: at least the agent whose loop ran later saw the other's work (both do when their
+    # steps interleave; when one process finishes before the other starts, only the later one can).
+    assert any(saw_the_other), reports
     with pgmem.connect(dsn, namespace="openmanus") as client:
         stored = PgMemory(key, client=client).messages
     # Both conversations, whole: 2 x (request, 3 x next-step prompt, 3 assistant messages, 4 tool results).
