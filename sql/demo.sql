@@ -32,3 +32,30 @@ SELECT e.seq, m.sent_from, regexp_replace(m.cause_by, '^.*\.', '') AS action,
 FROM {{entry_messages}}
 WHERE e.namespace = %(ns)s AND e.memory = %(memory)s
 ORDER BY e.seq;
+
+-- name: queues
+-- The team's queues now (pgmem.queue_health): each role's inbox, filled by publish, and the engineer's
+-- to-do queue (MetaGPT's MessageQueue). retries: claims after an item's first (it was nacked, or its lease
+-- ended); waiting: items not acknowledged yet (dead letters excluded).
+SELECT queue, acked, retries, dead, depth AS waiting
+FROM pgmem.queue_health
+WHERE namespace = %(ns)s
+ORDER BY queue;
+
+-- name: dead_letters
+-- Messages a role could not act on, and why (the error its nack gave).
+SELECT q.queue, m.sent_from, regexp_replace(m.cause_by, '^.*\.', '') AS action, q.attempts,
+       q.last_error AS reason
+FROM pgmem.queue_items AS q
+JOIN pgmem.messages AS m ON m.namespace = q.namespace AND m.id = q.message_id
+WHERE q.namespace = %(ns)s AND q.status = 'dead'
+ORDER BY q.id;
+
+-- name: recalls
+-- What each role recalled from its long-term memory before it answered (pgmem.retrieval_log; the label
+-- is role:action).
+SELECT label, count(*) AS searches, sum(cardinality(message_ids)) AS hits
+FROM pgmem.retrieval_log
+WHERE namespace = %(ns)s
+GROUP BY label
+ORDER BY min(logged_at);

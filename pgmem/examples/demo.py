@@ -1,15 +1,33 @@
 """``pgmem demo``: a small software team of agent processes sharing one memory.
 
 Four roles run as separate OS processes — product manager, architect, engineer, reviewer — and talk
-only through pgmem: each publishes to the shared ``team`` memory and keeps its own ``role:<name>``
-memory, finding what is new for it with ``find_news`` and what it cares about with ``get_by_action``
-(MetaGPT's ``rc.watch``). The "LLM" is a deterministic stand-in that writes short texts derived from the
-idea, or OpenAI's chat API when ``OPENAI_API_KEY`` is set (model ``PGMEM_DEMO_MODEL``, default
-``gpt-4o-mini``). At the end the parent prints, from SQL (``sql/demo.sql``), what the team did.
+only through pgmem, the way a MetaGPT team talks through its ``Environment``:
+
+* **Routing.** Each role subscribes with its name and its ``rc.watch`` (``client.queues.subscribe``);
+  every message goes out with ``client.queues.publish``, which stores it once in the shared ``team``
+  memory and delivers it, in the same statement, to the inbox queue of every role it is addressed to.
+* **Queues.** A role works its inbox as a queue worker: it claims messages with a lease (woken by
+  LISTEN/NOTIFY), and publishes its answers and acknowledges the message in one transaction, so a role
+  that dies half-way leaves the message to be claimed again and never answers twice. A failure worth
+  retrying is ``nack``-ed with a delay; a message the role cannot act on goes to the dead letters.
+  Two faults are scripted so that both show: the stand-in model times out on the architect's first call
+  (retried), and the human also asks the engineer directly for code (refused: dead letter). The
+  engineer keeps its coding tasks in MetaGPT's ``MessageQueue`` (``todo:Engineer``), one per file.
+* **Long-term memory.** Each role's memory is MetaGPT's ``LongTermMemory``: what it watches is kept in
+  ``ltm:<role>`` with embeddings (the offline hashing embedder by default), and before it answers, a role
+  recalls the related long-term messages with a logged search (``pgmem.retrieval_log``, label
+  ``<role>:<action>``); the answer names them in ``metadata["recalled"]``.
+* **Summaries.** At the end the team's history is compressed into summary rows (``pgmem.summaries``).
+
+The "LLM" is a deterministic stand-in that writes short texts derived from the idea, or OpenAI's chat API
+when ``OPENAI_API_KEY`` is set (model ``PGMEM_DEMO_MODEL``, default ``gpt-4o-mini``). At the end the
+parent prints, from SQL (``sql/demo.sql``), what the team did; ``pgmem demo`` also writes the HTML report
+of the run, in which every panel has data.
 """
 
 from __future__ import annotations
 
+import logging
 import multiprocessing as mp
 import os
 import re
@@ -17,18 +35,21 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, LiteralString
 
 import psycopg
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from pgmem import connect
+from pgmem import Client, connect
 from pgmem.errors import DemoIncomplete, redact
+from pgmem.integrations.metagpt.longterm import LongTermMemory
 from pgmem.integrations.metagpt.memory import Memory
+from pgmem.integrations.metagpt.message_queue import MessageQueue
 from pgmem.models import MESSAGE_ROUTE_TO_ALL, Message, any_to_str
 from pgmem.planning import statements as queries
+from pgmem.planning.queues import QueueItem
 from pgmem.planning.rows import ActionFlowRow, RoleActionRow
 
 __all__ = ["DemoIncomplete", "run"]
@@ -36,7 +57,10 @@ __all__ = ["DemoIncomplete", "run"]
 TEAM = "team"
 START_SECONDS = 30.0  # for the role processes to import pgmem and connect
 DEADLINE_SECONDS = 45.0  # for the team's work, once every role is ready
-POLL_SECONDS = 0.05  # LISTEN/NOTIFY wake-ups come with queues; the demo polls
+WAIT_SECONDS = 0.5  # a role waits this long on its inbox (woken at once by NOTIFY) between checks of `stop`
+LEASE_SECONDS = 30.0  # a claimed message not acknowledged by then is claimed again
+RETRY_SECONDS = 0.5  # the delay before a message whose handling timed out is retried
+RECALL_K = 3  # long-term messages a role recalls before it answers
 
 
 # The actions, named like MetaGPT's (cause_by becomes "pgmem.examples.demo.WritePRD" and so on).
@@ -55,8 +79,23 @@ class WriteCode: ...
 class WriteCodeReview: ...
 
 
+class CodingTask:
+    """The engineer's own to-do items (MetaGPT's ``Engineer.code_todos``), one per file to write."""
+
+
+class ModelTimeout(Exception):
+    """The model did not answer in time: worth retrying."""
+
+
+class NotMyJob(Exception):
+    """A message the role cannot act on: retrying would not help, it goes to the dead letters."""
+
+
 @dataclass(frozen=True)
 class RoleSpec:
+    """A role: its name (its address in ``send_to``) and the actions it watches (MetaGPT's ``rc.watch``:
+    the broadcasts it receives, and what its long-term memory keeps)."""
+
     name: str
     watch: tuple[type, ...]
 
@@ -69,10 +108,16 @@ ROLES = (
 )
 
 
-def _llm(prompt: str, fallback: str) -> str:
-    """The real model when OPENAI_API_KEY is set, else (or on any failure) the deterministic text."""
+def _llm(prompt: str, fallback: str, recalled: list[Message]) -> str:
+    """The real model when OPENAI_API_KEY is set, else (or on any failure) the deterministic text.
+
+    ``recalled``: what the role recalled from its long-term memory, given to the model as context (the
+    stand-in does not read it)."""
     if not os.environ.get("OPENAI_API_KEY"):
         return fallback
+    if recalled:
+        context = "\n---\n".join(m.content for m in recalled)
+        prompt = f"{prompt}\n\nWhat you remember that may be related:\n{context}"
     try:
         import openai
 
@@ -96,15 +141,18 @@ def _files_of(design: str) -> list[tuple[str, str]]:
     return [(m.group(1), m.group(2).strip()) for m in _FILE_RE.finditer(design)]
 
 
-def _reply(role: str, to: Message, action: type, send_to: str, content: str, **extra: Any) -> Message:
-    """A message of ``role`` answering ``to``; ``metadata["reply_to"]`` is what sql/demo.sql's flow joins on."""
+def _reply(
+    role: str, reply_to: str, action: type, send_to: str, content: str, recalled: list[Message], **extra: Any
+) -> Message:
+    """A message of ``role`` answering the message ``reply_to`` (its id: what sql/demo.sql's flow joins on),
+    naming the long-term messages the role recalled before it answered."""
     return Message(
         content=content,
         role=role,
         cause_by=any_to_str(action),
         sent_from=role,
         send_to={send_to},
-        metadata={"reply_to": to.id, **extra},
+        metadata={"reply_to": reply_to, "recalled": [m.id for m in recalled], **extra},
     )
 
 
@@ -146,80 +194,154 @@ def _review(name: str, code: str, version: int) -> str:
     return f"LGTM: {name} v{version}"
 
 
-def _respond(role: str, msg: Message) -> list[Message]:
-    """What ``role`` publishes in answer to ``msg``."""
-    if role == "ProductManager":
-        idea = msg.content
-        prd = _llm(f"Write a short PRD (goal, 3 numbered requirements) for: {idea}", _prd(idea))
-        return [_reply(role, msg, WritePRD, "Architect", prd, idea=idea)]
-    if role == "Architect":
-        idea = msg.metadata.get("idea", "the product")
-        design = _llm(
-            "Write a short software design for this PRD, one line per Python file, "
-            f"formatted '- name.py: purpose':\n{msg.content}",
-            _design(idea),
+class _Role:
+    """One agent process: its inbox (claimed with leases), its MetaGPT memories, its to-do queue."""
+
+    def __init__(self, client: Client, spec: RoleSpec) -> None:
+        self.client, self.spec, self.name = client, spec, spec.name
+        # The subscription comes first: a message published before it would reach nobody's inbox.
+        client.queues.subscribe(spec.name, watch=spec.watch)
+        self.memory = LongTermMemory(f"role:{spec.name}", client=client)
+        self.memory.recover_memory(spec.name, spec)  # what the role watches goes to ltm:<role> too
+        # MetaGPT's MessageQueue pops at most once (take and acknowledge in one statement): a task popped
+        # by an engineer that dies before publishing its code is lost, as in MetaGPT; the inbox has leases.
+        self.todo = MessageQueue(f"todo:{spec.name}", client=client)
+        self.timeouts = 1 if spec.name == "Architect" else 0  # the scripted fault: the first call times out
+
+    def step(self) -> None:
+        """Do one to-do item, else handle what the inbox has (waiting up to WAIT_SECONDS for it)."""
+        task = self.todo.pop() if self.name == "Engineer" else None
+        if task is not None:
+            self._publish(None, self._code(task))
+            return
+        for item in self.client.queues.inbox(self.name, n=4, lease=LEASE_SECONDS, timeout=WAIT_SECONDS):
+            self._handle(item)
+
+    def drain(self) -> None:
+        """Handle what was delivered before the stop (the engineer's last approval): nothing stays behind."""
+        for item in self.client.queues.inbox(self.name, n=100, lease=LEASE_SECONDS):
+            self._handle(item)
+
+    def _handle(self, item: QueueItem) -> None:
+        msg = item.message
+        try:
+            answers, todos = self._respond(msg)
+        except ModelTimeout as exc:
+            self.client.queues.nack(item, error=str(exc), retry_in=RETRY_SECONDS)
+            return
+        except NotMyJob as exc:
+            self.client.queues.nack(item, error=str(exc), dead=True)
+            return
+        self.memory.add(msg)
+        for task in todos:
+            self.todo.push(task)  # its id derives from the message: pushed again while it waits, nothing is added
+        self._publish(item, answers)
+
+    def _publish(self, item: QueueItem | None, answers: list[Message]) -> None:
+        """Publish the answers and acknowledge ``item`` in one transaction: both happen, or neither."""
+        with self.client.transaction() as conn:
+            for answer in answers:
+                self.client.queues.publish(TEAM, answer, connection=conn)
+            if item is not None:
+                self.client.queues.ack(item, connection=conn)
+        self.memory.add_batch(answers)
+
+    def _recall(self, query: str, action: type) -> list[Message]:
+        """The long-term messages most related to ``query`` (a logged search, labelled role:action)."""
+        self.client.vectors.wait()  # this role's own long-term writes are embedded in the background
+        hits = self.client.vectors.search(
+            query, memory=self.memory.memory_storage.key, k=RECALL_K, label=f"{self.name}:{action.__name__}"
         )
-        if not _files_of(design):
-            design = _design(idea)  # the engineer needs the file list; keep the script's if the model dropped it
-        return [_reply(role, msg, WriteDesign, "Engineer", design)]
-    if role == "Engineer":
-        if msg.cause_by == any_to_str(WriteDesign):
-            return [
-                _reply(
-                    role,
-                    msg,
-                    WriteCode,
-                    "Reviewer",
-                    _llm(f"Write {name} ({purpose}) for this design:\n{msg.content}", _code(name, purpose, 1)),
-                    file=name,
-                    purpose=purpose,
-                    version=1,
-                )
-                for name, purpose in _files_of(msg.content)
-            ]
-        if msg.content.startswith("CHANGES REQUESTED"):
-            name, purpose, version = msg.metadata["file"], msg.metadata["purpose"], msg.metadata["version"] + 1
-            code = _llm(f"Rewrite {name} ({purpose}): {msg.content}", _code(name, purpose, version))
-            return [_reply(role, msg, WriteCode, "Reviewer", code, file=name, purpose=purpose, version=version)]
-        return []  # an approval: nothing to do
-    if role == "Reviewer":
-        name, purpose, version = msg.metadata["file"], msg.metadata["purpose"], msg.metadata["version"]
-        verdict = _review(name, msg.content, version)
-        return [_reply(role, msg, WriteCodeReview, "Engineer", verdict, file=name, purpose=purpose, version=version)]
-    return []
+        return [h.message for h in hits]
+
+    def _respond(self, msg: Message) -> tuple[list[Message], list[Message]]:
+        """What the role publishes in answer to ``msg``, and the to-do items it adds."""
+        role = self.name
+        if role == "ProductManager":
+            idea = msg.content
+            recalled = self._recall(idea, WritePRD)
+            prd = _llm(f"Write a short PRD (goal, 3 numbered requirements) for: {idea}", _prd(idea), recalled)
+            return [_reply(role, msg.id, WritePRD, "Architect", prd, recalled, idea=idea)], []
+        if role == "Architect":
+            if self.timeouts:
+                self.timeouts -= 1
+                raise ModelTimeout("the model did not answer in time (scripted: the architect's first call)")
+            idea = msg.metadata.get("idea", "the product")
+            recalled = self._recall(msg.content, WriteDesign)
+            design = _llm(
+                "Write a short software design for this PRD, one line per Python file, "
+                f"formatted '- name.py: purpose':\n{msg.content}",
+                _design(idea),
+                recalled,
+            )
+            if not _files_of(design):
+                design = _design(idea)  # the engineer needs the file list; keep the script's if the model dropped it
+            return [_reply(role, msg.id, WriteDesign, "Engineer", design, recalled)], []
+        if role == "Engineer":
+            if msg.cause_by == any_to_str(WriteDesign):
+                return [], [_task(msg, name, purpose, 1) for name, purpose in _files_of(msg.content)]
+            if msg.cause_by == any_to_str(WriteCodeReview):
+                if msg.content.startswith("CHANGES REQUESTED"):
+                    meta = msg.metadata
+                    return [], [_task(msg, meta["file"], meta["purpose"], meta["version"] + 1)]
+                return [], []  # an approval: nothing to do
+            action = msg.cause_by.rpartition(".")[2]
+            raise NotMyJob(f"the Engineer codes from designs and reviews, not from {action}: ask the ProductManager")
+        if role == "Reviewer":
+            name, purpose, version = msg.metadata["file"], msg.metadata["purpose"], msg.metadata["version"]
+            recalled = self._recall(msg.content, WriteCodeReview)  # earlier versions, other files
+            verdict = _review(name, msg.content, version)
+            meta = {"file": name, "purpose": purpose, "version": version}
+            return [_reply(role, msg.id, WriteCodeReview, "Engineer", verdict, recalled, **meta)], []
+        raise NotMyJob(f"no role named {role}")
+
+    def _code(self, task: Message) -> list[Message]:
+        """The engineer's answer to a to-do item: the file, to the reviewer."""
+        name, purpose, version = task.metadata["file"], task.metadata["purpose"], task.metadata["version"]
+        recalled = self._recall(task.content, WriteCode)  # the design, earlier reviews
+        code = _llm(task.content, _code(name, purpose, version), recalled)
+        meta = {"file": name, "purpose": purpose, "version": version}
+        # It answers the design or review the task came from.
+        return [_reply("Engineer", task.metadata["reply_to"], WriteCode, "Reviewer", code, recalled, **meta)]
+
+
+def _task(source: Message, name: str, purpose: str, version: int) -> Message:
+    """A coding task for the engineer's to-do queue; its id derives from the message it answers."""
+    what = f"Write {name} ({purpose})" if version == 1 else f"Rewrite {name} ({purpose}): {source.content}"
+    return Message(
+        id=f"{source.id}:{name}",
+        content=f"{what}\n{source.content}" if version == 1 else what,
+        role="Engineer",
+        cause_by=any_to_str(CodingTask),
+        sent_from="Engineer",
+        send_to={"Engineer"},
+        metadata={"reply_to": source.id, "file": name, "purpose": purpose, "version": version},
+    )
 
 
 def role_process(dsn: str, namespace: str, role_name: str, ready: Any, stop: Any) -> None:
-    """One agent: poll the team memory, act on the news it watches, publish its answers.
+    """One agent: claim what its inbox holds, act on it, publish its answers.
 
     It runs until the parent sets ``stop`` (when every file is approved) or its own deadline passes: a role
     cannot know alone that nobody will ask it anything more.
     """
     spec = next(r for r in ROLES if r.name == role_name)
-    with connect(dsn, namespace=namespace, min_size=1, max_size=2) as client:
-        team = Memory(TEAM, client=client)
-        own = Memory(f"role:{role_name}", client=client)
+    # MetaGPT's "the long-term memory is empty" warning, on every fresh run: the demo empties it on purpose.
+    logging.getLogger("pgmem.integrations.metagpt").setLevel(logging.ERROR)
+    with connect(dsn, namespace=namespace, min_size=1, max_size=3, retrieval_log=True) as client:
+        agent = _Role(client, spec)
         ready.set()
         deadline = time.monotonic() + START_SECONDS + DEADLINE_SECONDS
         while not stop.is_set() and time.monotonic() < deadline:
-            watched = team.get_by_actions(spec.watch)  # index scan on cause_by
-            news = [  # one query: what this role has not seen yet, then only what is addressed to it
-                m
-                for m in own.find_news(watched)
-                if m.sent_from != role_name and m.send_to & {role_name, MESSAGE_ROUTE_TO_ALL}
-            ]
-            for msg in news:
-                own.add(msg)
-                answers = _respond(role_name, msg)
-                if answers:
-                    team.add_batch(answers)  # all answers to one message, atomically
-                    own.add_batch(answers)
-            if not news:
-                time.sleep(POLL_SECONDS)
+            agent.step()
+        agent.drain()
 
 
 def _finished(team: Memory) -> bool:
-    """Done when every file's latest version has been approved."""
+    """Done when every file of the design has been written and its latest version approved (the engineer
+    writes one file at a time: the first approval can come before the last file)."""
+    designs = team.get_by_action(WriteDesign)
+    files = {name for d in designs for name, _ in _files_of(d.content)}
     latest: dict[str, int] = {}
     for m in team.get_by_action(WriteCode):
         latest[m.metadata["file"]] = max(latest.get(m.metadata["file"], 0), m.metadata["version"])
@@ -228,7 +350,7 @@ def _finished(team: Memory) -> bool:
         for m in team.get_by_action(WriteCodeReview)
         if m.content.startswith("LGTM")
     }
-    return bool(latest) and all((f, v) in approved for f, v in latest.items())
+    return bool(files) and files <= latest.keys() and all((f, v) in approved for f, v in latest.items())
 
 
 def _progress(console: Console, m: Message) -> None:
@@ -249,8 +371,9 @@ def run(
     idea: str = "a 2048 game in the terminal",
     report: Path | None = None,
 ) -> None:
-    """Run the team in ``namespace`` (its memories are cleared first), wait for it, and print the report;
-    with ``report``, also write the HTML report of the namespace there (``pgmem report``) and say where.
+    """Run the team in ``namespace`` (its memories, queues and retrieval log are emptied first), wait for
+    it, and print the report; with ``report``, also write the HTML report of the namespace there (``pgmem
+    report``) and say where.
 
     Raises:
         DemoIncomplete: a role process died, or the team did not finish in time (after the report).
@@ -259,9 +382,7 @@ def run(
     started = time.monotonic()
     failure = None
     with connect(dsn, namespace=namespace, min_size=1, max_size=2) as client:
-        for key in client.messages.memories():
-            client.messages.clear(key)  # a fresh run each time: the same report for the same idea
-            client.summaries.delete_all(key)
+        _reset(client)  # a fresh run each time: the same report for the same idea
         team = Memory(TEAM, client=client)
         ctx = mp.get_context("spawn")
         stop = ctx.Event()
@@ -283,15 +404,17 @@ def run(
                     break
             if failure is None:
                 console.print(f"  team ready in {time.monotonic() - started:.1f} s", highlight=False)
-                team.add(
-                    Message(
-                        content=idea,
+                # The requirement goes to every role watching requirements (the product manager); the
+                # shortcut to the engineer alone, which refuses it (the scripted dead letter).
+                for content, send_to in ((idea, MESSAGE_ROUTE_TO_ALL), (f"Skip the PRD, just code {idea}", "Engineer")):
+                    human = Message(
+                        content=content,
                         role="user",
                         cause_by=any_to_str(UserRequirement),
                         sent_from="Human",
-                        send_to={MESSAGE_ROUTE_TO_ALL},
+                        send_to={send_to},
                     )
-                )
+                    client.queues.publish(TEAM, human)
                 work_started = time.monotonic()
                 seen = 0
                 while True:
@@ -330,6 +453,19 @@ def run(
         raise DemoIncomplete(failure)
 
 
+def _reset(client: Client) -> None:
+    """Empty what earlier runs left in the namespace: queues (live and archived), memories, summaries and
+    logged searches."""
+    for role in ROLES:
+        for queue in (f"inbox:{role.name}", f"todo:{role.name}"):
+            client.queues.clear(queue)
+    client.retention.purge_queue_archive(0)
+    client.retention.purge_retrieval_log(0)
+    for key in client.messages.memories():
+        client.messages.clear(key)
+        client.summaries.delete_all(key)
+
+
 def _summarise(client: Any, console: Console) -> None:
     """Compress the team's history into summary rows (``pgmem.summaries``; the messages stay): OpenAI's
     chat API when ``OPENAI_API_KEY`` is set, else the offline summariser."""
@@ -364,6 +500,13 @@ def _report(dsn: str, namespace: str, console: Console, elapsed: float) -> None:
     for edge in flow:
         edges.add_row(*(str(v) for v in edge))
     console.print(edges)
+    with psycopg.connect(dsn) as conn:
+        for name, title in (
+            ("queues", "queues: inboxes filled by publish, the engineer's to-do queue"),
+            ("dead_letters", "dead letters: messages a role could not act on"),
+            ("recalls", "long-term recall before answering (pgmem.retrieval_log)"),
+        ):
+            console.print(_sql_table(conn, q[name], params, f"{title} (sql/demo.sql: {name})"))
     console.print(
         f"finished in {elapsed:.1f} s; {sum(r.messages for r in by_role)} messages in namespace {namespace!r}",
         highlight=False,
@@ -371,3 +514,14 @@ def _report(dsn: str, namespace: str, console: Console, elapsed: float) -> None:
     # soft_wrap: the command stays on one line, ready to copy.
     console.print("the data stays in PostgreSQL; look at it with:", highlight=False)
     console.print(f'  psql "{redact(dsn)}"', highlight=False, soft_wrap=True, markup=False)
+
+
+def _sql_table(conn: psycopg.Connection[Any], query: LiteralString, params: dict[str, Any], title: str) -> Table:
+    """A table of ``query``'s rows under its own column names (printed, not decoded)."""
+    cur = conn.execute(query, params)
+    table = Table(title=title)
+    for column in cur.description or []:
+        table.add_column(column.name, overflow="fold")
+    for row in cur.fetchall():
+        table.add_row(*(Text("" if v is None else str(v)) for v in row))
+    return table

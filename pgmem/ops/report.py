@@ -86,6 +86,7 @@ def collect(conn: psycopg.Connection[Any], scope: Scope) -> dict[str, Any]:
         agents = analytics.fetch(conn, "agents", scope)
         talk = analytics.fetch(conn, "talk", scope)
         retrievals = analytics.fetch(conn, "retrievals", scope)
+        summaries = analytics.fetch(conn, "summaries", scope)
     params = {k: _iso(v) for k, v in scope.params().items()}
 
     buckets = _bucket_labels(activity[0]["bucket"], activity[-1]["bucket"], seconds) if activity else []
@@ -160,6 +161,7 @@ def collect(conn: psycopg.Connection[Any], scope: Scope) -> dict[str, Any]:
         "agents": ("Agents", agents),
         "talk": ("Who talks to whom", talk),
         "retrievals": ("Retrieval log: logged searches by label (PGMEM_RETRIEVAL_LOG=1)", retrievals),
+        "summaries": ("Summaries per memory and level: how much they compress", summaries),
     }
     return {
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),

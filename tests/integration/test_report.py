@@ -102,7 +102,8 @@ def test_report_renders_in_headless_chromium_with_charts_drawn(team: str, tmp_pa
     assert drawn["queues"] == 3 and drawn["throughput"] == 1
     assert int(marks.body["data-charts-drawn"]) == sum(drawn.values())
     # The SQL behind each chart is on the page, with its parameters.
-    assert page.count("SQL behind this") == 8 and "FROM pgmem.action_flow" in page
+    assert page.count("SQL behind this") == 9 and "FROM pgmem.action_flow" in page
+    assert "Summaries per memory and level" in page and "FROM pgmem.summary_compression" in page
     assert "stage:plan" in page  # the retrieval log's table
 
 

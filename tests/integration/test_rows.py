@@ -110,7 +110,7 @@ ROWS: dict[tuple[str, str], tuple[str, ...]] = {
 }
 #: Statements of several columns that Python does not read by position: printed for people to read
 #: (`pgmem stats`/report read analytics rows by column name), or offered to copy into psql.
-NOT_DECODED = {("demo", "conversation")}
+NOT_DECODED = {("demo", "conversation"), ("demo", "queues"), ("demo", "dead_letters"), ("demo", "recalls")}
 GROUPS = ("messages", "queues", "summaries", "brains", "stores", "items", "vectors", "retention", "demo")
 
 
