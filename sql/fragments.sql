@@ -101,3 +101,32 @@ WHERE m.namespace = %(ns)s AND m.id = entry.message_id
 -- object as JSON), or, for a message stored without one (added through another API), a stand-in
 -- {"role": ..., "content": ...} the adapter converts.
 COALESCE(m.metadata -> %(field)s, jsonb_build_object('role', m.role, 'content', m.content))
+
+-- fragment: bm25
+-- BM25 of the keyword hits (README, "Keyword search"): CTEs after three of the statement's own: q
+-- (terms: pgmem.fts_terms of the query), scope (n: how many messages the search covers) and hit (id, seq,
+-- tsv: the scope's messages whose tsv matches). Ends with bm25 (id, seq, score), one row per hit.
+-- k1 = 1.2, b = 0.75; idf = ln(1 + (N - df + 0.5) / (df + 0.5)) with df counted among the hits, which
+-- hold every message of the scope containing a scored lexeme (but under a websearch `or`/`-not`, where it
+-- can only count too few); tf is a lexeme's number of positions in the message (Postgres keeps 256 at
+-- most); a message's length is its number of distinct lexemes, against their mean over the hits. One
+-- pass over the hits' tsvectors, which ts_rank_cd read as well.
+tf AS (
+    SELECT h.id, t.lexeme, coalesce(cardinality(t.positions), 1) AS tf, length(h.tsv) AS dl
+    FROM hit AS h CROSS JOIN q CROSS JOIN LATERAL unnest(h.tsv) AS t
+    WHERE t.lexeme = ANY (q.terms)
+),
+df AS (SELECT tf.lexeme, count(*) AS df FROM tf GROUP BY tf.lexeme),
+stats AS (
+    SELECT greatest(max(scope.n), count(*))::float8 AS n, greatest(avg(length(h.tsv)), 1)::float8 AS avgdl
+    FROM hit AS h CROSS JOIN scope
+),
+bm25 AS (
+    SELECT h.id, h.seq,
+           coalesce(sum(ln(1 + (s.n - df.df + 0.5) / (df.df + 0.5))
+                        * tf.tf * 2.2 / (tf.tf + 1.2 * (0.25 + 0.75 * tf.dl / s.avgdl))), 0) AS score
+    FROM hit AS h CROSS JOIN stats AS s
+    LEFT JOIN tf ON tf.id = h.id
+    LEFT JOIN df ON df.lexeme = tf.lexeme
+    GROUP BY h.id, h.seq
+)

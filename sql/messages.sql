@@ -105,13 +105,22 @@ WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND strpos(m.content, %(nee
 ORDER BY e.seq;
 
 -- name: search_text
--- Full-text search (websearch syntax) ranked by ts_rank_cd, best first.
-SELECT e.seq, {{message_columns}}
-FROM pgmem.messages AS m
-JOIN pgmem.memory_entries AS e ON e.namespace = m.namespace AND e.message_id = m.id
-WHERE m.namespace = %(ns)s AND e.memory = %(memory)s
-  AND m.tsv @@ websearch_to_tsquery('english', %(query)s)
-ORDER BY ts_rank_cd(m.tsv, websearch_to_tsquery('english', %(query)s)) DESC, e.seq DESC
+-- Keyword search (README, "Keyword search": English words in websearch syntax, CJK by bigrams), ranked
+-- by BM25 with N the memory's size, best first, newest first among equals. The query's tsquery is an
+-- InitPlan, computed once: the GIN index on tsv finds the hits.
+WITH q AS MATERIALIZED (SELECT pgmem.fts_query(%(query)s) AS query, pgmem.fts_terms(%(query)s) AS terms),
+scope AS (SELECT count(*) AS n FROM pgmem.memory_entries WHERE namespace = %(ns)s AND memory = %(memory)s),
+hit AS MATERIALIZED (
+    SELECT e.seq, m.id, m.tsv
+    FROM pgmem.messages AS m
+    JOIN pgmem.memory_entries AS e ON e.namespace = m.namespace AND e.message_id = m.id
+    WHERE m.namespace = %(ns)s AND e.memory = %(memory)s AND m.tsv @@ (SELECT q.query FROM q)
+),
+{{bm25}}
+SELECT b.seq, {{message_columns}}
+FROM bm25 AS b
+JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = b.id
+ORDER BY b.score DESC, b.seq DESC
 LIMIT %(limit)s;
 
 -- name: at_position

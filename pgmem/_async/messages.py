@@ -350,7 +350,14 @@ class AsyncMessageRepository(AsyncRepository):
     async def search_text(
         self, memory: str, query: str, *, limit: int = 10, connection: AsyncConnection[Any] | None = None
     ) -> list[Message]:
-        """Full-text search (Postgres ``websearch_to_tsquery``, English), best match first."""
+        """Keyword search, best match first (BM25; README, "Keyword search").
+
+        English words follow ``websearch_to_tsquery`` (every word, ``"a phrase"``, ``or``, ``-not``);
+        Chinese, Japanese and Korean runs match by their characters' bigrams, so a message holding any of
+        them is found and those holding more (and rarer) ones rank first.
+
+        Example: ``client.messages.search_text("role:PM", "贪吃蛇")`` finds "请编写一个命令行贪吃蛇游戏".
+        """
         check_key(memory)
         _positive(limit, "limit", allow_zero=False)
         if not isinstance(query, str) or "\x00" in query:

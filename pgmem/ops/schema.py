@@ -30,7 +30,8 @@ from sqlalchemy.dialects.postgresql import ARRAY, DOUBLE_PRECISION, JSONB, TSVEC
 
 SCHEMA = "pgmem"
 
-#: Full-text configuration of the ``tsv`` column (see README, "Text search").
+#: Full-text configuration of the words of the ``tsv`` column outside CJK runs, which are cut into
+#: characters and bigrams (``pgmem.fts_document`` in ``sql/text_search.sql``; README, "Keyword search").
 TEXT_SEARCH_CONFIG = "english"
 
 #: Only this many leading characters of a message are indexed for full-text search (tsvector size limit).
@@ -79,7 +80,7 @@ messages = Table(
     Column(
         "tsv",
         TSVECTOR,
-        Computed(f"to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, left(content, {FTS_MAX_CHARS}))", persisted=True),
+        Computed(f"pgmem.fts_document(left(content, {FTS_MAX_CHARS}))", persisted=True),
     ),
     PrimaryKeyConstraint("namespace", "id", name="messages_pkey"),
     # Messages looked up one by one (a claim's items): one bucket page, no text comparisons
