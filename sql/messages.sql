@@ -106,22 +106,22 @@ ORDER BY e.seq;
 
 -- name: search_text
 -- Keyword search (README, "Keyword search": English words in websearch syntax, CJK by bigrams), ranked
--- by BM25 with N the memory's size, best first, newest first among equals. The query's tsquery is an
--- InitPlan, computed once: the GIN index on tsv finds the hits.
-WITH q AS MATERIALIZED (SELECT pgmem.fts_query(%(query)s) AS query, pgmem.fts_terms(%(query)s) AS terms),
-scope AS (SELECT count(*) AS n FROM pgmem.memory_entries WHERE namespace = %(ns)s AND memory = %(memory)s),
+-- by BM25, best first, newest first among equals; only the best are joined with their messages.
+-- pgmem.fts_query of a constant is folded into a tsquery when the statement is planned, so the planner
+-- sees which lexemes it looks for (the GIN index on tsv for rare ones, a scan for a word in most messages).
+WITH q AS MATERIALIZED (SELECT pgmem.fts_terms(%(query)s) AS terms),
+scope AS ({{bm25_entries}}),
 hit AS MATERIALIZED (
-    SELECT e.seq, m.id, m.tsv
-    FROM pgmem.messages AS m
+    SELECT e.seq, m.id, {{bm25_hit}}
+    FROM q, pgmem.messages AS m
     JOIN pgmem.memory_entries AS e ON e.namespace = m.namespace AND e.message_id = m.id
-    WHERE m.namespace = %(ns)s AND e.memory = %(memory)s AND m.tsv @@ (SELECT q.query FROM q)
+    WHERE m.namespace = %(ns)s AND e.memory = %(memory)s AND m.tsv @@ pgmem.fts_query(%(query)s)
 ),
 {{bm25}}
 SELECT b.seq, {{message_columns}}
-FROM bm25 AS b
+FROM (SELECT * FROM bm25 ORDER BY bm25.score DESC, bm25.seq DESC LIMIT %(limit)s) AS b
 JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = b.id
-ORDER BY b.score DESC, b.seq DESC
-LIMIT %(limit)s;
+ORDER BY b.score DESC, b.seq DESC;
 
 -- name: at_position
 -- The message at a 0-based position (negative: from the end), like a Python list index.

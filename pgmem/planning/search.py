@@ -386,7 +386,7 @@ def hybrid_search_sql(model: EmbeddingModel, f: SearchFilters, strategy: str) ->
     """
     terms: list[sql.Composable] = [
         sql.SQL("m.namespace = %(ns)s"),
-        sql.SQL("m.tsv @@ (SELECT q.query FROM q)"),
+        sql.SQL("m.tsv @@ pgmem.fts_query(%(text)s)"),
     ]
     terms += _entry_filters(f, "te", "m")
     if f.memory is not None:
@@ -394,20 +394,23 @@ def hybrid_search_sql(model: EmbeddingModel, f: SearchFilters, strategy: str) ->
             "pgmem.memory_entries te JOIN pgmem.messages m ON m.namespace = te.namespace AND m.id = te.message_id"
         )
         terms.insert(0, sql.SQL("te.namespace = %(ns)s"))
-        scope = sql.SQL(
-            "SELECT count(*) AS n FROM pgmem.memory_entries WHERE namespace = %(ns)s AND memory = %(memory)s"
-        )
+        scope = sql.SQL(fragment("bm25_entries"))
     else:
         text_from = sql.SQL("pgmem.messages m")
-        scope = sql.SQL("SELECT count(*) AS n FROM pgmem.messages WHERE namespace = %(ns)s")
-    # The keyword ranking of search_text (sql/messages.sql): BM25 over the memory (or the namespace); the
-    # other filters narrow the hits, not N.
+        scope = sql.SQL(fragment("bm25_messages"))
+    # The keyword ranking of search_text (sql/messages.sql): BM25, df among the hits (the filters apply).
     text_part = sql.SQL(
-        "WITH q AS MATERIALIZED (SELECT pgmem.fts_query(%(text)s) AS query, pgmem.fts_terms(%(text)s) AS terms), "
-        "scope AS ({scope}), hit AS MATERIALIZED (SELECT m.id, m.seq, m.tsv FROM {text_from} WHERE {terms}), "
+        "WITH q AS MATERIALIZED (SELECT pgmem.fts_terms(%(text)s) AS terms), scope AS ({scope}), "
+        "hit AS MATERIALIZED (SELECT m.id, m.seq, {hit} FROM q, {text_from} WHERE {terms}), "
         "{bm25} SELECT b.id, row_number() OVER (ORDER BY b.score DESC, b.seq DESC) AS rank FROM bm25 AS b "
         "ORDER BY rank LIMIT %(k)s"
-    ).format(scope=scope, text_from=text_from, terms=sql.SQL(" AND ").join(terms), bm25=sql.SQL(fragment("bm25")))
+    ).format(
+        scope=scope,
+        hit=sql.SQL(fragment("bm25_hit")),
+        text_from=text_from,
+        terms=sql.SQL(" AND ").join(terms),
+        bm25=sql.SQL(fragment("bm25")),
+    )
     return sql.SQL(
         "WITH v AS MATERIALIZED ({hits}), "
         "vr AS (SELECT v.message_id AS id, row_number() OVER (ORDER BY v.distance, v.message_id) AS rank, v.distance "
