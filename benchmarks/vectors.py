@@ -24,6 +24,13 @@ Parts (every comparison interleaved in one loop, p50/p99 in µs):
      mem0 and LangGraph's store run. Targets: always k results, recall >= 0.95, <= 1.2x the better raw.
   D. LangGraph ``PostgresStore`` (put + search, HNSW, cosine) vs pgmem on the same server with the same
      embeddings. Target: pgmem >= 2x faster.
+  K. keyword search (``client.messages.search_text``) on the 34k English lines and on 30k generated
+     Chinese/Japanese messages (``cjk_corpus``: deterministic, seed 21): pgmem's BM25 over
+     ``pgmem.fts_document`` against the statement it replaced (``english`` configuration, ``ts_rank_cd``)
+     on a column computed the old way; known-item recall@10 (and, for CJK, substring recall@10), p50/p99
+     interleaved, whether the GIN index serves a rare query, and the time migration 0003's recomputation
+     of ``tsv`` takes on these 64k messages. Cost: O(hits) per query (every hit's tsvector is read to
+     rank it), the GIN lookup O(log n + hits).
 
 Cost model: exact search is O(n d) in the candidates; HNSW is O(ef log n) per query, and an iterative
 scan under a filter keeping a fraction s of the rows visits about k / s candidates.
@@ -33,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -49,6 +57,7 @@ import pgmem
 from benchmarks._common import DATA, bench_database, busy_processes, timed, timed_together, write_json
 from pgmem import Message
 from pgmem.cache import VectorCache
+from pgmem.planning import statements
 
 console = Console()
 K = 10
@@ -519,6 +528,167 @@ def part_d(
     return out
 
 
+# -- part K: keyword search ------------------------------------------------------------------------------
+
+#: The statement search_text ran before migration 0003 (english configuration, ts_rank_cd), on a column
+#: computed the old way (``tsv_old``, added to the benchmark's database only).
+OLD_SEARCH_TEXT = """SELECT e.seq, m.id FROM pgmem.messages AS m
+JOIN pgmem.memory_entries AS e ON e.namespace = m.namespace AND e.message_id = m.id
+WHERE m.namespace = %(ns)s AND e.memory = %(memory)s AND m.tsv_old @@ websearch_to_tsquery('english', %(query)s)
+ORDER BY ts_rank_cd(m.tsv_old, websearch_to_tsquery('english', %(query)s)) DESC, e.seq DESC LIMIT %(limit)s"""
+
+_HAN = [chr(c) for c in range(0x4E00, 0x4E00 + 2500)]
+_KATAKANA = [chr(c) for c in range(0x30A1, 0x30F7)] + ["ー"]
+_PARTICLES = ["的", "了", "和", "の", "に", "を", "は"]
+_LATIN = ["Python", "API", "SQL", "JSON", "HTTP", "Redis"]
+
+
+def cjk_corpus(n_docs: int, seed: int = 21) -> list[str]:
+    """A deterministic Chinese/Japanese corpus: a vocabulary of 5,000 words (80% of 2-4 Han characters,
+    20% of 3-5 Katakana ones), documents of 6-30 words drawn by a Zipf law (s = 1.1), glued without
+    spaces, with particles (的 了 和 の に を は) between some words, a comma or full stop every few words,
+    and in one document of ten a Latin word (Python, API, …): mixed text. Same seed, same corpus."""
+    rng = np.random.default_rng(seed)
+    vocab = []
+    for _ in range(5000):
+        if rng.random() < 0.8:
+            vocab.append("".join(rng.choice(_HAN, rng.integers(2, 5))))
+        else:
+            vocab.append("".join(rng.choice(_KATAKANA, rng.integers(3, 6))))
+    weights = 1 / np.arange(1, len(vocab) + 1) ** 1.1
+    weights /= weights.sum()
+    docs = []
+    for _ in range(n_docs):
+        words = rng.choice(len(vocab), rng.integers(6, 31), p=weights)
+        parts = []
+        for j, w in enumerate(words):
+            parts.append(vocab[w])
+            if rng.random() < 0.3:
+                parts.append(str(rng.choice(_PARTICLES)))
+            if j % 5 == 4:
+                parts.append("，" if rng.random() < 0.7 else "。")
+        if rng.random() < 0.1:
+            parts.insert(int(rng.integers(0, len(parts))), f" {rng.choice(_LATIN)} ")
+        docs.append("".join(parts))
+    return docs
+
+
+def keyword_queries(texts: list[str], n: int, cjk: bool, seed: int = 5) -> list[tuple[int, str]]:
+    """(source row, query) pairs: for English two words of 5+ letters of a line, for CJK the longest run
+    of 4-6 CJK characters cut from a document (a word and a bit of its neighbour, as users paste)."""
+    rng = np.random.default_rng(seed)
+    out: list[tuple[int, str]] = []
+    while len(out) < n:
+        row = int(rng.integers(0, len(texts)))
+        text = texts[row]
+        if cjk:
+            runs = [r for r in re.findall(r"[\u3040-\u30ff\u4e00-\u9fff]+", text) if len(r) >= 4]
+            if not runs:
+                continue
+            run = runs[int(rng.integers(0, len(runs)))]
+            size = min(len(run), int(rng.integers(4, 7)))
+            start = int(rng.integers(0, len(run) - size + 1))
+            out.append((row, run[start : start + size]))
+        else:
+            words = sorted({w for w in re.findall(r"[A-Za-z]{5,}", text)})
+            if len(words) < 2:
+                continue
+            picked = rng.choice(words, 2, replace=False)
+            out.append((row, " ".join(picked)))
+    return out
+
+
+def part_k(dsn: str, texts: list[str], samples: int, cjk_docs: int) -> list[dict[str, Any]]:
+    """Keyword search (search_text) on the English lines and a generated CJK corpus, pgmem's BM25 over
+    pgmem.fts_document against the statement it replaced (english configuration, ts_rank_cd) on a column
+    computed the old way. Recall@10: the share of queries whose source message is in the top 10
+    (known-item); for CJK also the share of the top 10 places that the messages containing the query
+    string could fill and do (substring recall)."""
+    corpus = {"en": texts, "zh": cjk_corpus(cjk_docs)}
+    rows: list[dict[str, Any]] = []
+    with pgmem.connect(dsn, namespace="kw", max_size=2) as client:
+        for memory, docs in corpus.items():
+            for lo in range(0, len(docs), 5000):
+                chunk = range(lo, min(lo + 5000, len(docs)))
+                client.messages.add_many(memory, [Message(id=f"{memory}{i}", content=docs[i]) for i in chunk])
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            start = time.perf_counter()
+            conn.execute(
+                "ALTER TABLE pgmem.messages ADD COLUMN tsv_old tsvector GENERATED ALWAYS AS "
+                "(to_tsvector('english'::regconfig, left(content, 200000))) STORED"
+            )
+            conn.execute("CREATE INDEX messages_tsv_old_idx ON pgmem.messages USING gin (tsv_old)")
+            old_column_s = time.perf_counter() - start
+            start = time.perf_counter()
+            conn.execute("ALTER TABLE pgmem.messages DROP COLUMN tsv")  # what migration 0003 does, timed
+            conn.execute(
+                "ALTER TABLE pgmem.messages ADD COLUMN tsv tsvector GENERATED ALWAYS AS "
+                "(pgmem.fts_document(left(content, 200000))) STORED"
+            )
+            conn.execute("CREATE INDEX messages_tsv_idx ON pgmem.messages USING gin (tsv)")
+            new_column_s = time.perf_counter() - start
+            conn.execute("VACUUM ANALYZE")
+            console.print(
+                f"K: {sum(map(len, corpus.values()))} messages; tsv recomputed as migration 0003 does in "
+                f"{new_column_s:.1f} s (the old english column: {old_column_s:.1f} s)"
+            )
+            search = statements.load("messages")["search_text"]
+            for memory, docs in corpus.items():
+                queries = keyword_queries(docs, samples, cjk=memory == "zh")
+                holders = None
+                if memory == "zh":
+                    holders = [[f"zh{i}" for i, d in enumerate(docs) if q in d] for _, q in queries]
+
+                def run(text: str, q: str, memory: str = memory) -> list[str]:
+                    params = {"ns": "kw", "memory": memory, "query": q, "limit": K}
+                    return [r[1] for r in conn.execute(text, params)]  # type: ignore[arg-type]
+
+                row: dict[str, Any] = {"set": memory, "messages": len(docs), "queries": len(queries)}
+                row |= {"pgmem substring recall@10": "-", "before substring recall@10": "-"}
+                for name, text in (("pgmem", search), ("before", OLD_SEARCH_TEXT)):
+                    found = [run(text, q) for _, q in queries]
+                    row[f"{name} recall@10"] = round(
+                        float(np.mean([f"{memory}{src}" in got for (src, _), got in zip(queries, found, strict=True)])),
+                        3,
+                    )
+                    if holders is not None:
+                        row[f"{name} substring recall@10"] = round(
+                            float(
+                                np.mean(
+                                    [
+                                        len(set(got) & set(h)) / min(K, len(h))
+                                        for got, h in zip(found, holders, strict=True)
+                                    ]
+                                )
+                            ),
+                            3,
+                        )
+                cycle = iter(range(10**9))
+                timings = timed_together(
+                    {
+                        name: (lambda text=text: run(text, queries[next(cycle) % len(queries)][1]))
+                        for name, text in (("pgmem", search), ("before", OLD_SEARCH_TEXT))
+                    },
+                    iterations=samples,
+                )
+                for name, t in timings.items():
+                    row[f"{name} p50 µs"] = t["p50_us"]
+                    row[f"{name} p99 µs"] = t["p99_us"]
+                rare = min(queries, key=lambda sq: sum(sq[1] in d for d in docs[:2000]))[1]
+                plan = "\n".join(
+                    r[0]
+                    for r in conn.execute(
+                        "EXPLAIN " + search, {"ns": "kw", "memory": memory, "query": rare, "limit": K}
+                    )  # type: ignore[operator]
+                )
+                row["GIN for a rare query"] = "messages_tsv_idx" in plan
+                rows.append(row)
+            rows.append(
+                {"set": "migration", "tsv recomputed s": round(new_column_s, 1), "old column s": round(old_column_s, 1)}
+            )
+    return rows
+
+
 def show(title: str, rows: list[dict[str, Any]]) -> None:
     """One row per result, or, when results have more fields than a terminal shows side by side, one
     row per field and a column per result."""
@@ -582,11 +752,11 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=400)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/vectors.json"))
-    parser.add_argument("--parts", default="A,B,C,D", help="which parts to run, e.g. D or A,B (default: all)")
+    parser.add_argument("--parts", default="A,B,C,D,K", help="which parts to run, e.g. D or A,B (default: all)")
     parser.add_argument("--busy", type=int, default=8, help="part A's loaded scenario: busy processes (0: skip it)")
     args = parser.parse_args()
     parts = {p.strip().upper() for p in args.parts.split(",") if p.strip()}
-    if unknown := parts - {"A", "B", "C", "D"}:
+    if unknown := parts - {"A", "B", "C", "D", "K"}:
         parser.error(f"unknown parts {sorted(unknown)}")
     samples = 100 if args.quick else args.samples
     texts, vectors, queries = load_data(0)
@@ -598,6 +768,12 @@ def main() -> None:
         with bench_database(args.dsn, "_d") as dsn:
             results["D"] = part_d(dsn, texts, vectors, queries, 1000 if args.quick else 5000, samples)
             show("D. LangGraph PostgresStore vs pgmem", [results["D"]])
+    if "K" in parts:
+        with bench_database(args.dsn, "_k") as dsn:
+            results["K"] = part_k(dsn, texts, 100 if args.quick else 300, 5000 if args.quick else 30_000)
+            show(
+                "K. keyword search (search_text): pgmem's BM25 vs the english statement it replaced", results["K"][:-1]
+            )
     if not args.quick and parts & {"A", "B"}:
         texts100, vectors100, _ = load_data(100_000)
         with bench_database(args.dsn) as dsn:
