@@ -532,7 +532,17 @@ COLORS = ["#3563c9", "#e0803a"]
 
 
 def _fmt(v: float) -> str:
-    return f"{v / 1e3:.0f}k" if abs(v) >= 1e4 else f"{round(v, 2):g}"
+    if abs(v) >= 1e4:
+        return f"{v / 1e3:.0f}k"
+    return f"{v:.0f}" if abs(v) >= 100 else f"{round(v, 2):g}"
+
+
+def _nice(v: float) -> float:
+    """The smallest 1, 2 or 5 x 10^k at or above ``v`` (the chart's top gridline)."""
+    if v <= 0:
+        return 1.0
+    base = 10 ** np.floor(np.log10(v))
+    return float(next(m * base for m in (1, 2, 5, 10) if m * base >= v))
 
 
 def chart_svg(title: str, labels: list[str], series: list[tuple[str, list[float]]]) -> str:
@@ -542,7 +552,7 @@ def chart_svg(title: str, labels: list[str], series: list[tuple[str, list[float]
     h = 290 + 18 * legend_rows
     m = {"l": 48, "r": 12, "t": 40 + 18 * legend_rows, "b": 26}
     inner_w, inner_h = w - m["l"] - m["r"], h - m["t"] - m["b"]
-    top = max((v for _, values in series for v in values), default=0) or 1
+    top = _nice(max((v for _, values in series for v in values), default=0) * 1.08)
     slot = inner_w / max(1, len(labels))
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" '
