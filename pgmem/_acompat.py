@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeAlias, TypeVar
@@ -61,6 +62,11 @@ async def arun_blocking(func: Callable[P, T], *args: P.args, **kwargs: P.kwargs)
     return await asyncio.to_thread(func, *args, **kwargs)
 
 
+async def asleep(seconds: float) -> None:
+    """Pause this task (a poll's interval)."""
+    await asyncio.sleep(seconds)
+
+
 async def adrive(coroutine: Coroutine[Any, Any, T]) -> T:
     """Run async-only work of the caller's (an LLM's ``aask``): awaited here."""
     return await coroutine
@@ -101,6 +107,11 @@ def run_blocking(func: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     return func(*args, **kwargs)
 
 
+def sleep(seconds: float) -> None:
+    """Pause this thread (a poll's interval)."""
+    time.sleep(seconds)
+
+
 def drive(coroutine: Coroutine[Any, Any, T]) -> T:
     """Run async-only work of the caller's (an LLM's ``aask``) to completion: on a private event loop, in a
     worker thread when this thread already runs a loop."""
@@ -123,4 +134,5 @@ SYNC_NAMES = {
     "aevent_wait": "event_wait",
     "arun_blocking": "run_blocking",
     "adrive": "drive",
+    "asleep": "sleep",
 }

@@ -124,7 +124,3 @@ LIMIT %(limit)s OFFSET %(offset)s;
 -- name: vector_rows
 -- How many item vectors there are (planner statistics; 0 before the first ANALYZE).
 SELECT greatest(reltuples, 0)::float8 FROM pg_class WHERE oid = 'pgmem.item_vectors'::regclass;
-
--- name: index_lock
--- Serialises the creation of a model's HNSW index on item_vectors (with the model registry's lock key).
-SELECT pg_advisory_xact_lock(%(key)s);

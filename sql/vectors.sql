@@ -1,9 +1,19 @@
 -- Named queries of the vector repository (pgmem._async.vectors). Searches are composed per model in
 -- pgmem/search.py (the model's id and dimension are part of the indexed expression).
 
--- name: model_lock
--- Registering a model creates its HNSW index: one registration at a time.
-SELECT pg_advisory_xact_lock(%(key)s);
+-- name: build_lock
+-- A process builds a model's HNSW index (CREATE INDEX CONCURRENTLY, outside a transaction) while it holds
+-- this session lock; others try it again later rather than wait in a statement (whose snapshot the build
+-- would wait for).
+SELECT pg_try_advisory_lock(%(key)s);
+
+-- name: build_unlock
+SELECT pg_advisory_unlock(%(key)s);
+
+-- name: index_valid
+-- Whether an index (`pgmem.<name>`) is valid; no row when it does not exist. A concurrent build that
+-- failed (or is still running) leaves it INVALID: the planner ignores it.
+SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%(index)s);
 
 -- name: register_model
 INSERT INTO pgmem.embedding_models (name, dimension, kind)
@@ -141,10 +151,20 @@ WHERE o.namespace = %(ns)s
 -- name: outbox_namespaces
 SELECT DISTINCT namespace FROM pgmem.embedding_outbox ORDER BY namespace;
 
+-- name: unindexed_switches
+-- Models some memory of the namespace is switching to whose HNSW index is missing or not yet valid (the
+-- embedder builds it before it can promote them). The index name is EmbeddingModel.index_name's.
+SELECT DISTINCT m.id, m.name, m.dimension, m.kind
+FROM pgmem.memory_models mm JOIN pgmem.embedding_models m ON m.id = mm.model_id
+WHERE mm.namespace = %(ns)s AND mm.status = 'building'
+  AND NOT coalesce((SELECT i.indisvalid FROM pg_index i
+                    WHERE i.indexrelid = to_regclass('pgmem.embeddings_hnsw_m' || m.id)), false);
+
 -- name: promote
--- Finish model switches: a `building` model whose memory has no queued entry left becomes the active
--- one; the previous active model's vectors stay (other memories may use them) but it is no longer
--- searched for this memory. Returns the memories switched.
+-- Finish model switches: a `building` model whose memory has no queued entry left and whose HNSW index is
+-- valid (built: see unindexed_switches) becomes the active one; the previous active model's vectors stay
+-- (other memories may use them) but it is no longer searched for this memory. Returns the memories
+-- switched.
 WITH done AS (
     SELECT mm.memory, mm.model_id
     FROM pgmem.memory_models mm
@@ -152,6 +172,8 @@ WITH done AS (
       AND NOT EXISTS (SELECT 1 FROM pgmem.embedding_outbox o
                       JOIN pgmem.memory_entries me ON me.namespace = o.namespace AND me.message_id = o.message_id
                       WHERE o.namespace = %(ns)s AND o.model_id = mm.model_id AND me.memory = mm.memory)
+      AND coalesce((SELECT i.indisvalid FROM pg_index i
+                    WHERE i.indexrelid = to_regclass('pgmem.embeddings_hnsw_m' || mm.model_id)), false)
 ), retired AS (
     DELETE FROM pgmem.memory_models x USING done
     WHERE x.namespace = %(ns)s AND x.memory = done.memory AND x.status = 'active'

@@ -3,18 +3,21 @@ embedders a client knows, and query embedding. The outbox worker and the searche
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, sql
+from psycopg.pq import TransactionStatus
 
+from pgmem._acompat import asleep
 from pgmem._async.base import AsyncRepository
 from pgmem.checks import check_key
 from pgmem.embeddings import Embedder, Vectors, check_vectors
 from pgmem.errors import EmbeddingError, InvalidInput, translate
 from pgmem.planning import statements
 from pgmem.planning.rows import EmbeddingModelRow, MemoryModelRow
-from pgmem.planning.search import HALFVEC_ABOVE, EmbeddingModel, SearchFilters, model_of
+from pgmem.planning.search import EmbeddingModel, SearchFilters, model_of, storage_kind
 
 if TYPE_CHECKING:
     from pgmem._async.client import AsyncClient
@@ -22,9 +25,13 @@ if TYPE_CHECKING:
 __all__ = ["MODEL_LOCK_KEY", "AsyncModelRegistry"]
 
 Q = statements.load("vectors")
+log = logging.getLogger("pgmem.vectors")
 
-#: Key of the advisory lock that serialises model registration (and its CREATE INDEX).
+#: Key of the session advisory lock a process holds while it builds a model's HNSW index (one build at a
+#: time; a build found INVALID while nobody holds it failed, and is dropped and built again).
 MODEL_LOCK_KEY = 0x70676D656D02
+#: Seconds between two tries of that lock by a process waiting for another's build.
+BUILD_POLL = 0.1
 
 
 class AsyncModelRegistry(AsyncRepository):
@@ -37,6 +44,9 @@ class AsyncModelRegistry(AsyncRepository):
     def __init__(self, client: AsyncClient) -> None:
         super().__init__(client)
         self._models: dict[str, EmbeddingModel] = {}
+        self._indexed: set[str] = set()  # names of indexes this client saw valid
+        #: Whether this client registered a model inside a caller's transaction, its index unbuilt then.
+        self.deferred = False
         self._active: dict[str, EmbeddingModel] = {}
         self._embedders: dict[str, Embedder] = {}
 
@@ -80,7 +90,11 @@ class AsyncModelRegistry(AsyncRepository):
     async def register(
         self, embedder: Embedder | None = None, *, connection: AsyncConnection[Any] | None = None
     ) -> EmbeddingModel:
-        """Register ``embedder``'s model (name and dimension) and its HNSW index, once; return it.
+        """Register ``embedder``'s model (name and dimension) and build its HNSW index, once; return it.
+
+        The index is built with ``CREATE INDEX CONCURRENTLY`` (:meth:`build_index`): other processes keep
+        writing embeddings meanwhile. Inside the caller's transaction it cannot be built; the embedding
+        worker (or the next registration outside one) builds it, and a switch to the model waits for it.
 
         Raises :class:`pgmem.EmbeddingError` when the name is registered with another dimension.
         """
@@ -90,26 +104,84 @@ class AsyncModelRegistry(AsyncRepository):
             dimension = chosen.dimension
             if not 1 <= dimension <= 16000:
                 raise InvalidInput(f"{chosen.model}: dimension must be in [1, 16000], got {dimension}")
-            kind = "halfvec" if dimension > HALFVEC_ABOVE else "vector"
             with translate():
                 async with self._client.transaction(connection) as conn:
-                    await conn.execute(Q["model_lock"], {"key": MODEL_LOCK_KEY})
                     await conn.execute(
-                        Q["register_model"], {"name": chosen.model, "dimension": dimension, "kind": kind}
+                        Q["register_model"],
+                        {"name": chosen.model, "dimension": dimension, "kind": storage_kind(dimension)},
                     )
                     cur = await conn.execute(Q["get_model"], {"name": chosen.model})
                     row = await cur.fetchone()
                     assert row is not None
                     known = model_of(EmbeddingModelRow._make(row))
-                    if known.dimension == dimension:
-                        await conn.execute(known.index_ddl())
             self._models[chosen.model] = known
         if known.dimension != chosen.dimension:
             raise EmbeddingError(
                 f"model {chosen.model!r} is registered with {known.dimension} dimensions; this embedder has "
                 f"{chosen.dimension}"
             )
+        if known.index_name not in self._indexed and not await self.build_index(known, connection=connection):
+            self.deferred = True
         return known
+
+    async def build_index(
+        self,
+        model: EmbeddingModel,
+        table: str = "embeddings",
+        name: str | None = None,
+        *,
+        connection: AsyncConnection[Any] | None = None,
+        wait: bool = True,
+    ) -> bool:
+        """Make sure ``model``'s HNSW index on ``pgmem.<table>`` exists and is valid; True when it is.
+
+        ``CREATE INDEX CONCURRENTLY`` runs outside any transaction, so it never blocks writes to the table
+        (a plain CREATE INDEX holds a SHARE lock, which stops every tenant's embedding inserts until it
+        commits). One process builds at a time, holding the session advisory lock
+        :data:`MODEL_LOCK_KEY`; others poll it with ``pg_try_advisory_lock`` (``wait``) or return False: a
+        blocking ``pg_advisory_lock`` would keep a snapshot open, which the concurrent build waits for
+        (a deadlock). An index INVALID while nobody holds the lock is what a failed or interrupted build
+        leaves: it is dropped (concurrently) and built again. Returns False, building nothing, on a
+        connection inside a transaction (the caller's).
+        """
+        name = name or model.index_name
+        if name in self._indexed:
+            return True
+        async with self._client.connection(connection) as conn:
+            if not conn.autocommit or conn.info.transaction_status != TransactionStatus.IDLE:
+                return False
+            with translate():
+                while not await self._index_valid(conn, name):
+                    cur = await conn.execute(Q["build_lock"], {"key": MODEL_LOCK_KEY})
+                    row = await cur.fetchone()
+                    if row is not None and row[0]:
+                        try:
+                            await self._build(conn, model, table, name)
+                        finally:
+                            if not conn.broken:
+                                await conn.execute(Q["build_unlock"], {"key": MODEL_LOCK_KEY})
+                        break
+                    if not wait:
+                        return False
+                    await asleep(BUILD_POLL)
+        self._indexed.add(name)
+        return True
+
+    async def _index_valid(self, conn: AsyncConnection[Any], name: str) -> bool | None:
+        """Whether the index ``pgmem.<name>`` is valid (None: it does not exist)."""
+        cur = await conn.execute(Q["index_valid"], {"index": f"pgmem.{name}"})
+        row = await cur.fetchone()
+        return None if row is None else bool(row[0])
+
+    async def _build(self, conn: AsyncConnection[Any], model: EmbeddingModel, table: str, name: str) -> None:
+        """Build the index, holding the build lock (see :meth:`build_index`)."""
+        state = await self._index_valid(conn, name)
+        if state:
+            return  # another process built it between our check and our lock
+        if state is False:
+            log.warning("index pgmem.%s was left INVALID by a failed build: dropping it and building it again", name)
+            await conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier("pgmem", name)))
+        await conn.execute(model.index_ddl(table, name))
 
     async def memory_models(
         self, memory: str, connection: AsyncConnection[Any] | None = None

@@ -15,7 +15,7 @@ from psycopg.pq import TransactionStatus
 
 from pgmem._acompat import AEvent, aevent_wait
 from pgmem._async.base import AsyncRepository
-from pgmem._async.embedding_models import MODEL_LOCK_KEY, AsyncModelRegistry
+from pgmem._async.embedding_models import AsyncModelRegistry
 from pgmem._async.search_planner import COUNT_TTL
 from pgmem._async.sessions import SESSION_EF_SEARCH
 from pgmem.checks import dump_json
@@ -73,11 +73,9 @@ class AsyncItemRepository(AsyncRepository):
         :class:`pgmem.EmbeddingError`."""
         model = await self._registry.register(embedder)
         if model.id not in self._indexed:
-            with translate():
-                async with self._client.transaction() as conn:
-                    await conn.execute(Q["index_lock"], {"key": MODEL_LOCK_KEY})
-                    await conn.execute(plan.index_ddl(model))
-            self._indexed.add(model.id)
+            # built concurrently (writes go on), as the registry builds the messages' index
+            if await self._registry.build_index(model, "item_vectors", plan.index_name(model)):
+                self._indexed.add(model.id)
         return model
 
     # -- writes -------------------------------------------------------------------------------------
@@ -346,7 +344,8 @@ class AsyncItemRepository(AsyncRepository):
         if strategy == "ann":
             params["n"] = n
             text = plan.search_statement("ann", bool(pre), shape, omit, refresh, model)
-            rows = await self._hits(text, params, max(SESSION_EF_SEARCH, min(n, MAX_EF_SEARCH)), connection)
+            ef = max(SESSION_EF_SEARCH, min(model.depth(n), MAX_EF_SEARCH))
+            rows = await self._hits(text, params, ef, connection)
             if len(rows) == limit or mode == "ann":
                 return [ItemHitRow._make(r) for r in rows]
             # Short: the scan ran out (max_scan_tuples) or items have more vectors than expected.

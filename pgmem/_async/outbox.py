@@ -18,7 +18,7 @@ from pgmem.checks import check_key
 from pgmem.embeddings import Embedder, check_vectors
 from pgmem.errors import InvalidInput, translate
 from pgmem.planning import statements
-from pgmem.planning.rows import OutboxItemRow, PendingModelRow, PendingRow, PromotedRow
+from pgmem.planning.rows import EmbeddingModelRow, OutboxItemRow, PendingModelRow, PendingRow, PromotedRow
 from pgmem.planning.search import EmbeddingModel, model_of
 
 if TYPE_CHECKING:
@@ -138,6 +138,11 @@ class AsyncEmbeddingOutbox(AsyncRepository):
         if rows and report.embedded + report.failed == 0:
             await self._rows("purge_orphans", {}, None)  # queued rows none of which could be claimed
         if switching or not rows:
+            if switching or self._registry.deferred:
+                # A switch waits for its model's index: build any that is missing (never waiting for
+                # another process's build; that one's promotion follows at a later run).
+                for unindexed in await self._rows("unindexed_switches", {}, None):
+                    await self._registry.build_index(model_of(EmbeddingModelRow._make(unindexed)), wait=False)
             report.promoted = [r.memory for r in map(PromotedRow._make, await self._rows("promote", {}, None))]
             for memory in report.promoted:
                 self._registry.forget(memory)

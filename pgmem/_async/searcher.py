@@ -113,7 +113,7 @@ class AsyncSearcher(AsyncRepository):
                 statement("vector", model, filters, strategy, k, threshold is not None, logged=logged),
                 [{**base, "q": q} for q in qs],
                 _iterative(filters, strategy),
-                k,
+                model.depth(k),
             )
 
         (rows,) = await self._run(
@@ -164,7 +164,7 @@ class AsyncSearcher(AsyncRepository):
                 statement("batch", model, filters, strategy, k, logged=logged),
                 [params],
                 _iterative(filters, strategy),
-                k,
+                model.depth(k),
             )
 
         (rows,) = await self._run(filters, texts, vectors, embedder, "auto", exact_limit, plan, connection, stack=True)
@@ -224,7 +224,7 @@ class AsyncSearcher(AsyncRepository):
                 statement("hybrid", model, filters, strategy, logged=logged),
                 [params],
                 _iterative(filters, strategy),
-                depth,
+                model.depth(depth),
             )
 
         (rows,) = await self._run(filters, [text], None, embedder, "auto", None, plan, connection)

@@ -16,7 +16,7 @@ from psycopg.pq import TransactionStatus
 
 from pgmem._acompat import Event, event_wait
 from pgmem._sync.base import Repository
-from pgmem._sync.embedding_models import MODEL_LOCK_KEY, ModelRegistry
+from pgmem._sync.embedding_models import ModelRegistry
 from pgmem._sync.search_planner import COUNT_TTL
 from pgmem._sync.sessions import SESSION_EF_SEARCH
 from pgmem.checks import dump_json
@@ -74,11 +74,9 @@ class ItemRepository(Repository):
         :class:`pgmem.EmbeddingError`."""
         model = self._registry.register(embedder)
         if model.id not in self._indexed:
-            with translate():
-                with self._client.transaction() as conn:
-                    conn.execute(Q["index_lock"], {"key": MODEL_LOCK_KEY})
-                    conn.execute(plan.index_ddl(model))
-            self._indexed.add(model.id)
+            # built concurrently (writes go on), as the registry builds the messages' index
+            if self._registry.build_index(model, "item_vectors", plan.index_name(model)):
+                self._indexed.add(model.id)
         return model
 
     # -- writes -------------------------------------------------------------------------------------
@@ -347,7 +345,8 @@ class ItemRepository(Repository):
         if strategy == "ann":
             params["n"] = n
             text = plan.search_statement("ann", bool(pre), shape, omit, refresh, model)
-            rows = self._hits(text, params, max(SESSION_EF_SEARCH, min(n, MAX_EF_SEARCH)), connection)
+            ef = max(SESSION_EF_SEARCH, min(model.depth(n), MAX_EF_SEARCH))
+            rows = self._hits(text, params, ef, connection)
             if len(rows) == limit or mode == "ann":
                 return [ItemHitRow._make(r) for r in rows]
             # Short: the scan ran out (max_scan_tuples) or items have more vectors than expected.

@@ -19,7 +19,7 @@ from pgmem.checks import check_key
 from pgmem.embeddings import Embedder, check_vectors
 from pgmem.errors import InvalidInput, translate
 from pgmem.planning import statements
-from pgmem.planning.rows import OutboxItemRow, PendingModelRow, PendingRow, PromotedRow
+from pgmem.planning.rows import EmbeddingModelRow, OutboxItemRow, PendingModelRow, PendingRow, PromotedRow
 from pgmem.planning.search import EmbeddingModel, model_of
 
 if TYPE_CHECKING:
@@ -139,6 +139,11 @@ class EmbeddingOutbox(Repository):
         if rows and report.embedded + report.failed == 0:
             self._rows("purge_orphans", {}, None)  # queued rows none of which could be claimed
         if switching or not rows:
+            if switching or self._registry.deferred:
+                # A switch waits for its model's index: build any that is missing (never waiting for
+                # another process's build; that one's promotion follows at a later run).
+                for unindexed in self._rows("unindexed_switches", {}, None):
+                    self._registry.build_index(model_of(EmbeddingModelRow._make(unindexed)), wait=False)
             report.promoted = [r.memory for r in map(PromotedRow._make, self._rows("promote", {}, None))]
             for memory in report.promoted:
                 self._registry.forget(memory)

@@ -114,7 +114,7 @@ class Searcher(Repository):
                 statement("vector", model, filters, strategy, k, threshold is not None, logged=logged),
                 [{**base, "q": q} for q in qs],
                 _iterative(filters, strategy),
-                k,
+                model.depth(k),
             )
 
         (rows,) = self._run(
@@ -165,7 +165,7 @@ class Searcher(Repository):
                 statement("batch", model, filters, strategy, k, logged=logged),
                 [params],
                 _iterative(filters, strategy),
-                k,
+                model.depth(k),
             )
 
         (rows,) = self._run(filters, texts, vectors, embedder, "auto", exact_limit, plan, connection, stack=True)
@@ -225,7 +225,7 @@ class Searcher(Repository):
                 statement("hybrid", model, filters, strategy, logged=logged),
                 [params],
                 _iterative(filters, strategy),
-                depth,
+                model.depth(depth),
             )
 
         (rows,) = self._run(filters, [text], None, embedder, "auto", None, plan, connection)

@@ -42,6 +42,7 @@ __all__ = [
     "check_ttl_minutes",
     "count_statement",
     "index_ddl",
+    "index_name",
     "path_params",
     "search_statement",
 ]
@@ -175,15 +176,15 @@ def paths_json(paths: Sequence[tuple[str, ...]]) -> list[str]:
     return [json.dumps(list(p), ensure_ascii=False, separators=(",", ":")) for p in paths]
 
 
+def index_name(model: EmbeddingModel) -> str:
+    """The name of the model's partial HNSW index on ``item_vectors``."""
+    return f"item_vectors_hnsw_m{model.id}"
+
+
 def index_ddl(model: EmbeddingModel) -> sql.Composed:
-    """The model's partial HNSW index on ``item_vectors`` (cosine)."""
-    ops = "vector_cosine_ops" if model.kind == "vector" else "halfvec_cosine_ops"
-    return sql.SQL("CREATE INDEX IF NOT EXISTS {} ON pgmem.item_vectors USING hnsw ({} {}) WHERE model_id = {}").format(
-        sql.Identifier(f"item_vectors_hnsw_m{model.id}"),
-        model.vector_expr("item_vectors"),
-        sql.SQL(ops),
-        sql.Literal(model.id),
-    )
+    """The model's partial HNSW index on ``item_vectors`` (cosine; binary-quantized above 4,000
+    dimensions, as the messages' index), built concurrently."""
+    return model.index_ddl("item_vectors", index_name(model))
 
 
 # -- statements ---------------------------------------------------------------------------------------------
@@ -288,14 +289,29 @@ def search_statement(
                 if prefix or shape or omit_expired
                 else sql.SQL("")
             )
+            scan: sql.Composable = sql.SQL(
+                "SELECT v.item_id, {vec} <=> {q} AS distance "
+                "FROM pgmem.item_vectors AS v WHERE v.namespace = %(ns)s AND v.model_id = {m}{exists} "
+                "ORDER BY {order} LIMIT {n}"
+            ).format(
+                vec=sql.SQL("v.{}").format(sql.Identifier(model.column)) if model.quantized else vec,
+                q=q,
+                m=sql.Literal(model.id),
+                exists=exists,
+                order=model.index_order("v", q),
+                n=model.candidates(sql.SQL("%(n)s")) if model.quantized else sql.SQL("%(n)s"),
+            )
+            if model.quantized:
+                # candidates by Hamming distance (the binary-quantized index), the best n by exact distance
+                scan = sql.SQL("SELECT r.item_id, r.distance FROM ({}) AS r ORDER BY r.distance LIMIT %(n)s").format(
+                    scan
+                )
             best = sql.SQL(
                 # The window sums the groups' sizes: how many vectors the scan returned (a window in the
                 # scan itself would count before LIMIT and defeat the index).
-                "SELECT s.item_id, min(s.distance) AS distance, (sum(count(*)) OVER ())::bigint AS scanned FROM ("
-                "SELECT v.item_id, {vec} <=> {q} AS distance "
-                "FROM pgmem.item_vectors AS v WHERE v.namespace = %(ns)s AND v.model_id = {m}{exists} "
-                "ORDER BY {vec} <=> {q} LIMIT %(n)s) AS s GROUP BY s.item_id"
-            ).format(vec=vec, q=q, m=sql.Literal(model.id), exists=exists)
+                "SELECT s.item_id, min(s.distance) AS distance, (sum(count(*)) OVER ())::bigint AS scanned "
+                "FROM ({}) AS s GROUP BY s.item_id"
+            ).format(scan)
             body = sql.SQL(
                 "SELECT {row}, 1 - b.distance AS score, b.scanned, i.id, "
                 "row_number() OVER (ORDER BY b.distance, i.path, i.key) AS rn "

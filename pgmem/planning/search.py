@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # numpy is imported where vectors are unpacked: a process tha
     import numpy.typing as npt
 
 __all__ = [
+    "BINARY_ABOVE",
     "HALFVEC_ABOVE",
     "MAX_K",
     "EmbeddingModel",
@@ -54,6 +55,15 @@ __all__ = [
 
 #: Models with more dimensions are stored as ``halfvec`` (HNSW indexes ``vector`` up to 2,000).
 HALFVEC_ABOVE = 2_000
+#: Models with more dimensions (HNSW indexes ``halfvec`` up to 4,000) keep full ``vector`` values and are
+#: indexed by their binary quantization (one bit per dimension, Hamming distance, HNSW up to 64,000 bits).
+BINARY_ABOVE = 4_000
+#: A binary-quantized search re-ranks ``max(OVERSAMPLE * k, MIN_CANDIDATES)`` candidates by exact cosine
+#: distance on the full vectors. 4x: recall@10 0.98-0.99 at 4,096 and 8,192 dimensions in
+#: benchmarks/vectors.py part E (2x gave 0.97-0.98, 8x 0.99-1.0 at twice the cost; each candidate costs a
+#: read of its TOASTed vector, ~20 µs at 4,096 dimensions).
+OVERSAMPLE = 4
+MIN_CANDIDATES = 40
 #: The largest ``k`` a search accepts.
 MAX_K = 1_000
 
@@ -71,30 +81,81 @@ class EmbeddingModel:
     id: int
     name: str
     dimension: int
-    kind: str  # "vector" | "halfvec"
+    kind: str  # "vector" | "halfvec": how the values are stored (see storage_kind)
 
     @property
     def column(self) -> str:
         return "embedding" if self.kind == "vector" else "embedding_half"
 
     @property
+    def quantized(self) -> bool:
+        """Whether the model's HNSW index holds binary-quantized vectors (above :data:`BINARY_ABOVE`
+        dimensions): a search takes candidates by Hamming distance, then re-ranks them exactly."""
+        return self.dimension > BINARY_ABOVE
+
+    @property
     def index_name(self) -> str:
+        # sql/vectors.sql (model_indexed) spells this name too
         return f"embeddings_hnsw_m{self.id}"
 
     def vector_expr(self, alias: str = "e") -> sql.Composed:
-        """The indexed expression, e.g. ``(e.embedding::vector(384))``."""
+        """The stored vector at the model's dimension, e.g. ``(e.embedding::vector(384))``."""
         return sql.SQL("({}.{}::{}({}))").format(
             sql.Identifier(alias), sql.Identifier(self.column), sql.SQL(self.kind), sql.Literal(self.dimension)
+        )
+
+    def index_expr(self, alias: str = "e") -> sql.Composed:
+        """The indexed expression: :meth:`vector_expr`, or its binary quantization for a quantized model
+        (``(binary_quantize(e.embedding::vector(4096))::bit(4096))``)."""
+        if not self.quantized:
+            return self.vector_expr(alias)
+        return sql.SQL("(binary_quantize({})::bit({}))").format(self.vector_expr(alias), sql.Literal(self.dimension))
+
+    def index_order(self, alias: str, q: sql.Composable) -> sql.Composed:
+        """The ORDER BY term an index scan serves, for the query vector expression ``q`` (of this model's
+        kind and dimension): cosine distance, or Hamming distance between the binary quantizations."""
+        if not self.quantized:
+            return sql.SQL("{} <=> {}").format(self.vector_expr(alias), q)
+        return sql.SQL("{} <~> binary_quantize({})::bit({})").format(
+            self.index_expr(alias), q, sql.Literal(self.dimension)
         )
 
     def param(self, name: str = "q") -> sql.Composed:
         return sql.SQL("{}::{}({})").format(sql.Placeholder(name), sql.SQL(self.kind), sql.Literal(self.dimension))
 
-    def index_ddl(self) -> sql.Composed:
-        ops = "vector_cosine_ops" if self.kind == "vector" else "halfvec_cosine_ops"
+    def candidates(self, k: sql.Composable) -> sql.Composable:
+        """How many rows a binary-quantized index scan yields for re-ranking, for ``k`` results."""
+        return sql.SQL("greatest({} * {}, {})").format(k, sql.Literal(OVERSAMPLE), sql.Literal(MIN_CANDIDATES))
+
+    def depth(self, k: int) -> int:
+        """How many rows the index scan of a ``k``-result search yields (its ``hnsw.ef_search`` need)."""
+        return max(k * OVERSAMPLE, MIN_CANDIDATES) if self.quantized else k
+
+    def index_ddl(self, table: str = "embeddings", name: str | None = None) -> sql.Composed:
+        """``CREATE INDEX CONCURRENTLY`` of the model's partial HNSW index on ``pgmem.<table>`` (run outside a
+        transaction: see ``AsyncModelRegistry.build_index``)."""
         return sql.SQL(
-            "CREATE INDEX IF NOT EXISTS {} ON pgmem.embeddings USING hnsw ({} {}) WHERE model_id = {}"
-        ).format(sql.Identifier(self.index_name), self.vector_expr("embeddings"), sql.SQL(ops), sql.Literal(self.id))
+            "CREATE INDEX CONCURRENTLY IF NOT EXISTS {} ON {} USING hnsw ({} {}) WHERE model_id = {}"
+        ).format(
+            sql.Identifier(name or self.index_name),
+            sql.Identifier("pgmem", table),
+            self.index_expr(table),
+            sql.SQL(self.index_ops),
+            sql.Literal(self.id),
+        )
+
+    @property
+    def index_ops(self) -> str:
+        if self.quantized:
+            return "bit_hamming_ops"
+        return "vector_cosine_ops" if self.kind == "vector" else "halfvec_cosine_ops"
+
+
+def storage_kind(dimension: int) -> str:
+    """How a model's vectors are stored: ``halfvec`` from 2,001 to 4,000 dimensions (HNSW indexes
+    ``halfvec`` there, not ``vector``), else ``vector`` (above 4,000 the index is binary-quantized and the
+    re-rank reads the full single-precision values)."""
+    return "halfvec" if HALFVEC_ABOVE < dimension <= BINARY_ABOVE else "vector"
 
 
 class SearchHit(NamedTuple):
@@ -331,6 +392,20 @@ def _hits_sql(
             "JOIN pgmem.embeddings e ON e.namespace = %(ns)s AND e.model_id = {model} "
             "AND e.message_id = cand.message_id ORDER BY distance LIMIT {k}"
         ).format(**parts)
+    if model.quantized:
+        # Candidates by Hamming distance between binary quantizations (the index), then the exact cosine
+        # distance of each on its full vector (the bare column: no copy), best k of them.
+        return sql.SQL(
+            "SELECT c.message_id, c.distance FROM (SELECT e.message_id, e.{col} <=> {q} AS distance "
+            "FROM pgmem.embeddings e WHERE e.namespace = %(ns)s AND e.model_id = {model}{filters} "
+            "ORDER BY {order} LIMIT {n}) AS c ORDER BY c.distance LIMIT {k}"
+        ).format(
+            col=sql.Identifier(model.column),
+            order=model.index_order("e", q),
+            n=model.candidates(parts["k"]),
+            filters=_exists_filter(f),
+            **parts,
+        )
     return sql.SQL(
         "SELECT e.message_id, {vec} <=> {q} AS distance FROM pgmem.embeddings e "
         "WHERE e.namespace = %(ns)s AND e.model_id = {model}{filters} ORDER BY {vec} <=> {q} LIMIT {k}"
