@@ -538,11 +538,11 @@ def _fmt(v: float) -> str:
 
 
 def _nice(v: float) -> float:
-    """The smallest 1, 2 or 5 x 10^k at or above ``v`` (the chart's top gridline)."""
+    """The smallest round value (1, 1.5, 2, 2.5, 3, 4, 5, 6 or 8 x 10^k) at or above ``v`` (the top gridline)."""
     if v <= 0:
         return 1.0
     base = 10 ** np.floor(np.log10(v))
-    return float(next(m * base for m in (1, 2, 5, 10) if m * base >= v))
+    return float(next(m * base for m in (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10) if m * base >= v))
 
 
 def chart_svg(title: str, labels: list[str], series: list[tuple[str, list[float]]]) -> str:

@@ -1,0 +1,64 @@
+"""The loop of ``benchmarks/agents.py`` is correct (no timing here): replies reach the next agent's inbox,
+histories and the team memory grow by one message a step, and a forked run of 1 process x 3 steps
+reports 3 steps, none misrouted. Small synthetic data (random vectors), a long-term memory of 40 items."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+import numpy as np
+import pytest
+from psycopg.conninfo import conninfo_to_dict
+
+import pgmem
+from benchmarks import agents
+
+
+@pytest.fixture
+def small(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], agents.LookupEmbedder]:
+    monkeypatch.setattr(agents, "LONG_TERM", 40)
+    monkeypatch.setattr(agents, "HISTORY", 5)
+    rng = np.random.default_rng(0)
+    texts = [f"line {i} of the synthetic set" for i in range(200)]
+    return texts, agents.LookupEmbedder(rng.normal(size=(200, 384)).astype(np.float32))
+
+
+def test_pgmem_ring_routes_each_reply_to_the_next_agent(dsn: str, small: Any) -> None:
+    texts, embedder = small
+    agents.prepare_template("pgmem", dsn, 2, texts, embedder)
+    agents.seed_inboxes("pgmem", dsn, 2, texts)
+    first = agents.PgmemAgent(dsn, 0, 2, texts, embedder)
+    second = agents.PgmemAgent(dsn, 1, 2, texts, embedder)
+    clock = agents.Clock()
+    clock.on = True
+    try:
+        assert [first.step(clock) for _ in range(3)] == [True, True, True]
+        first.finish()
+        with pgmem.connect(dsn, namespace=agents.NS, migrate=False) as client:
+            assert client.queues.depth("inbox:agent0")["ready"] == agents.SEED - 3
+            assert client.queues.depth("inbox:agent1")["ready"] == agents.SEED + 3
+            assert [m.role for m in client.messages.last("history:agent0", 3)] == ["agent0"] * 3
+            assert client.messages.count(agents.TEAM) == agents.LONG_TERM + 3
+            assert client.vectors.pending(agents.TEAM) == {}
+        # agent1 takes its 4 seeds, then agent0's 3 replies (oldest first), each from an expected sender
+        assert [second.step(clock) for _ in range(agents.SEED + 3)] == [True] * (agents.SEED + 3)
+        assert second.step(clock) is None  # its inbox is empty now
+        assert all(len(clock.samples[op]) == 3 + agents.SEED + 3 for op in ("recent", "search", "write", "publish"))
+    finally:
+        first.close()
+        second.close()
+
+
+@pytest.mark.parametrize("system", agents.SYSTEMS)
+def test_a_forked_run_of_three_steps(dsn: str, admin_dsn: str, small: Any, system: str) -> None:
+    if system == "stack" and importlib.util.find_spec("langchain_postgres") is None:
+        pytest.skip("langchain-postgres is not installed (pip install --no-deps langchain-postgres)")
+    pytest.importorskip("pgqueuer")
+    pytest.importorskip("langgraph.store.postgres")
+    texts, embedder = small
+    agents.prepare_template(system, dsn, 1, texts, embedder)
+    template = conninfo_to_dict(dsn)["dbname"]
+    run = agents.run_once(system, admin_dsn, str(template), 1, 0.0, texts, embedder, steps=3)
+    assert (run["steps"], run["misrouted"], run["processes"]) == (3, 0, 1)
+    assert len(run["samples"]["take"]) == 3
