@@ -24,6 +24,18 @@ Parts (every comparison interleaved in one loop, p50/p99 in µs):
      mem0 and LangGraph's store run. Targets: always k results, recall >= 0.95, <= 1.2x the better raw.
   D. LangGraph ``PostgresStore`` (put + search, HNSW, cosine) vs pgmem on the same server with the same
      embeddings. Target: pgmem >= 2x faster.
+  E. every embedding size: ``vector`` HNSW at 384 dimensions, ``halfvec`` at 3,072, binary-quantized HNSW
+     with an exact re-rank at 4,096 and 8,192. Data: the first 10,000 MiniLM vectors of the corpus and 200
+     of the queries, the larger sizes by a fixed Gaussian random projection (384 -> d, seed d, renormalised;
+     deterministic) so their neighbourhoods are MiniLM's. Stored through pgmem's write path, searched with
+     ``client.search`` (unfiltered: the index), against exact numpy top-10. Target: recall@10 >= 0.95 each;
+     p50/p99 and the index's build time and size reported. Then another tenant's embedded writes (add +
+     flush, 64-dimension model, a thread with its own client) before and during a rebuild of the 10,000-vector
+     384-dimension index: the old ``CREATE INDEX`` in a transaction against pgmem's ``CREATE INDEX
+     CONCURRENTLY``. Target: writes go on during the concurrent build. Caveat: a random projection of a
+     384-dimension vector spans a 384-dimension subspace, and sign bits of Gaussian projections estimate
+     angles well (SimHash); a native 4,096-dimension model's coordinates are less even, so check recall on
+     your own vectors (``OVERSAMPLE`` in pgmem/planning/search.py).
   K. keyword search (``client.messages.search_text``) on the 34k English lines and on 30k generated
      Chinese/Japanese messages (``cjk_corpus``: deterministic, seed 21): pgmem's BM25 over
      ``pgmem.fts_document`` against the statement it replaced (``english`` configuration, ``ts_rank_cd``)
@@ -41,6 +53,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,6 +63,7 @@ import faiss
 import numpy as np
 import psycopg
 from pgvector.psycopg import register_vector
+from psycopg import sql
 from rich.console import Console
 from rich.table import Table
 
@@ -528,6 +542,136 @@ def part_d(
     return out
 
 
+# -- part E: every embedding size ---------------------------------------------------------------------------
+
+
+class ProjectedEmbedder(LookupEmbedder):
+    """:class:`LookupEmbedder` over the data set's vectors projected to ``dimension`` (see part E)."""
+
+    def __init__(self, vectors: np.ndarray, dimension: int) -> None:
+        super().__init__(vectors)
+        self.model = f"minilm-projected-{dimension}"
+        self.dimension = dimension
+
+
+def projected(vectors: np.ndarray, dimension: int) -> np.ndarray:
+    """``vectors`` through a fixed Gaussian random projection to ``dimension`` (seed ``dimension``),
+    renormalised; the vectors themselves at 384."""
+    if dimension == vectors.shape[1]:
+        return vectors
+    rng = np.random.default_rng(dimension)
+    out = vectors @ rng.standard_normal((vectors.shape[1], dimension)).astype(np.float32)
+    return np.ascontiguousarray(out / np.linalg.norm(out, axis=1, keepdims=True), dtype=np.float32)
+
+
+def _writer(dsn: str, stop: threading.Event, log: list[tuple[float, float]]) -> None:
+    """Another tenant's embedded writes, one at a time, until ``stop``: ``(start, end)`` of each."""
+    from pgmem.embeddings import HashingEmbedder
+
+    with pgmem.connect(dsn, namespace="other", embedder=HashingEmbedder(64), max_size=2) as client:
+        client.vectors.enable("w")
+        i = 0
+        while not stop.is_set():
+            start = time.perf_counter()
+            client.messages.add("w", Message(content=f"another tenant's note {i}"))
+            client.vectors.flush()
+            log.append((start, time.perf_counter()))
+            i += 1
+
+
+def _latencies(log: list[tuple[float, float]], lo: float, hi: float) -> dict[str, Any]:
+    """Writes that started in [lo, hi): how many, p50/p99/max in ms (a write still waiting at ``hi``
+    counts with its full wait)."""
+    ms = [1000 * (end - start) for start, end in log if lo <= start < hi]
+    if not ms:
+        return {"writes": 0}
+    return {
+        "writes": len(ms),
+        "p50 ms": round(float(np.percentile(ms, 50)), 1),
+        "p99 ms": round(float(np.percentile(ms, 99)), 1),
+        "max ms": round(max(ms), 1),
+    }
+
+
+def part_e(
+    dsn: str, texts: list[str], vectors: np.ndarray, queries: np.ndarray, n: int, samples: int
+) -> dict[str, Any]:
+    """Recall and latency per size class, then writes during an index build (see the module's docstring)."""
+    out: dict[str, Any] = {"sizes": []}
+    rows = range(n)
+    base = None
+    for dimension in (384, 3072, 4096, 8192):
+        corpus, qs = projected(vectors[:n], dimension), projected(queries[:200], dimension)
+        embedder = ProjectedEmbedder(corpus, dimension)
+        with pgmem.connect(dsn, namespace=f"d{dimension}", embedder=embedder, max_size=4) as client:
+            started = time.perf_counter()
+            model = client.vectors.model(embedder)
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                # loaded without the index, then built in one go (as a rebuild would), timed
+                conn.execute(sql.SQL("DROP INDEX pgmem.{}").format(sql.Identifier(model.index_name)))
+                load(client, embedder, texts, {"all": rows})
+                loaded = time.perf_counter() - started
+                conn.execute("SET maintenance_work_mem = '512MB'")
+                started = time.perf_counter()
+                conn.execute(model.index_ddl())
+                built = time.perf_counter() - started
+                size = conn.execute("SELECT pg_relation_size(to_regclass(%s))", (f"pgmem.{model.index_name}",))
+                index_mb = (size.fetchone() or (0,))[0] / 2**20
+                conn.execute("VACUUM ANALYZE pgmem.embeddings")
+            truth = [[f"r{i}" for i in raw_numpy(corpus, q)] for q in qs]
+            got = [[h.message.id for h in client.search(vector=q, k=K)] for q in qs]
+            order = iter(np.resize(np.arange(len(qs)), samples + 20))
+            t = timed(lambda: client.search(vector=qs[next(order)], k=K), iterations=samples)
+            row = {
+                "dimensions": dimension,
+                "index": "HNSW bit (binary quantized) + re-rank" if model.quantized else f"HNSW {model.kind}",
+                "vectors": n,
+                "recall@10": round(float(np.mean([recall(g, w) for g, w in zip(got, truth, strict=True)])), 3),
+                "p50 µs": t["p50_us"],
+                "p99 µs": t["p99_us"],
+                "load s": round(loaded, 1),
+                "index build s": round(built, 2),
+                "index MB": round(index_mb, 1),
+            }
+            out["sizes"].append(row)
+            console.print(row)
+            if dimension == 384:
+                base = (embedder, model)
+    assert base is not None
+    embedder, model = base
+    phases: dict[str, tuple[float, float]] = {}
+    log: list[tuple[float, float]] = []
+    stop = threading.Event()
+    writer = threading.Thread(target=_writer, args=(dsn, stop, log), daemon=True)
+    writer.start()
+    with pgmem.connect(dsn, namespace="d384", embedder=embedder, max_size=2) as client:
+        while len(log) < 20:
+            time.sleep(0.05)
+        drop = sql.SQL("DROP INDEX pgmem.{}").format(sql.Identifier(model.index_name))
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            start = time.perf_counter()
+            time.sleep(2)
+            phases["before"] = (start, time.perf_counter())
+            conn.execute(drop)
+            start = time.perf_counter()
+            with conn.transaction():  # what registration did before: a SHARE lock until commit
+                conn.execute(model.index_ddl(concurrently=False))
+            phases["CREATE INDEX (blocking)"] = (start, time.perf_counter())
+            time.sleep(1)
+            conn.execute(drop)
+            client.vectors.registry._indexed.clear()
+            start = time.perf_counter()
+            client.vectors.registry.build_index(model)
+            phases["CREATE INDEX CONCURRENTLY (pgmem)"] = (start, time.perf_counter())
+            time.sleep(0.5)
+    stop.set()
+    writer.join(30)
+    out["writes during a build"] = [
+        {"phase": name, "seconds": round(hi - lo, 2), **_latencies(log, lo, hi)} for name, (lo, hi) in phases.items()
+    ]
+    return out
+
+
 # -- part K: keyword search ------------------------------------------------------------------------------
 
 #: The statement search_text ran before migration 0003 (english configuration, ts_rank_cd), on a column
@@ -752,11 +896,11 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=400)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/vectors.json"))
-    parser.add_argument("--parts", default="A,B,C,D,K", help="which parts to run, e.g. D or A,B (default: all)")
+    parser.add_argument("--parts", default="A,B,C,D,E,K", help="which parts to run, e.g. D or A,B (default: all)")
     parser.add_argument("--busy", type=int, default=8, help="part A's loaded scenario: busy processes (0: skip it)")
     args = parser.parse_args()
     parts = {p.strip().upper() for p in args.parts.split(",") if p.strip()}
-    if unknown := parts - {"A", "B", "C", "D", "K"}:
+    if unknown := parts - {"A", "B", "C", "D", "E", "K"}:
         parser.error(f"unknown parts {sorted(unknown)}")
     samples = 100 if args.quick else args.samples
     texts, vectors, queries = load_data(0)
@@ -768,6 +912,11 @@ def main() -> None:
         with bench_database(args.dsn, "_d") as dsn:
             results["D"] = part_d(dsn, texts, vectors, queries, 1000 if args.quick else 5000, samples)
             show("D. LangGraph PostgresStore vs pgmem", [results["D"]])
+    if "E" in parts:
+        with bench_database(args.dsn, "_e") as dsn:
+            results["E"] = part_e(dsn, texts, vectors, queries, 3000 if args.quick else 10_000, samples)
+            show("E. every embedding size: recall@10 and latency (unfiltered, the index)", results["E"]["sizes"])
+            show("E. another tenant's embedded writes during an index build", results["E"]["writes during a build"])
     if "K" in parts:
         with bench_database(args.dsn, "_k") as dsn:
             results["K"] = part_k(dsn, texts, 100 if args.quick else 300, 5000 if args.quick else 30_000)

@@ -131,12 +131,12 @@ class EmbeddingModel:
         """How many rows the index scan of a ``k``-result search yields (its ``hnsw.ef_search`` need)."""
         return max(k * OVERSAMPLE, MIN_CANDIDATES) if self.quantized else k
 
-    def index_ddl(self, table: str = "embeddings", name: str | None = None) -> sql.Composed:
+    def index_ddl(self, table: str = "embeddings", name: str | None = None, concurrently: bool = True) -> sql.Composed:
         """``CREATE INDEX CONCURRENTLY`` of the model's partial HNSW index on ``pgmem.<table>`` (run outside a
-        transaction: see ``AsyncModelRegistry.build_index``)."""
-        return sql.SQL(
-            "CREATE INDEX CONCURRENTLY IF NOT EXISTS {} ON {} USING hnsw ({} {}) WHERE model_id = {}"
-        ).format(
+        transaction: see ``AsyncModelRegistry.build_index``); ``concurrently=False``: the plain statement,
+        which holds a SHARE lock on the table (every write waits) until its transaction ends."""
+        return sql.SQL("CREATE INDEX {}IF NOT EXISTS {} ON {} USING hnsw ({} {}) WHERE model_id = {}").format(
+            sql.SQL("CONCURRENTLY " if concurrently else ""),
             sql.Identifier(name or self.index_name),
             sql.Identifier("pgmem", table),
             self.index_expr(table),
