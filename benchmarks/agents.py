@@ -34,7 +34,8 @@ Systems alternate within each process count (which goes first alternates too).
 Reported per system and process count: steps/s (all steps of all processes over the time from the start
 signal to the last process's report, which includes pgmem's final embedding flush), p50/p99 of each
 operation over every step (µs), server CPU per step (user + system time of the postmaster and all its
-children, before and after, over steps; only when the server runs on this machine), the load average.
+children, before and after, over steps; only when the server runs on this machine), the agent processes'
+own CPU per step (``time.process_time``, threads included), the load average.
 Writes ``benchmarks/results/agents.json`` and ``agents.svg`` (grouped bars in the style of ``pgmem report``).
 """
 
@@ -358,6 +359,7 @@ def agent_process(
         ctl["ready"].put(index)
         ctl["start"].wait()
         clock.on = True
+        cpu0 = time.process_time()  # the process's CPU, pgmem's background embedder thread included
         steps = misrouted = empty = 0
         idle = 0.0
         limit = ctl["steps"]
@@ -372,9 +374,9 @@ def agent_process(
             steps += 1
             misrouted += not ok
         agent.finish()
-        ctl["done"].put(
-            {"index": index, "steps": steps, "misrouted": misrouted, "empty": empty, "idle_s": idle, **clock.samples}
-        )
+        cpu = time.process_time() - cpu0
+        report = {"index": index, "steps": steps, "misrouted": misrouted, "empty": empty, "idle_s": idle, "cpu_s": cpu}
+        ctl["done"].put({**report, **clock.samples})
         ctl["finish"].wait()
         agent.close()
     except BaseException:  # noqa: BLE001 - re-reported: the parent must not wait for a report that never comes
@@ -491,6 +493,7 @@ def run_once(
         "steps_per_s": round(total / elapsed, 1),
         "server_cpu_s": None if cpu is None else round(cpu, 2),
         "server_cpu_ms_per_step": None if cpu is None or not total else round(cpu / total * 1000, 3),
+        "agents_cpu_s": round(sum(r["cpu_s"] for r in reports), 2),
         "misrouted": sum(r["misrouted"] for r in reports),
         "empty_takes": sum(r["empty"] for r in reports),
         "idle_s": round(sum(r["idle_s"] for r in reports), 2),
@@ -518,6 +521,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "runs_steps_per_s": [r["steps_per_s"] for r in runs],
         "steps": steps,
         "server_cpu_ms_per_step": None if None in cpu else round(sum(cpu) / steps * 1000, 3),  # type: ignore[arg-type]
+        "agents_cpu_ms_per_step": round(sum(r["agents_cpu_s"] for r in runs) / steps * 1000, 3),
         "misrouted": sum(r["misrouted"] for r in runs),
         "empty_takes": sum(r["empty_takes"] for r in runs),
         "load_avg_1m": [la for r in runs for la in r["load_avg_1m"]],
@@ -602,12 +606,12 @@ def print_report(results: dict[str, Any]) -> None:
     systems = [s for s in SYSTEMS if any(s in p for p in points)]
     print(f"\nsteps/s (median of {results['rounds']} round(s) of {results['seconds']} s; load average 1 min)")
     head = f"{'processes':>9} " + " ".join(f"{s:>10}" for s in systems) + f" {'ratio':>6} {'load':>10}"
-    head += "  server CPU ms/step (" + ", ".join(systems) + ")"
+    head += "  CPU ms/step, server + agents (" + ", ".join(systems) + ")"
     print(head)
     for p in points:
         ratio = p.get("ratio")
         loads = [la for s in systems for la in p[s]["load_avg_1m"]]
-        cpu = ", ".join(str(p[s]["server_cpu_ms_per_step"]) for s in systems)
+        cpu = ", ".join(f"{p[s]['server_cpu_ms_per_step']} + {p[s]['agents_cpu_ms_per_step']}" for s in systems)
         print(
             f"{p['processes']:>9} " + " ".join(f"{p[s]['steps_per_s']:>10.1f}" for s in systems)
             + f" {'' if ratio is None else format(ratio, '.2f'):>6} {min(loads):>4.1f}-{max(loads):<5.1f}  {cpu}"
@@ -721,6 +725,7 @@ def main() -> None:
                         print(
                             f"{n:>3} processes, {system:<6} round {r + 1}: {run['steps_per_s']:>8.1f} steps/s,"
                             f" {run['steps']} steps, server CPU {run['server_cpu_ms_per_step']} ms/step,"
+                            f" agents' CPU {run['agents_cpu_s'] / max(1, run['steps']) * 1000:.2f} ms/step,"
                             f" misrouted {run['misrouted']}, load {run['load_avg_1m']}"
                         )
                 point: dict[str, Any] = {"processes": n, **{s: summarize(v) for s, v in runs.items()}}
