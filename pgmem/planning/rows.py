@@ -348,7 +348,7 @@ class ActionFlowRow(NamedTuple):
 
 
 class EmbeddingModelRow(NamedTuple):
-    """``get_model``, ``get_model_by_id``: a registered embedding model."""
+    """``get_model``, ``get_model_by_id``, ``unindexed_switches``: a registered embedding model."""
 
     id: int
     name: str

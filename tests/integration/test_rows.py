@@ -97,6 +97,7 @@ ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("stores", "stores"): StoreRow._fields,
     ("vectors", "get_model"): EmbeddingModelRow._fields,
     ("vectors", "get_model_by_id"): EmbeddingModelRow._fields,
+    ("vectors", "unindexed_switches"): EmbeddingModelRow._fields,
     ("vectors", "memory_models"): MemoryModelRow._fields,
     ("vectors", "claim_outbox"): OutboxItemRow._fields,
     ("vectors", "pending"): PendingRow._fields,
