@@ -1,7 +1,7 @@
 """Many agents on one machine: N agent processes share one database, pgmem against the stack a user would
 otherwise assemble (LangGraph ``PostgresStore`` + pgqueuer + langchain-postgres), on the same server.
 
-    python -m benchmarks.agents                    # 1, 4, 16, 64 processes, 2 rounds of 20 s (~10 minutes)
+    python -m benchmarks.agents                    # 1, 4, 16, 64 processes, 2 rounds of 20 s (~7 minutes)
     python -m benchmarks.agents --quick            # 1, 4 processes, 1 round of 5 s
     python -m benchmarks.agents --processes 1,16 --seconds 30 --rounds 3
 
