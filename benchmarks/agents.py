@@ -654,6 +654,10 @@ def bench_server(dsn: str | None, processes: int) -> Iterator[str]:
     """``dsn``, else a throwaway embedded server with room for 3 connections per process."""
     dsn = dsn or os.environ.get("PGMEM_BENCH_DSN")
     if dsn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute("SELECT current_setting('max_connections')::int").fetchone()
+        if row is not None and row[0] < 3 * processes + 10:
+            print(f"warning: max_connections is {row[0]}; {processes} stack processes need about {3 * processes}")
         yield dsn
         return
     home = Path(tempfile.mkdtemp(prefix="pgmem-bench-"))
