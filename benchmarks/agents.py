@@ -396,17 +396,19 @@ def server_cpu_s(pid: int | None) -> float | None:
         return None
     import psutil
 
-    try:
-        post = psutil.Process(pid)
-        t = post.cpu_times()
-        total = t.user + t.system + t.children_user + t.children_system
-        for child in post.children(recursive=True):
-            with contextlib.suppress(psutil.NoSuchProcess):
-                c = child.cpu_times()
-                total += c.user + c.system
-    except psutil.Error:
-        return None
-    return float(total)
+    for _ in range(3):  # listing the children can race with a backend's exit: try again
+        try:
+            post = psutil.Process(pid)
+            t = post.cpu_times()
+            total = t.user + t.system + t.children_user + t.children_system
+            for child in post.children(recursive=True):
+                with contextlib.suppress(psutil.Error):  # a backend that exits meanwhile
+                    c = child.cpu_times()
+                    total += c.user + c.system
+        except psutil.Error:
+            continue
+        return float(total)
+    return None
 
 
 def postmaster_pid(dsn: str) -> int | None:
