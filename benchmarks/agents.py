@@ -522,13 +522,16 @@ def percentiles(samples: list[float]) -> dict[str, float] | None:
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """One system at one process count over its rounds: median steps/s, latencies over every step."""
     steps = sum(r["steps"] for r in runs)
-    cpu = [r["server_cpu_s"] for r in runs]
+    read = [r for r in runs if r["server_cpu_s"] is not None and r["steps"]]
     ops = {op: percentiles([s for r in runs for s in r["samples"][op]]) for op in OPS}
     return {
         "steps_per_s": round(statistics.median(r["steps_per_s"] for r in runs), 1),
         "runs_steps_per_s": [r["steps_per_s"] for r in runs],
         "steps": steps,
-        "server_cpu_ms_per_step": None if None in cpu else round(sum(cpu) / steps * 1000, 3),  # type: ignore[arg-type]
+        # Over the runs whose reading succeeded (psutil has failed to list the postmaster's children, rarely).
+        "server_cpu_ms_per_step": round(sum(r["server_cpu_s"] for r in read) / sum(r["steps"] for r in read) * 1000, 3)
+        if read
+        else None,
         "agents_cpu_ms_per_step": round(sum(r["agents_cpu_s"] for r in runs) / steps * 1000, 3),
         "misrouted": sum(r["misrouted"] for r in runs),
         "empty_takes": sum(r["empty_takes"] for r in runs),
