@@ -300,7 +300,7 @@ def part_a_approximate(
     brute = min(t["raw numpy"]["p50_us"], t["cache exact"]["p50_us"])
     return {
         "n": n,
-        "build s (load + train + add, in the background)": round(build_s, 1),
+        "build s (load + graph + calibration, in the background)": round(build_s, 1),
         **{f"{name} p50": v["p50_us"] for name, v in t.items()},
         "approximate p99": t["cache approximate"]["p99_us"],
         "speed-up over brute force": round(brute / t["cache approximate"]["p50_us"], 1),
