@@ -125,6 +125,7 @@ class CacheStats:
     notifications: int = 0
     reconnects: int = 0
     approximate_builds: int = 0
+    approximate_failures: int = 0  # builds that raised: those memories are searched exactly (logged)
 
 
 @dataclass
@@ -979,8 +980,10 @@ class VectorCache:
         return self._rank(named, scales, k, threshold)
 
     def _start_build(self, entry: _Entry) -> None:
-        """Build the entry's IVF index in a background thread (call with the entry's lock held). The build
-        works on a copy; the changes made meanwhile are journalled and replayed before it is attached."""
+        """Build the entry's HNSW graph in a background thread (call with the entry's lock held). The build
+        works on a copy; the changes made meanwhile are journalled and replayed before it is attached. A
+        build that fails is logged and counted (``stats.approximate_failures``); the memory is then searched
+        exactly, with no new attempt until the entry is reloaded."""
         entry.building = []
         generation = entry.generation
         ids = list(entry.ids)
@@ -991,6 +994,7 @@ class VectorCache:
                 ann = _Ann.build(self._faiss, ids, matrix)
             except Exception:
                 log.exception("pgmem cache: building the approximate index failed; searching exactly")
+                self.stats.approximate_failures += 1
                 with entry.lock:
                     if entry.generation == generation:
                         entry.building, entry.ann_failed = None, True  # not retried until a reload

@@ -540,3 +540,30 @@ def test_approximate_mode_recall_and_freshness(client: pgmem.Client, dsn: str) -
             truth = {f"r{live[j]}" for j in np.argsort(unit[live] @ q)[::-1][:10]}
             recalls.append(len(truth & got) / 10)
         assert np.mean(recalls[-50:]) >= 0.95, np.mean(recalls[-50:])
+
+
+def test_a_failed_approximate_build_is_counted_and_search_stays_exact(
+    client: pgmem.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The background build raises (here: out of memory): the failure is logged and counted, the memory is
+    searched exactly as before, and no build is attempted again for it until a reload."""
+    import pgmem.cache
+
+    def fail(*args: object) -> None:
+        raise MemoryError("no room for the graph")
+
+    monkeypatch.setattr(pgmem.cache._Ann, "build", staticmethod(fail))
+    client.vectors.enable("m")
+    _fill(client, "m", 60)
+    query = client.embedder.embed(["item 7 colour 7 shape 0"])[0]
+    with VectorCache(client, approximate_above=50) as cache:
+        cache.search_vectors("m", query, 5)
+        deadline = time.monotonic() + 30
+        while cache.stats.approximate_failures == 0:
+            assert time.monotonic() < deadline, "the failed build was not reported"
+            time.sleep(0.02)
+        for _ in range(5):
+            assert same(cache.search_vectors("m", query, 5)[0], _exact(client, "m", query, 5))
+        time.sleep(0.2)
+        assert cache.stats.approximate_failures == 1 and cache.stats.approximate_builds == 0
+        assert not cache.approximate_ready("m")
