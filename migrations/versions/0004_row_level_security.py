@@ -1,0 +1,25 @@
+"""row-level security by namespace, the application role, views with the caller's rights
+
+Revision ID: 0004
+Revises: 0003
+Create Date: 2026-11-24
+
+(Being written: this revision is empty until its work lands.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+revision: str = "0004"
+down_revision: str | None = "0003"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    pass
+
+
+def downgrade() -> None:
+    pass
