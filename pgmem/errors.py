@@ -16,6 +16,7 @@ from psycopg import errors as pg_errors
 
 __all__ = [
     "ClientClosed",
+    "CommitUnknown",
     "ConfigError",
     "Conflict",
     "ConnectionFailed",
@@ -27,6 +28,7 @@ __all__ = [
     "PgmemError",
     "SchemaOutOfDate",
     "SummaryError",
+    "Timeout",
     "redact",
     "translate",
 ]
@@ -64,6 +66,26 @@ class SchemaOutOfDate(PgmemError):
 
 class ConnectionFailed(PgmemError, ConnectionError):
     """The database could not be reached. The message names the host and the cause, never the password."""
+
+
+class CommitUnknown(ConnectionFailed):
+    """The connection was lost while a write was in flight: it may or may not have committed (all or
+    nothing). pgmem does not retry such a write by itself; retry it only if doing it twice is harmless,
+    or give it an idempotency key (``queues.push(..., idempotency_key=...)``), which pgmem retries."""
+
+
+class Timeout(PgmemError, TimeoutError):
+    """The operation did not finish within its timeout (``pgmem.connect(..., timeout=)``,
+    ``client.with_timeout(...)``); its connection was closed and discarded.
+
+    Attributes:
+        may_have_committed: True for a write whose statement may have reached the server: it committed
+            entirely or not at all, never in part.
+    """
+
+    def __init__(self, message: str, *, may_have_committed: bool = False) -> None:
+        super().__init__(message)
+        self.may_have_committed = may_have_committed
 
 
 class ClientClosed(PgmemError):
