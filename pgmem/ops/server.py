@@ -4,10 +4,18 @@ With no DSN configured pgmem starts one server under ``PGMEM_HOME`` on first use
 reuses it through its unix socket. The server outlives the process that started it (``pgmem server stop``
 stops it). Starting is serialised by the package's own inter-process file lock, so eight processes
 starting at once end with one server.
+
+A server that died (``kill -9``, a crash) is started again by the next :func:`ensure_server`, which every
+``pgmem.connect()`` and every failed reconnect of a client's pool calls: in the same process too (the
+package caches its server object; pgmem does not use the cache), and without waiting for the dead
+postmaster's zombie to be reaped (:func:`_clear_stale`).
 """
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,20 +76,130 @@ def status(home: Path) -> ServerStatus:
     return ServerStatus(True, pgdata, info.pid, info.get_uri(database=DATABASE))
 
 
+#: The package's file lock is per process (fcntl): threads of one process take this one first.
+_thread_lock = threading.Lock()
+
+#: How long a restart waits for the dead server's backends to leave its shared memory. They exit as soon as
+#: they notice the postmaster is gone (milliseconds when idle; a statement finishes its current step).
+_BACKENDS_EXIT_TIMEOUT = 10.0
+
+
 def ensure_server(home: Path) -> str:
-    """Start (or reuse) the embedded server under ``home``; return the DSN of its ``pgmem`` database."""
+    """Start (or reuse) the embedded server under ``home``; return the DSN of its ``pgmem`` database.
+
+    A server that died is started again (after its leftovers are cleared, :func:`_clear_stale`).
+
+    Raises:
+        ConnectionFailed: the server could not be started.
+    """
     pgdata = pgdata_dir(home)
     pgdata.parent.mkdir(parents=True, exist_ok=True)
+    for attempt in (1, 2):
+        with _thread_lock:
+            info = _postmaster(pgdata)
+            if info is None:
+                _start(pgdata)
+                info = _postmaster(pgdata)
+                if info is None:
+                    raise ConnectionFailed(f"the embedded PostgreSQL under {pgdata} stopped right after starting")
+        try:
+            _ensure_database(info.get_uri())
+        except psycopg.OperationalError as exc:
+            # A server killed a moment ago still looks alive for a few milliseconds: wait for it to go.
+            give_up = time.monotonic() + 1.0
+            while _alive(info.pid) and time.monotonic() < give_up:
+                time.sleep(0.01)
+            if attempt == 2 or _alive(info.pid):
+                raise ConnectionFailed(f"the embedded PostgreSQL under {pgdata} does not answer: {exc}") from None
+            continue
+        return str(info.get_uri(database=DATABASE))
+    raise AssertionError("unreachable")
+
+
+def _start(pgdata: Path) -> None:
     pgserver = _pgserver()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            server = pgserver.get_server(pgdata, cleanup_mode=None)
+            with pgserver.PostgresServer._lock:  # the package's inter-process lock: one process clears
+                _clear_stale(pgdata)
+            # The package keeps one server object per data directory and trusts it after its server died.
+            pgserver.PostgresServer._instances.pop(pgdata, None)
+            pgserver.get_server(pgdata, cleanup_mode=None)
+        except ConnectionFailed:
+            raise
         except Exception as exc:  # noqa: BLE001 - the package raises bare RuntimeError/CalledProcessError
             raise ConnectionFailed(f"could not start the embedded PostgreSQL under {pgdata}: {exc}") from exc
-    admin_dsn = server.get_uri()
-    _ensure_database(admin_dsn)
-    return str(server.get_uri(database=DATABASE))
+
+
+def _clear_stale(pgdata: Path) -> None:
+    """Remove a dead server's lock files, once none of its processes is left (under the package's lock).
+
+    PostgreSQL refuses to start while ``postmaster.pid`` names a process that exists, and a postmaster
+    killed with SIGKILL lingers as a zombie until init reaps it (1.5 s idle, 3-5 s under load, on this
+    machine). Removing the file is safe only when no backend of the dead server is still attached to its
+    shared memory (two sets of processes on one data directory would corrupt it): wait until the segment
+    named in the file has no process attached, then remove it and the socket's lock file."""
+    pidfile = pgdata / "postmaster.pid"
+    try:
+        lines = pidfile.read_text().splitlines()
+        pid = int(lines[0])
+    except (OSError, ValueError, IndexError):
+        return
+    if _alive(pid):
+        return
+    shmid = _shmid(lines)
+    give_up = time.monotonic() + _BACKENDS_EXIT_TIMEOUT
+    while shmid is not None and _attached(shmid) > 0:
+        if time.monotonic() > give_up:
+            raise ConnectionFailed(
+                f"the embedded PostgreSQL under {pgdata} died and processes of it still hold its shared memory"
+            )
+        time.sleep(0.02)
+    if len(lines) >= 5 and lines[3].strip() and lines[4].strip():
+        socket_lock = Path(lines[4].strip()) / f".s.PGSQL.{lines[3].strip()}.lock"
+        try:
+            if int(socket_lock.read_text().split()[0]) == pid:
+                socket_lock.unlink()
+        except (OSError, ValueError, IndexError):
+            pass
+    pidfile.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True  # no /proc: trust kill()
+
+
+def _shmid(lines: list[str]) -> int | None:
+    """The SysV shared memory segment id from ``postmaster.pid`` (line 7: key and id)."""
+    try:
+        return int(lines[6].split()[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def _attached(shmid: int) -> int:
+    """How many processes are attached to segment ``shmid`` (0 when it is gone or cannot be read)."""
+    try:
+        with open("/proc/sysvipc/shm") as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                if int(fields[1]) == shmid:
+                    return int(fields[6])
+    except (OSError, StopIteration, ValueError, IndexError):
+        return 0
 
 
 #: Server settings pgmem gives the embedded server (it owns it; for your own server see the README).
