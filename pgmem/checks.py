@@ -88,14 +88,115 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
+# -- JSON as jsonb stores it exactly ----------------------------------------------------------------------
+# jsonb keeps numbers as ``numeric``, which drops what tells a Python float from an int and has no
+# negative zero: ``1e16`` came back as the int 10000000000000000, ``1.5e300`` as an int unequal to the
+# float, ``-0.0`` as ``0.0``. Two rewrites of the JSON text make the round trip exact and keep the values
+# plain jsonb numbers for SQL (``(metadata->>'x')::float8`` still works):
+# * a float written with a positive exponent (Python's repr from 1e16 up) is written out in full with a
+#   ``.0`` (its exact value: numeric keeps the scale, so it reads back as the same float);
+# * ``-0.0`` is stored as the object ``{"__pgmem__": "-0.0"}``; a caller's own object whose only key is
+#   ``__pgmem__`` is stored as ``{"__pgmem__": {"dict": <its value>}}``, so the tag is never ambiguous.
+# :func:`load_json` undoes both (the object hook runs only when the text holds the tag).
+
+#: Deepest nesting of arrays and objects accepted in a JSON value (well below Python's recursion limit,
+#: which ``json`` hits near 1,000, and PostgreSQL's stack-depth limit on jsonb).
+MAX_JSON_DEPTH = 100
+
+JSON_TAG = "__pgmem__"
+_TAG_TEXT = f'"{JSON_TAG}"'
+_TAG_BYTES = _TAG_TEXT.encode()
+# A JSON string (skipped), or a number token that needs rewriting: an exponent form of a float or -0.0.
+_NUMBER_RE = re.compile(r'"(?:[^"\\]|\\.)*"|(-?[0-9]+(?:\.[0-9]+)?[eE]\+[0-9]+|-0\.0(?![0-9.eE]))')
+# A \u0000 escape that is not itself an escaped backslash followed by "u0000" (an even number of
+# backslashes before it): what json.dumps writes for a real NUL character.
+_NUL_ESCAPE_RE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def _number(match: re.Match[str]) -> str:
+    token = match.group(1)
+    if token is None:
+        return match.group(0)
+    if token == "-0.0":
+        return f'{{{_TAG_TEXT}:"-0.0"}}'
+    return f"{int(float(token))}.0"
+
+
+def _check_depth(value: Any, field: str, where: str) -> bool:
+    """Raise unless ``value`` nests at most :data:`MAX_JSON_DEPTH` deep (no recursion: a walk with a
+    stack); return whether it holds an object whose only key is the tag (it is then escaped)."""
+    tagged = False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+            tagged = tagged or (len(node) == 1 and JSON_TAG in node)
+        elif isinstance(node, list | tuple):
+            children = node
+        else:
+            continue
+        if depth > MAX_JSON_DEPTH:
+            raise InvalidInput(f"{where}{field} nests JSON deeper than {MAX_JSON_DEPTH} levels")
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list | tuple))
+    return tagged
+
+
+def check_json_depth(value: Any, field: str, where: str = "") -> None:
+    """Raise :class:`InvalidInput` when ``value`` nests deeper than :data:`MAX_JSON_DEPTH` (before any
+    code that would recurse through it)."""
+    _check_depth(value, field, where)
+
+
+def _escape_tag(value: Any) -> Any:
+    # Bounded by MAX_JSON_DEPTH (checked first), so recursing is safe.
+    if isinstance(value, dict):
+        out = {k: _escape_tag(v) for k, v in value.items()}
+        return {JSON_TAG: {"dict": out[JSON_TAG]}} if len(out) == 1 and JSON_TAG in out else out
+    if isinstance(value, list | tuple):
+        return [_escape_tag(v) for v in value]
+    return value
+
+
+def _untag(obj: dict[str, Any]) -> Any:
+    if len(obj) == 1 and JSON_TAG in obj:
+        tagged = obj[JSON_TAG]
+        if tagged == "-0.0":
+            return -0.0
+        if isinstance(tagged, dict) and len(tagged) == 1 and "dict" in tagged:
+            return {JSON_TAG: tagged["dict"]}
+    return obj
+
+
+def load_json(text: str | bytes) -> Any:
+    """Parse JSON written by :func:`dump_json` (jsonb's text of it), undoing its tags: the exact value."""
+    tagged = _TAG_TEXT in text if isinstance(text, str) else _TAG_BYTES in text
+    if tagged:
+        return json.loads(text, object_hook=_untag)
+    return json.loads(text)
+
+
 def dump_json(value: Any, field: str, where: str = "") -> str:
-    """Serialise ``value`` as strict JSON (no NaN, no NUL, no lone surrogates) within the size limit."""
+    """Serialise ``value`` as strict JSON for a ``jsonb`` column, so that :func:`load_json` gives it back
+    exactly (types and values: big ints, floats, ``-0.0``; tuples come back as lists).
+
+    Raises :class:`InvalidInput` naming ``field`` for what is not JSON or not storable: NaN or infinity,
+    nesting deeper than :data:`MAX_JSON_DEPTH`, a NUL character (jsonb cannot store ``\\u0000``; the six
+    characters backslash-u-0-0-0-0 inside a string are fine), a lone surrogate, or more than
+    :data:`MAX_JSON_BYTES` bytes as stored.
+    """
+    if _check_depth(value, field, where):
+        value = _escape_tag(value)
     try:
         text = json.dumps(value, default=_json_default, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"{where}{field} is not JSON: {exc}") from None
-    if "\x00" in text or "\\u0000" in text:
-        raise InvalidInput(f"{where}{field} contains a NUL character, which PostgreSQL jsonb cannot store")
+    except RecursionError:  # a pydantic model or a set nesting deeper inside (converted by _json_default)
+        raise InvalidInput(f"{where}{field} nests JSON deeper than {MAX_JSON_DEPTH} levels") from None
+    if "\\u0000" in text and _NUL_ESCAPE_RE.search(text):
+        raise InvalidInput(f"{where}{field} contains a NUL character (\\x00), which PostgreSQL jsonb cannot store")
+    if "e+" in text or "-0.0" in text:
+        text = _NUMBER_RE.sub(_number, text)
     try:
         size = len(text.encode("utf-8"))
     except UnicodeEncodeError as exc:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -10,7 +9,7 @@ from psycopg import AsyncConnection
 from psycopg import errors as pg_errors
 
 from pgmem._async.base import AsyncRepository
-from pgmem.checks import MAX_BATCH, check_key, check_message_id
+from pgmem.checks import MAX_BATCH, check_key, check_message_id, load_json
 from pgmem.errors import Conflict, InvalidInput, NotFound, translate
 from pgmem.models import MESSAGE_ROUTE_TO_ALL, Message, any_to_str, storage_id
 from pgmem.planning import statements as queries
@@ -30,7 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["AsyncMessageRepository"]
 
 Q = queries.load("messages")
-_loads = json.loads
+_loads = load_json
 
 
 def _positive(value: int, name: str, *, allow_zero: bool = True) -> int:

@@ -5,14 +5,13 @@ read and written with :attr:`AsyncClient.messages`; ChatDev DevAll's stores are 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 from psycopg import AsyncConnection
 
 from pgmem._async.base import AsyncRepository
-from pgmem.checks import check_text, dump_json
+from pgmem.checks import check_text, dump_json, load_json
 from pgmem.errors import InvalidInput
 from pgmem.planning import statements
 from pgmem.planning.rows import LockedFileRow, StoreFileRow, StoreRow
@@ -51,7 +50,7 @@ class AsyncStoreRepository(AsyncRepository):
     async def list(self, *, connection: AsyncConnection[Any] | None = None) -> list[StoreRow]:
         """Every store of the namespace, by name."""
         return [
-            StoreRow(r.name, r.type, json.loads(r.config) if isinstance(r.config, str) else r.config, r.created_at)
+            StoreRow(r.name, r.type, load_json(r.config) if isinstance(r.config, str) else r.config, r.created_at)
             for r in map(StoreRow._make, await self._rows("stores", {}, connection))
         ]
 

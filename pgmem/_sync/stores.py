@@ -6,14 +6,13 @@ read and written with :attr:`AsyncClient.messages`; ChatDev DevAll's stores are 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 from psycopg import Connection
 
 from pgmem._sync.base import Repository
-from pgmem.checks import check_text, dump_json
+from pgmem.checks import check_text, dump_json, load_json
 from pgmem.errors import InvalidInput
 from pgmem.planning import statements
 from pgmem.planning.rows import LockedFileRow, StoreFileRow, StoreRow
@@ -52,7 +51,7 @@ class StoreRepository(Repository):
     def list(self, *, connection: Connection[Any] | None = None) -> list[StoreRow]:
         """Every store of the namespace, by name."""
         return [
-            StoreRow(r.name, r.type, json.loads(r.config) if isinstance(r.config, str) else r.config, r.created_at)
+            StoreRow(r.name, r.type, load_json(r.config) if isinstance(r.config, str) else r.config, r.created_at)
             for r in map(StoreRow._make, self._rows("stores", {}, connection))
         ]
 

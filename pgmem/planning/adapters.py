@@ -19,7 +19,6 @@ Measured on 10-row message reads (3 ``jsonb`` columns, most of them ``{}`` or NU
 from __future__ import annotations
 
 import functools
-import json
 import struct
 import sys
 from collections.abc import Iterable, Mapping
@@ -30,6 +29,8 @@ from psycopg.abc import AdaptContext, Buffer
 from psycopg.adapt import Dumper, Loader
 from psycopg.pq import Format
 from psycopg.types import TypeInfo
+
+from pgmem.checks import load_json
 
 __all__ = [
     "VECTOR_TYPE_NAMES",
@@ -50,7 +51,8 @@ class JsonbBinaryLoader(Loader):
     """``jsonb`` in binary form: a version byte (1), then the JSON text.
 
     ``{}`` (the metadata of most messages) is answered without a parse; anything else goes to
-    ``json.loads``, as psycopg's loader does.
+    ``json.loads``, as psycopg's loader does, through :func:`pgmem.checks.load_json` (which undoes the
+    tags :func:`pgmem.checks.dump_json` writes for an exact round trip).
     """
 
     format = Format.BINARY
@@ -60,7 +62,7 @@ class JsonbBinaryLoader(Loader):
             return {}
         if not data or data[0] != 1:
             raise DataError("unknown jsonb binary format")
-        return json.loads(bytes(data[1:]))
+        return load_json(bytes(data[1:]))
 
 
 def vector_types(rows: Iterable[tuple[Any, ...]]) -> dict[str, TypeInfo]:

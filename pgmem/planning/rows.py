@@ -20,7 +20,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from pgmem.checks import check_message, dump_json
+from pgmem.checks import check_message, dump_json, load_json
 from pgmem.errors import InvalidInput
 from pgmem.models import Message, is_pydantic_model, public_id, resolve_class, storage_id
 
@@ -141,7 +141,7 @@ class MessageRow(NamedTuple):
 
 
 _new_message = object.__new__
-_loads = json.loads
+_loads = load_json  # json.loads, undoing dump_json's tags when the text holds one
 
 
 def decode(row: tuple[Any, ...]) -> Message:

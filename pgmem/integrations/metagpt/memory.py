@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from pgmem import Client
+from pgmem.checks import check_json_depth
 from pgmem.connecting import get_default_client
 from pgmem.errors import InvalidInput
 from pgmem.integrations.codec import EXTRA_KEY, MessageCodec, class_path
@@ -24,6 +25,7 @@ def fingerprint(message: BaseModel) -> str:
     """A digest of every field of a pydantic message and its class: equal exactly when pydantic's ``==``
     says two messages of one class are equal (what MetaGPT's ``message in storage`` compares)."""
     data = message.model_dump(mode="json", warnings=False)
+    check_json_depth(data, "message")  # before json.dumps recurses through it
     text = json.dumps([class_path(type(message)), data], sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:20]
 
