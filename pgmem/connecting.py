@@ -31,6 +31,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from pgmem._acompat import arun_blocking
 from pgmem.checks import check_namespace
 from pgmem.errors import InvalidInput, SchemaOutOfDate
+from pgmem.resilience import DEFAULT_TIMEOUT
 from pgmem.settings import get_settings
 
 if TYPE_CHECKING:
@@ -84,6 +85,7 @@ def connect(
     max_size: int = 10,
     embedder: Embedder | None = None,
     retrieval_log: bool | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT,
 ) -> Client:
     """Connect to pgmem.
 
@@ -98,6 +100,11 @@ def connect(
             offline hashing embedder).
         retrieval_log: record every search's hits in ``pgmem.retrieval_log`` (default:
             ``PGMEM_RETRIEVAL_LOG``, off).
+        timeout: seconds a call may take: connecting (unless the DSN names its own ``connect_timeout``),
+            waiting for a pool connection, and every statement it runs (default 30; None: no limit).
+            Past it the call raises :class:`pgmem.errors.Timeout` and its connection is discarded; a
+            write that timed out committed entirely or not at all. ``client.with_timeout(s)`` changes
+            it for some calls. See docs/reliability.md.
 
     Example:
         >>> with pgmem.connect(namespace="demo") as client:
@@ -106,7 +113,12 @@ def connect(
     from pgmem._sync.client import Client, check_pool_size, check_schema, conninfo_of
 
     check_namespace(namespace)
-    options: dict[str, Any] = {"namespace": namespace, "embedder": embedder, "retrieval_log": retrieval_log}
+    options: dict[str, Any] = {
+        "namespace": namespace,
+        "embedder": embedder,
+        "retrieval_log": retrieval_log,
+        "timeout": timeout,
+    }
     if isinstance(dsn, Connection):
         conninfo = conninfo_of(dsn)
         try:
@@ -131,6 +143,8 @@ def connect(
         return Client(pool=dsn, conninfo=conninfo, **options)
     _check_dsn(dsn)
     check_pool_size(min_size, max_size)
+    # The embedded server is pgmem's to start again when it dies: a pool that cannot connect calls this.
+    options["restart"] = None if _configured_dsn(dsn) else _embedded_dsn
     conninfo = resolve_dsn(dsn)
     try:
         return Client.from_conninfo(conninfo, min_size=min_size, max_size=max_size, **options)
@@ -150,6 +164,7 @@ async def aconnect(
     max_size: int = 10,
     embedder: Embedder | None = None,
     retrieval_log: bool | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT,
 ) -> AsyncClient:
     """Connect to pgmem (the async flavour of :func:`connect`, same arguments).
 
@@ -164,6 +179,11 @@ async def aconnect(
             offline hashing embedder).
         retrieval_log: record every search's hits in ``pgmem.retrieval_log`` (default:
             ``PGMEM_RETRIEVAL_LOG``, off).
+        timeout: seconds a call may take: connecting (unless the DSN names its own ``connect_timeout``),
+            waiting for a pool connection, and every statement it runs (default 30; None: no limit).
+            Past it the call raises :class:`pgmem.errors.Timeout` and its connection is discarded; a
+            write that timed out committed entirely or not at all. ``client.with_timeout(s)`` changes
+            it for some calls. See docs/reliability.md.
 
     Example:
         >>> async with await pgmem.aconnect(namespace="demo") as client:
@@ -172,7 +192,12 @@ async def aconnect(
     from pgmem._async.client import AsyncClient, check_pool_size, check_schema, conninfo_of
 
     check_namespace(namespace)
-    options: dict[str, Any] = {"namespace": namespace, "embedder": embedder, "retrieval_log": retrieval_log}
+    options: dict[str, Any] = {
+        "namespace": namespace,
+        "embedder": embedder,
+        "retrieval_log": retrieval_log,
+        "timeout": timeout,
+    }
     if isinstance(dsn, AsyncConnection):
         conninfo = conninfo_of(dsn)
         try:
@@ -197,6 +222,8 @@ async def aconnect(
         return AsyncClient(pool=dsn, conninfo=conninfo, **options)
     _check_dsn(dsn)
     check_pool_size(min_size, max_size)
+    # The embedded server is pgmem's to start again when it dies: a pool that cannot connect calls this.
+    options["restart"] = None if _configured_dsn(dsn) else _embedded_dsn
     configured = _configured_dsn(dsn)
     conninfo = configured if configured else await arun_blocking(_embedded_dsn)  # starting it blocks
     try:

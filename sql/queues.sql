@@ -79,6 +79,36 @@ WITH message AS (
 )
 SELECT (SELECT id FROM item) AS id, (SELECT count(*) FROM wake) AS woken;
 
+-- name: push_once
+-- push with an idempotency key: the key is recorded with the item's id, taken from the items' sequence
+-- first, in the same statement (ON CONFLICT DO NOTHING). A key recorded before (a push sent again after
+-- its connection was lost) enqueues nothing, and the id is the first push's. Two pushes of one key at the
+-- same moment: the second waits for the first to commit and enqueues nothing.
+WITH new AS (
+    SELECT nextval(pg_get_serial_sequence('pgmem.queue_items', 'id')) AS id
+), recorded AS (
+    INSERT INTO pgmem.idempotency_keys (namespace, key, result)
+    SELECT %(ns)s, %(idempotency_key)s, id FROM new
+    ON CONFLICT (namespace, key) DO NOTHING
+    RETURNING result
+), message AS (
+    {{insert_message}}
+), item AS (
+    INSERT INTO pgmem.queue_items (id, namespace, queue, message_id, priority, available_at, max_attempts,
+                                   dedup_key)
+    SELECT result, %(ns)s, %(queue)s, %(id)s, %(priority)s, now() + %(delay)s * interval '1 second',
+           %(max_attempts)s, %(dedup_key)s
+    FROM recorded
+    ON CONFLICT (namespace, queue, dedup_key) WHERE dedup_key IS NOT NULL AND status = 'ready' DO NOTHING
+    RETURNING id
+), wake AS (
+    SELECT pg_notify('pgmem_queue', %(ns)s || '/' || %(queue)s) FROM item
+)
+SELECT coalesce((SELECT id FROM item),
+                (SELECT result FROM pgmem.idempotency_keys WHERE namespace = %(ns)s AND key = %(idempotency_key)s))
+       AS id,
+       (SELECT count(*) FROM wake) AS woken;
+
 -- name: push_many
 -- A batch, one array per column; items are numbered in batch order. Returns the ids of the new items.
 -- Messages are stored in batch order (messages.sql add_many stores them in id order: see there).

@@ -38,6 +38,7 @@ REPLACEMENTS = {
     "AsyncItemRepository": "ItemRepository",
     "register_vector_async": "register_vector",
     "AsyncConnection": "Connection",
+    "GuardedAsyncConnection": "GuardedConnection",
     "AsyncConnectionPool": "ConnectionPool",
     "_LifoAsyncConnectionPool": "_LifoConnectionPool",
     "AsyncCursor": "Cursor",

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, LiteralString
 from psycopg import AsyncConnection
 from psycopg.pq import ExecStatus
 
+from pgmem._async.retrying import resilient
 from pgmem.errors import translate
 
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ class AsyncRepository:
     def namespace(self) -> str:
         return self._client.namespace
 
+    @resilient  # the call's deadline, and one retry when its connection is lost and that is harmless
     async def _rows(
         self, name: str, params: dict[str, Any], connection: AsyncConnection[Any] | None
     ) -> list[tuple[Any, ...]]:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, LiteralString
 from psycopg import Connection
 from psycopg.pq import ExecStatus
 
+from pgmem._sync.retrying import resilient
 from pgmem.errors import translate
 
 if TYPE_CHECKING:
@@ -26,6 +27,7 @@ class Repository:
     def namespace(self) -> str:
         return self._client.namespace
 
+    @resilient  # the call's deadline, and one retry when its connection is lost and that is harmless
     def _rows(
         self, name: str, params: dict[str, Any], connection: Connection[Any] | None
     ) -> list[tuple[Any, ...]]:

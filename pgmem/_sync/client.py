@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 from collections.abc import Iterator, Callable
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
@@ -13,14 +15,16 @@ from psycopg import Connection
 from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 from psycopg.types import TypeInfo
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
+from pgmem._acompat import run_blocking, sleep
 from pgmem._sync.messages import MessageRepository
 from pgmem._sync.sessions import Sessions
 from pgmem.checks import check_namespace
 from pgmem.embeddings import Embedder, default_embedder
-from pgmem.errors import ClientClosed, ConnectionFailed, InvalidInput, SchemaOutOfDate, redact, translate
+from pgmem.errors import ClientClosed, ConnectionFailed, InvalidInput, SchemaOutOfDate, Timeout, redact, translate
 from pgmem.planning.adapters import vector_types
+from pgmem.resilience import DEFAULT_TIMEOUT, GuardedConnection, check_timeout, deadline, idle_broken, remaining
 from pgmem.revision import SCHEMA_REVISION
 from pgmem.settings import get_settings
 
@@ -127,6 +131,10 @@ class Client:
             :func:`pgmem.embeddings.default_embedder`).
         retrieval_log: whether searches record what they returned in ``pgmem.retrieval_log`` (default:
             ``PGMEM_RETRIEVAL_LOG``, off); may be switched at any time.
+        timeout: seconds a call may take (waiting for a connection and every statement it runs), or
+            None for no limit; past it the call raises :class:`pgmem.errors.Timeout` (see
+            :meth:`with_timeout`). It bounds the pool's connections only: on your own connection
+            (``connection=``) pgmem does not interrupt your statements.
 
     Every repository but ``messages`` is built on first use.
     """
@@ -150,6 +158,7 @@ class Client:
         embedder: Embedder | None = None,
         retrieval_log: bool | None = None,
         sessions: Sessions | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
     ) -> None:
         if (pool is None) == (connection is None):
             raise InvalidInput("a client needs exactly one of a pool or a connection")
@@ -165,6 +174,7 @@ class Client:
         # What the client knows of its connections' sessions; shared with the pool's configure hook.
         self.sessions = sessions if sessions is not None else Sessions()
         self.retrieval_log = get_settings().retrieval_log if retrieval_log is None else bool(retrieval_log)
+        self.timeout = check_timeout(timeout)
 
     @classmethod
     def from_conninfo(
@@ -176,12 +186,18 @@ class Client:
         max_size: int = 10,
         embedder: Embedder | None = None,
         retrieval_log: bool | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        restart: Callable[[], object] | None = None,
     ) -> Client:
         """Open a pool on ``conninfo`` and return a client that owns it (closing the client closes it).
 
         The schema revision is checked on the pool's first connection before the pool takes it: one
         connection and one query before the client is ready. :func:`pgmem.aconnect` is the usual way in
         (it finds the DSN and migrates when asked); this is the core's part of it.
+
+        ``timeout`` bounds connecting (unless the DSN names its own ``connect_timeout``) and then every
+        call. ``restart`` brings the server back when a connection attempt fails (the embedded server:
+        :func:`pgmem.ops.server.ensure_server`); the pool then reconnects at once instead of backing off.
 
         Raises:
             ConnectionFailed: the server cannot be reached (the message names the host and port, never the
@@ -190,7 +206,8 @@ class Client:
         """
         check_namespace(namespace)
         check_pool_size(min_size, max_size)
-        first = _open_connection(conninfo)
+        timeout = check_timeout(timeout)
+        first = _open_connection(conninfo, timeout)
         try:
             vector_types = check_schema(first)
         except BaseException:
@@ -202,9 +219,11 @@ class Client:
             conninfo,
             min_size=min_size,
             max_size=max_size,
-            kwargs={"autocommit": True},
-            connection_class=_handing_out(spare),
+            kwargs={"autocommit": True, **_connect_timeout(conninfo, timeout)},
+            connection_class=_handing_out(spare, restart),
             configure=sessions.configure,
+            check=_check_idle,
+            timeout=timeout or _NO_LIMIT,
             # psycopg_pool's default is 3 workers (threads in the sync flavour), each one costing a cold
             # start ~2.5 ms to start. The pool grows one connection at a time whatever their number: more
             # workers only open the first min_size connections at once.
@@ -214,7 +233,7 @@ class Client:
         )
         try:
             with translate():
-                pool.open(wait=True, timeout=30)
+                pool.open(wait=True, timeout=timeout or DEFAULT_TIMEOUT)
         finally:
             while spare:  # min_size 0: the pool opens its first connection when first asked
                 spare.pop().close()
@@ -227,6 +246,7 @@ class Client:
                 embedder=embedder,
                 retrieval_log=retrieval_log,
                 sessions=sessions,
+                timeout=timeout,
             )
         except BaseException:
             pool.close()
@@ -250,7 +270,19 @@ class Client:
             embedder=self._embedder,
             retrieval_log=self.retrieval_log,
             sessions=self.sessions,
+            timeout=self.timeout,
         )
+
+    def with_timeout(self, timeout: float | None) -> Client:
+        """A client like this one (same namespace, sharing its pool or connection; closing it closes
+        nothing) whose calls may take ``timeout`` seconds (None: no limit).
+
+        Example:
+            >>> await client.with_timeout(2).messages.last("role:Alice", 5)  # Timeout after 2 s
+        """
+        clone = self.with_namespace(self.namespace)
+        clone.timeout = check_timeout(timeout)
+        return clone
 
     def search(self, query: str | None = None, **kwargs: Any) -> list[Any]:
         """Semantic search (:meth:`AsyncVectorRepository.search`): ``client.search("text", memory=..., k=5)``."""
@@ -301,8 +333,9 @@ class Client:
             yield self._conn
         else:
             assert self._pool is not None
-            with self._pool.connection() as conn:
-                yield conn
+            with deadline(self.timeout):
+                with _pool_connection(self._pool) as conn:
+                    yield conn
 
     @contextmanager
     def transaction(self, connection: Connection[Any] | None = None) -> Iterator[Connection[Any]]:
@@ -338,17 +371,51 @@ class _LifoConnectionPool(ConnectionPool[Any]):
         return super()._get_ready_connection(timeout)
 
 
+@contextmanager
+def _pool_connection(pool: ConnectionPool[Any]) -> Iterator[Connection[Any]]:
+    """A pool connection within the current deadline. The pool drops dead idle connections as it hands them
+    out (``_check_idle``); when none comes in time the call raises :class:`ConnectionFailed` if the pool's
+    last attempt to connect failed (the server is down), else :class:`Timeout`."""
+    try:
+        conn = pool.getconn(timeout=remaining())
+    except PoolTimeout as exc:
+        failure = getattr(pool.connection_class, "failure", None)
+        if failure is not None:
+            raise ConnectionFailed(f"the server cannot be reached: {failure}") from exc
+        raise Timeout("no pool connection came free within the call's timeout") from exc
+    try:
+        with conn:  # as pool.connection(): commit, or roll back on an error (a caller's pool)
+            yield conn
+    finally:
+        pool.putconn(conn)
+
+
+def _check_idle(conn: Connection[Any]) -> None:
+    """The pool's ``check``: refuse a connection whose server went away while it was idle (one ``poll``, no
+    round trip: :func:`pgmem.resilience.idle_broken`); the pool drops it and hands out another."""
+    if idle_broken(conn):
+        raise psycopg.OperationalError("the server closed the connection while it was idle")
+
+
 def check_pool_size(min_size: int, max_size: int) -> None:
     """Raise :class:`InvalidInput` unless ``0 <= min_size <= max_size`` and ``max_size >= 1``."""
     if min_size < 0 or max_size < 1 or min_size > max_size:
         raise InvalidInput(f"invalid pool size min_size={min_size} max_size={max_size}")
 
 
-def _open_connection(conninfo: str) -> Connection[Any]:
+def _connect_timeout(conninfo: str, timeout: float | None) -> dict[str, Any]:
+    """``connect_timeout`` for a connection to ``conninfo``: the DSN's own if it names one, else the
+    client's timeout (whole seconds, at least 2 as libpq counts them), else libpq's default."""
+    if timeout is None or "connect_timeout" in psycopg.conninfo.conninfo_to_dict(conninfo):
+        return {}
+    return {"connect_timeout": max(2, math.ceil(timeout))}
+
+
+def _open_connection(conninfo: str, timeout: float | None = DEFAULT_TIMEOUT) -> Connection[Any]:
     """A new autocommit connection (as the pool's are) to ``conninfo``, or :class:`ConnectionFailed` naming
     the host and port and the cause, never the password."""
     try:
-        return Connection.connect(conninfo, autocommit=True, connect_timeout=10)
+        return GuardedConnection.connect(conninfo, autocommit=True, **_connect_timeout(conninfo, timeout))
     except psycopg.OperationalError as exc:
         params = psycopg.conninfo.conninfo_to_dict(conninfo)
         where = params.get("host") or "localhost"
@@ -358,18 +425,49 @@ def _open_connection(conninfo: str) -> Connection[Any]:
         ) from None
 
 
-def _handing_out(spare: list[Connection[Any]]) -> type[Connection[Any]]:
+#: The pool's wait for a connection in a client with no timeout (psycopg_pool needs a number).
+_NO_LIMIT = 365 * 86400.0
+
+#: How often a pool retries a failed connection while its attempt lasts (psycopg_pool backs off 1, 2, 4...
+#: seconds between attempts: a server back after 3 s was reached up to 4 s later).
+RECONNECT_INTERVAL = 0.25
+
+
+def _handing_out(spare: list[Connection[Any]], restart: Callable[[], object] | None) -> type[Connection[Any]]:
     """A connection class for the pool whose ``connect`` hands out the connections in ``spare`` (already
     open, the schema checked on them) before it opens new ones: the pool's first connection is the one
-    the schema check ran on, not a second one."""
+    the schema check ran on, not a second one.
 
-    class _PoolConnection(Connection[Any]):
+    A failed connection attempt calls ``restart`` (the embedded server comes back at once) and tries again
+    every :data:`RECONNECT_INTERVAL` seconds for as long as one ``connect_timeout``; ``failure`` keeps the
+    last failure while the server cannot be reached (calls then raise :class:`ConnectionFailed`)."""
+
+    class _PoolConnection(GuardedConnection):
+        failure: str | None = None
+
         @classmethod
         def connect(cls, conninfo: str = "", **kwargs: Any) -> Any:
             try:
                 return spare.pop()  # atomic: pool workers are threads in the sync flavour
             except IndexError:
-                return super().connect(conninfo, **kwargs)
+                pass
+            give_up = time.monotonic() + float(kwargs.get("connect_timeout") or DEFAULT_TIMEOUT)
+            while True:
+                try:
+                    conn = super().connect(conninfo, **kwargs)
+                except psycopg.OperationalError as exc:
+                    _PoolConnection.failure = redact(str(exc)).strip()
+                    if restart is not None:
+                        try:
+                            run_blocking(restart)
+                        except ConnectionFailed as failed:
+                            _PoolConnection.failure = str(failed)
+                    if time.monotonic() >= give_up:
+                        raise
+                    sleep(RECONNECT_INTERVAL)
+                else:
+                    _PoolConnection.failure = None
+                    return conn
 
     return _PoolConnection
 

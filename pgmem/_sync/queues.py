@@ -174,6 +174,7 @@ class QueueRepository(Repository):
         delay: float | timedelta | None = None,
         dedup_key: str | None = None,
         max_attempts: int = 5,
+        idempotency_key: str | None = None,
         connection: Connection[Any] | None = None,
     ) -> PushResult:
         """Enqueue ``message`` (stored once; pushing a stored message enqueues it again).
@@ -184,14 +185,29 @@ class QueueRepository(Repository):
             dedup_key: while a ready item of this queue has the same key, the push is a no-op and
                 returns ``PushResult(None, False)``.
             max_attempts: claims before the item is dead-lettered by ``nack``.
+            idempotency_key: a key of yours for this push (e.g. a UUID made once per logical push): a push
+                with a key already used in the namespace enqueues nothing and returns the first push's
+                item, even after it was acknowledged. pgmem then sends the push again by itself when its
+                connection is lost; without a key such a push raises :class:`pgmem.errors.CommitUnknown`
+                (it may have committed). Costs one more row (benchmarks/queues.py); keys are kept until
+                purged.
             connection: your connection, to enqueue inside your transaction (consumers are woken at
                 commit; a rollback leaves no item).
+
+        Raises:
+            InvalidInput: a bad queue name, priority, delay, key or message (nothing written).
+            CommitUnknown: the connection was lost with the push in flight (no idempotency key).
+            Timeout: the push did not finish within the client's timeout (it committed entirely or not at
+                all; with an idempotency key, pushing again is safe).
         """
         params = self._push_params(queue, priority, delay, max_attempts)
         if dedup_key is not None:
             check_key(dedup_key, "dedup key")
+        if idempotency_key is not None:
+            check_key(idempotency_key, "idempotency key")
         row = dict(zip(INSERT_COLUMNS, encode(message), strict=True))
-        rows = self._rows("push", {**params, **row, "dedup_key": dedup_key}, connection)
+        name, extra = ("push", {}) if idempotency_key is None else ("push_once", {"idempotency_key": idempotency_key})
+        rows = self._rows(name, {**params, **row, "dedup_key": dedup_key, **extra}, connection)
         pushed = PushRow._make(rows[0])
         return PushResult(pushed.id, pushed.id is not None)
 

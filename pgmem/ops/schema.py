@@ -222,6 +222,20 @@ queue_archive_batches = Table(
 )
 # pgmem.queue_archive, one row per acknowledged item, is a view over it (pre-baseline migration 0013).
 
+# Keys of writes that may be retried (pre-schema revision 0007): a push carrying one happens once however
+# often it is sent, also after the item was acknowledged (the archive keeps no per-item key).
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("namespace", Text, nullable=False),
+    Column("key", Text, nullable=False, comment="the caller's idempotency key"),
+    Column("result", BigInteger, nullable=True, comment="what the first write made (the queue item's id)"),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("namespace", "key", name="idempotency_keys_pkey"),
+    Index("idempotency_keys_created_brin", "created_at", postgresql_using="brin"),
+    comment="Idempotency keys of retried writes (queues.push); the retention policy purges old ones.",
+)
+
 subscriptions = Table(
     "subscriptions",
     metadata,

@@ -200,6 +200,7 @@ def _attached(shmid: int) -> int:
                     return int(fields[6])
     except (OSError, StopIteration, ValueError, IndexError):
         return 0
+    return 0
 
 
 #: Server settings pgmem gives the embedded server (it owns it; for your own server see the README).

@@ -1,0 +1,188 @@
+"""Timeouts and retries: what a call does when the network stalls, a connection is terminated or the server
+is killed (docs/reliability.md has the tests and their figures).
+
+- **Deadlines.** A call through a client runs under a deadline (``pgmem.connect(..., timeout=)``, default
+  :data:`DEFAULT_TIMEOUT`), kept in a context variable so that it follows the call through the pool and into
+  every statement it runs, in a thread (sync) or a task (async). The connections pgmem opens are
+  :class:`GuardedAsyncConnection` / :class:`GuardedConnection`: their ``wait`` (psycopg's one place where a
+  connection waits on its socket) gives up at the deadline, closes the connection and raises
+  :class:`~pgmem.errors.Timeout`. Closing is the only way out that does not wait on the network: a query
+  cancel travels over the same (stalled) network.
+- **Idle check.** A pooled connection whose server went away (``pg_terminate_backend``, a killed server)
+  has something to read while idle: the server's FATAL message, or end of file. :func:`idle_broken` polls
+  the socket (one ``poll`` system call, no round trip) when the pool hands a connection out.
+- **Retries.** A call whose connection is lost is run once more on a fresh connection when doing it twice
+  is harmless: a statement that only reads (:func:`reads_only`) or a write carrying an idempotency key.
+  Other writes raise :class:`~pgmem.errors.CommitUnknown`.
+
+The two connection classes differ only in the wait function of their flavour (psycopg's own pattern).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import re
+import select
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection, Connection, waiting
+from psycopg import errors as pg_errors
+
+from pgmem.errors import Timeout
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "GuardedAsyncConnection",
+    "GuardedConnection",
+    "check_timeout",
+    "connection_lost",
+    "deadline",
+    "idle_broken",
+    "reads_only",
+    "remaining",
+]
+
+#: Seconds a call may take by default: connecting, waiting for a pool connection and every statement.
+DEFAULT_TIMEOUT = 30.0
+
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("pgmem_deadline", default=None)
+
+#: psycopg's interval between checks for Ctrl-C while it waits on a socket.
+_INTERVAL = 0.1
+
+
+def check_timeout(timeout: float | None) -> float | None:
+    """A timeout in seconds (positive and finite), or None for none."""
+    from pgmem.errors import InvalidInput
+
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < float("inf"):
+        raise InvalidInput(f"timeout must be a positive number of seconds or None, not {timeout!r}")
+    return float(timeout)
+
+
+@contextmanager
+def deadline(seconds: float | None) -> Iterator[None]:
+    """Run the block under a deadline ``seconds`` from now, unless an enclosing one ends sooner (a call's
+    deadline covers every statement it runs, and its retry)."""
+    if seconds is None:
+        yield
+        return
+    end = time.monotonic() + seconds
+    current = _DEADLINE.get()
+    if current is not None and current <= end:
+        yield
+        return
+    token = _DEADLINE.set(end)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def remaining() -> float | None:
+    """Seconds left before the current deadline (0 when past), None without one."""
+    end = _DEADLINE.get()
+    return None if end is None else max(end - time.monotonic(), 0.0)
+
+
+def _expired(conn: Any) -> Timeout:
+    # The connection's state is unknown (a statement half sent, a result half read): drop it. The server
+    # rolls back whatever transaction was open when it sees the connection close.
+    conn.pgconn.finish()
+    return Timeout("the call did not finish within its timeout; its connection was closed")
+
+
+class GuardedAsyncConnection(AsyncConnection[Any]):
+    """An async connection whose waits end at the current :func:`deadline`, and that closes instead of
+    cancelling when its task is cancelled (``asyncio.wait_for``): psycopg's cancel sends a request over
+    the network and waits up to 10 s for the answer, so a cancelled call returned 13 s after a 3 s
+    ``wait_for`` through a stalled network. Closing returns at once; the pool replaces the connection."""
+
+    async def wait(self, gen: Any, interval: float = _INTERVAL, timeout: float | None = None) -> Any:
+        left = remaining()
+        if left is None:
+            return await super().wait(gen, interval, timeout)
+        try:
+            return await waiting.wait_async(
+                gen, self.pgconn.socket, interval=interval, timeout=left if timeout is None else min(left, timeout)
+            )
+        except pg_errors._WaitTimeout:
+            raise _expired(self) from None
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            self.pgconn.finish()
+            raise
+
+
+class GuardedConnection(Connection[Any]):
+    """The sync twin of :class:`GuardedAsyncConnection`: its waits end at the current :func:`deadline`."""
+
+    def wait(self, gen: Any, interval: float = _INTERVAL, timeout: float | None = None) -> Any:
+        left = remaining()
+        if left is None:
+            return super().wait(gen, interval, timeout)
+        try:
+            return waiting.wait(
+                gen, self.pgconn.socket, interval=interval, timeout=left if timeout is None else min(left, timeout)
+            )
+        except pg_errors._WaitTimeout:
+            raise _expired(self) from None
+        except KeyboardInterrupt:
+            self.pgconn.finish()
+            raise
+
+
+def idle_broken(conn: AsyncConnection[Any] | Connection[Any]) -> bool:
+    """Whether an idle connection has lost its server: an idle session receives nothing unprompted (pool
+    connections do not LISTEN), so anything to read is a FATAL message or end of file. One ``poll`` system
+    call (about 1 us, benchmarks/faults.py) where psycopg_pool's ``check_connection`` costs a round trip."""
+    if conn.closed:
+        return True
+    poller = select.poll()
+    poller.register(conn.pgconn.socket, select.POLLIN | select.POLLERR | select.POLLHUP)
+    return bool(poller.poll(0))
+
+
+#: SQLSTATEs of a session the server ended: admin_shutdown (pg_terminate_backend, a fast shutdown),
+#: crash_shutdown, cannot_connect_now (starting or in recovery), idle_session_timeout; class 08 below.
+_LOST_STATES = frozenset({"57P01", "57P02", "57P03", "57P05"})
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` (a pgmem error or its psycopg cause) means the connection died under the call (the
+    same call may then succeed on another connection), not that the statement failed."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, psycopg.Error):
+        cause = cause.__cause__
+    if not isinstance(cause, psycopg.OperationalError) or isinstance(cause, pg_errors._WaitTimeout):
+        return False
+    from psycopg_pool import PoolTimeout
+
+    if isinstance(cause, PoolTimeout):
+        return False
+    state = cause.sqlstate
+    return state is None or state in _LOST_STATES or state.startswith("08")
+
+
+#: Words that make a statement more than a read: it writes, locks, notifies, takes a sequence value or
+#: calls something that might. Conservative: a read that mentions one is simply not retried.
+_NOT_A_READ = re.compile(
+    r"\b(?:INSERT|UPDATE|DELETE|MERGE|TRUNCATE|SHARE|pg_notify|NOTIFY|nextval|setval|pg_advisory\w*|"
+    r"CALL|COPY|CREATE|DROP|ALTER|ANALYZE|VACUUM|LISTEN)\b|\bpgmem\.\w+\s*\(",
+    re.IGNORECASE,
+)
+
+
+@functools.lru_cache(maxsize=1024)
+def reads_only(statement: str) -> bool:
+    """Whether the named statement ``statement`` only reads (running it twice is harmless): a SELECT or
+    WITH that names nothing of :data:`_NOT_A_READ` (pgmem's own functions count as writes)."""
+    head = re.sub(r"--[^\n]*", "", statement).lstrip().upper()
+    return head.startswith(("SELECT", "WITH")) and _NOT_A_READ.search(statement) is None
