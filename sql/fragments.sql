@@ -70,8 +70,10 @@ EXISTS (SELECT 1 FROM pgmem.memory_models WHERE namespace = %(ns)s AND memory = 
 -- fragment: settle_shared
 -- A writer's CTE: the shared settle lock on the memory, taken before the entry's sequence number is
 -- drawn (join or select FROM settle where the number is drawn) and held to commit. A summariser never
--- skips an entry that commits after a later-numbered one (see {{settle_lock_key}}).
-settle AS MATERIALIZED (SELECT pg_advisory_xact_lock_shared({{settle_lock_key}}))
+-- skips an entry that commits after a later-numbered one (see {{settle_lock_key}}). The lock function
+-- returns void, cast to text: Citus materialises a CTE's rows, and a void column cannot be
+-- (docs/scale-out.md, "Statements").
+settle AS MATERIALIZED (SELECT pg_advisory_xact_lock_shared({{settle_lock_key}})::text AS locked)
 
 -- fragment: entry_messages
 -- A memory's entries (alias e) joined with their messages (alias m).
