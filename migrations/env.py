@@ -52,6 +52,9 @@ def _run(connection) -> None:  # type: ignore[no-untyped-def]
     with context.begin_transaction():
         connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK_KEY})
         connection.execute(text("CREATE SCHEMA IF NOT EXISTS pgmem"))
+        # Row-level security (revision 0004) is forced on the owner too: a data migration sees every
+        # namespace through the owner's pgmem_admin policy.
+        connection.execute(text("SELECT set_config('pgmem.admin', 'on', true)"))
         context.run_migrations()
 
 

@@ -643,6 +643,14 @@ class VectorCache:
         """The cache's own connection (call with the reader lock held), connected and prepared on demand."""
         if self._reader is None or self._reader.closed:
             self._reader = psycopg.Connection.connect(self._client.conninfo or "", autocommit=True)
+            # Row-level security: the client's role (pgmem_app when the DSN's role bypasses it) and, for the
+            # whole session, the client's namespace. Session-wide, unlike the clients' per-transaction
+            # setting: this connection is the cache's own and serves one namespace only, and the strict
+            # mode's head check (a bare libpq call) stays one statement.
+            role = self._client.sessions.role
+            if role is not None:
+                self._reader.execute("SELECT set_config('role', %s, false)", (role,))
+            self._reader.execute("SELECT set_config('pgmem.namespace', %s, false)", (self._client.namespace,))
             register_vector(self._reader)  # query vectors of the searches it runs in Postgres
             self._head_prepared = False
             if self._reader.info.encoding == "utf-8":  # the key travels as UTF-8 bytes

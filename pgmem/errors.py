@@ -25,6 +25,7 @@ __all__ = [
     "InvalidInput",
     "LeaseLost",
     "NotFound",
+    "PermissionDenied",
     "PgmemError",
     "SchemaOutOfDate",
     "SummaryError",
@@ -58,6 +59,11 @@ class Conflict(PgmemError):
 
 class LeaseLost(Conflict):
     """A queue item's lease expired and another claim took it (or it was already acknowledged)."""
+
+
+class PermissionDenied(PgmemError, PermissionError):
+    """The database role may not do this: a row of another namespace (row-level security), a
+    cross-namespace operation by a role that does not own pgmem's tables, or a missing grant."""
 
 
 class SchemaOutOfDate(PgmemError):
@@ -139,6 +145,9 @@ def translate() -> Iterator[None]:
         raise NotFound(exc.diag.message_detail or str(exc)) from exc
     except pg_errors.UniqueViolation as exc:
         raise Conflict(exc.diag.message_detail or str(exc)) from exc
+    except pg_errors.InsufficientPrivilege as exc:
+        # e.g. "new row violates row-level security policy": a write outside the transaction's namespace.
+        raise PermissionDenied(exc.diag.message_primary or str(exc)) from exc
     except psycopg_pool.PoolClosed as exc:
         raise ClientClosed(f"the client is closed: {exc}") from exc
     except psycopg.OperationalError as exc:

@@ -49,6 +49,9 @@ class Settings:
     client's sweep purges it; a FAISS cache further behind than that reloads its memory in full.
     ``PGMEM_RETRIEVAL_LOG_RETENTION``: seconds a logged search stays in ``pgmem.retrieval_log`` before a
     sweep purges it (default unset: the sweep leaves the retrieval log alone).
+    ``PGMEM_APP_ROLE``: the role (default ``pgmem_app``) a client acts as when its DSN logs in as a role
+    that row-level security does not hold (a superuser, BYPASSRLS, or the tables' owner): every pooled
+    connection runs ``SET ROLE`` to it once. See ``pgmem.security``.
     ``PGMEM_SWEEP_INTERVAL``: a client sweeps its namespace at most this often, in seconds (default 300).
     See ``client.retention`` and the README's "Retention".
 
@@ -67,6 +70,7 @@ class Settings:
     vector_log_retention: Seconds = 3600.0
     retrieval_log_retention: Seconds | None = None
     sweep_interval: Seconds = 300.0
+    app_role: str = "pgmem_app"
 
     @property
     def home(self) -> Path:

@@ -170,7 +170,7 @@ COMMENT ON FUNCTION pgmem.queue_lease_lost(bigint[], bigint[]) IS
 -- the other arrays read by position: unnesting all eight arrays in parallel made eight calls per batch (a
 -- scan of 100k one-item batches: 327 ms, against 96 ms by position), and generate_subscripts is costed at
 -- 1,000 rows per call, which sent small queries to parallel plans.
-CREATE OR REPLACE VIEW pgmem.queue_archive AS
+CREATE OR REPLACE VIEW pgmem.queue_archive WITH (security_invoker = true) AS
 SELECT b.namespace, u.id, b.queue, b.message_ids[u.i] AS message_id, b.priorities[u.i] AS priority,
        b.enqueued_at[u.i] AS enqueued_at, b.claimed_at[u.i] AS claimed_at, b.acked_at,
        b.attempts[u.i] AS attempts, b.claimed_by[u.i] AS claimed_by, b.dedup_keys[u.i] AS dedup_key, b.batch

@@ -4,6 +4,8 @@
 -- there is one) and the planner pushes the filter down to the tables' (namespace, …) indexes.
 -- Actions (`cause_by`) are kept as stored (e.g. `metagpt.actions.write_prd.WritePRD`); `action_name` is
 -- the part after the last dot.
+-- Every view runs with the caller's rights (`security_invoker`, migration 0004): it shows the rows that
+-- row-level security lets the caller see in the tables, one namespace for pgmem's application role.
 -- Changing a view: add a migration that re-creates it with the new text copied in (CREATE OR REPLACE
 -- VIEW; new columns only at the end, the columns are public); tests/migrations/test_database_code.py
 -- fails until the migrated database's view equals the one declared here.
@@ -12,7 +14,7 @@
 
 -- name: conversation_facts
 -- One row per message per memory holding it (a message in no memory: one row with memory NULL).
-CREATE VIEW pgmem.conversation_facts AS
+CREATE VIEW pgmem.conversation_facts WITH (security_invoker = true) AS
 SELECT m.namespace,
        e.memory,
        e.seq,
@@ -35,7 +37,7 @@ LEFT JOIN pgmem.memory_entries AS e ON e.namespace = m.namespace AND e.message_i
 -- name: role_activity
 -- Per namespace, agent and minute: what each agent (the sender; the role when no sender is set) wrote.
 -- Each message counts once, whatever the memories holding it.
-CREATE VIEW pgmem.role_activity AS
+CREATE VIEW pgmem.role_activity WITH (security_invoker = true) AS
 SELECT m.namespace,
        coalesce(nullif(m.sent_from, ''), m.role) AS agent,
        date_bin('1 minute', m.created_at, timestamptz '2000-01-01 00:00:00+00') AS minute,
@@ -50,7 +52,7 @@ GROUP BY 1, 2, 3;
 
 -- name: action_activity
 -- Per namespace, action and minute: the messages each action produced. Each message counts once.
-CREATE VIEW pgmem.action_activity AS
+CREATE VIEW pgmem.action_activity WITH (security_invoker = true) AS
 SELECT m.namespace,
        m.cause_by AS action,
        regexp_replace(m.cause_by, '^.*\.', '') AS action_name,
@@ -69,7 +71,7 @@ GROUP BY 1, 2, 3, 4;
 -- metadata->>'reply_to' when it names one (that message may be in any memory of the namespace), else
 -- the previous message of the memory (by seq). The first message of a memory follows nothing.
 -- Delays are between the two messages' created_at, in seconds.
-CREATE VIEW pgmem.action_flow AS
+CREATE VIEW pgmem.action_flow WITH (security_invoker = true) AS
 WITH steps AS (
     SELECT e.namespace, e.memory, e.seq, e.cause_by, m.created_at, m.metadata ->> 'reply_to' AS reply_to,
            lag(e.cause_by) OVER w AS previous_action,
@@ -107,7 +109,7 @@ GROUP BY namespace, memory, from_action, to_action;
 -- name: who_talks_to_whom
 -- Sender → recipient message counts (one per recipient in send_to; a broadcast's recipient is '<all>').
 -- Each message counts once, whatever the memories holding it.
-CREATE VIEW pgmem.who_talks_to_whom AS
+CREATE VIEW pgmem.who_talks_to_whom WITH (security_invoker = true) AS
 SELECT m.namespace,
        m.sent_from AS sender,
        r.recipient,
@@ -121,7 +123,7 @@ GROUP BY 1, 2, 3;
 
 -- name: queue_health
 -- Per namespace and queue: the live items (pgmem.queue_items) and the acknowledged ones (pgmem.queue_archive).
-CREATE VIEW pgmem.queue_health AS
+CREATE VIEW pgmem.queue_health WITH (security_invoker = true) AS
 WITH items AS (
     SELECT namespace, queue, status, enqueued_at, available_at, lease_until, attempts,
            NULL::timestamptz AS acked_at
@@ -152,7 +154,7 @@ GROUP BY namespace, queue;
 -- name: queue_throughput
 -- Per namespace, queue and minute: items acknowledged, with their mean wait (enqueue to claim) and
 -- processing time (claim to acknowledgement). Retention (purge_archive) removes old minutes.
-CREATE VIEW pgmem.queue_throughput AS
+CREATE VIEW pgmem.queue_throughput WITH (security_invoker = true) AS
 SELECT namespace,
        queue,
        date_bin('1 minute', acked_at, timestamptz '2000-01-01 00:00:00+00') AS minute,
@@ -166,7 +168,7 @@ GROUP BY 1, 2, 3;
 -- name: retrieval_hits
 -- One row per message a logged search returned (pgmem.retrieval_log, opt-in: PGMEM_RETRIEVAL_LOG=1), with
 -- the message as it is now (NULL columns when it was deleted since).
-CREATE VIEW pgmem.retrieval_hits AS
+CREATE VIEW pgmem.retrieval_hits WITH (security_invoker = true) AS
 SELECT l.namespace,
        l.id AS search_id,
        l.logged_at,
@@ -189,7 +191,7 @@ LEFT JOIN pgmem.messages AS m ON m.namespace = l.namespace AND m.id = h.message_
 -- name: summary_compression
 -- Per namespace, memory and summary level: how much the summaries compress the messages they cover.
 -- Ratios are source / summary (higher is more compression); NULL when a side was not counted.
-CREATE VIEW pgmem.summary_compression AS
+CREATE VIEW pgmem.summary_compression WITH (security_invoker = true) AS
 SELECT s.namespace,
        s.memory,
        s.level,

@@ -49,6 +49,8 @@ REPLACEMENTS = {
     "AsyncIterator": "Iterator",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
+    "AsyncExitStack": "ExitStack",
+    "enter_async_context": "enter_context",
 }
 
 

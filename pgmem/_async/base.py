@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, LiteralString
 from psycopg import AsyncConnection
 from psycopg.pq import ExecStatus
 
+from pgmem._async import scope
 from pgmem._async.retrying import resilient
 from pgmem.errors import translate
 
@@ -30,10 +31,12 @@ class AsyncRepository:
     async def _rows(
         self, name: str, params: dict[str, Any], connection: AsyncConnection[Any] | None
     ) -> list[tuple[Any, ...]]:
-        """Run the named query (``%(ns)s`` is the client's namespace) and return its rows."""
+        """Run the named query (``%(ns)s`` is the client's namespace) in a transaction scoped to the
+        namespace (:func:`pgmem._async.scope.execute`) and return its rows."""
+        ns = self.namespace
         with translate():
             async with self._client.connection(connection) as conn:
-                cur = await conn.execute(self.queries[name], {"ns": self.namespace, **params}, binary=True)
+                cur = await scope.execute(conn, ns, self.queries[name], {"ns": ns, **params}, binary=True)
                 # Not `cur.description`: it builds a Column object per column, 25 us for 23 columns.
                 res = cur.pgresult
                 return await cur.fetchall() if res is not None and res.status == ExecStatus.TUPLES_OK else []

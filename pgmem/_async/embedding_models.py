@@ -32,6 +32,8 @@ log = logging.getLogger("pgmem.vectors")
 MODEL_LOCK_KEY = 0x70676D656D02
 #: Seconds between two tries of that lock by a process waiting for another's build.
 BUILD_POLL = 0.1
+#: Indexes a client without an owner DSN found missing (warned about once per process).
+_UNBUILT: set[str] = set()
 
 
 class AsyncModelRegistry(AsyncRepository):
@@ -142,7 +144,9 @@ class AsyncModelRegistry(AsyncRepository):
         blocking ``pg_advisory_lock`` would keep a snapshot open, which the concurrent build waits for
         (a deadlock). An index INVALID while nobody holds the lock is what a failed or interrupted build
         leaves: it is dropped (concurrently) and built again. Returns False, building nothing, on a
-        connection inside a transaction (the caller's).
+        connection inside a transaction (the caller's), and when the index is missing and the client knows
+        no DSN of the tables' owner (a login of the application role): it warns once, searches of the model
+        stay exact, and ``pgmem migrate`` builds the index.
         """
         name = name or model.index_name
         if name in self._indexed:
@@ -151,19 +155,37 @@ class AsyncModelRegistry(AsyncRepository):
             if not conn.autocommit or conn.info.transaction_status != TransactionStatus.IDLE:
                 return False
             with translate():
-                while not await self._index_valid(conn, name):
-                    cur = await conn.execute(Q["build_lock"], {"key": MODEL_LOCK_KEY})
-                    row = await cur.fetchone()
-                    if row is not None and row[0]:
-                        try:
-                            await self._build(conn, model, table, name)
-                        finally:
-                            if not conn.broken:
-                                await conn.execute(Q["build_unlock"], {"key": MODEL_LOCK_KEY})
-                        break
-                    if not wait:
-                        return False
-                    await asleep(BUILD_POLL)
+                valid = await self._index_valid(conn, name)
+        if not valid:
+            # Only the tables' owner may create an index: the client's owner DSN (its own when it logs in as
+            # the owner or a superuser and acts as pgmem_app, the embedded server's superuser), on a
+            # connection of its own. A client of the application role alone leaves the index to the owner.
+            owner = self._client.sessions.owner_conninfo
+            if owner is None:
+                if name not in _UNBUILT:
+                    _UNBUILT.add(name)
+                    log.warning(
+                        "index pgmem.%s is missing and this client's role may not create it: searches of model "
+                        "%r stay exact (correct, slower) until the tables' owner runs `pgmem migrate`",
+                        name,
+                        model.name,
+                    )
+                return False
+            with translate():
+                async with await AsyncConnection.connect(owner, autocommit=True) as conn:
+                    while not await self._index_valid(conn, name):
+                        cur = await conn.execute(Q["build_lock"], {"key": MODEL_LOCK_KEY})
+                        row = await cur.fetchone()
+                        if row is not None and row[0]:
+                            try:
+                                await self._build(conn, model, table, name)
+                            finally:
+                                if not conn.broken:
+                                    await conn.execute(Q["build_unlock"], {"key": MODEL_LOCK_KEY})
+                            break
+                        if not wait:
+                            return False
+                        await asleep(BUILD_POLL)
         self._indexed.add(name)
         return True
 

@@ -14,6 +14,7 @@ from psycopg import AsyncConnection
 from psycopg.pq import TransactionStatus
 
 from pgmem._acompat import AEvent, aevent_wait
+from pgmem._async import scope
 from pgmem._async.base import AsyncRepository
 from pgmem._async.embedding_models import AsyncModelRegistry
 from pgmem._async.search_planner import COUNT_TTL
@@ -379,7 +380,7 @@ class AsyncItemRepository(AsyncRepository):
                 if ef is None or (
                     connection is None and sessions.own(conn) and ef <= SESSION_EF_SEARCH and sessions.iterative(conn)
                 ):
-                    cur = await conn.execute(text, params, prepare=False, binary=True)
+                    cur = await scope.execute(conn, self.namespace, text, params, prepare=False, binary=True)
                     return await cur.fetchall()
                 async with conn.pipeline():
                     async with self._client.transaction(conn) as tx:
@@ -411,7 +412,9 @@ class AsyncItemRepository(AsyncRepository):
             params = {"exact_limit": exact_limit, **plan.path_params(prefix), **filter_params, "ns": self.namespace}
             with translate():
                 async with self._client.connection(connection) as conn:
-                    cur = await conn.execute(plan.count_statement(bool(prefix), shape, omit_expired), params)
+                    cur = await scope.execute(
+                        conn, self.namespace, plan.count_statement(bool(prefix), shape, omit_expired), params
+                    )
                     row = await cur.fetchone()
             known = (int(row[0]) if row else 0, now)
             if len(self._counts) > 10_000:

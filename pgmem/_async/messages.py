@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from psycopg import AsyncConnection
 from psycopg import errors as pg_errors
 
+from pgmem._async import scope
 from pgmem._async.base import AsyncRepository
 from pgmem.checks import MAX_BATCH, check_key, check_message_id, load_json
 from pgmem.errors import Conflict, InvalidInput, NotFound, translate
@@ -72,7 +73,7 @@ class AsyncMessageRepository(AsyncRepository):
             try:
                 with translate():
                     async with self._client.connection(connection) as conn:
-                        cur = await conn.execute(Q["add_one"], params)
+                        cur = await scope.execute(conn, self.namespace, Q["add_one"], params)
                         added = await cur.fetchone()
                 break
             except pg_errors.ForeignKeyViolation as exc:
@@ -104,7 +105,9 @@ class AsyncMessageRepository(AsyncRepository):
         columns = batch_columns(batch)
         with translate():
             async with self._client.connection(connection) as conn:
-                cur = await conn.execute(Q["add_many"], {"ns": self.namespace, "memory": memory, **columns})
+                cur = await scope.execute(
+                    conn, self.namespace, Q["add_many"], {"ns": self.namespace, "memory": memory, **columns}
+                )
                 row = await cur.fetchone()
         if row is None:
             return 0

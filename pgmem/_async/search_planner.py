@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import AsyncConnection, errors, sql
 
+from pgmem._async import scope
 from pgmem._async.base import AsyncRepository
 from pgmem.errors import translate
 from pgmem.planning import statements
@@ -70,7 +71,7 @@ class AsyncSearchPlanner(AsyncRepository):
             params = {"ns": self.namespace, "exact_limit": exact_limit, **filters.params()}
             with translate():
                 async with self._client.connection(connection) as conn:
-                    cur = await conn.execute(statement("count", model, filters), params)
+                    cur = await scope.execute(conn, self.namespace, statement("count", model, filters), params)
                     row = await cur.fetchone()
             known = (int(row[0]) if row else 0, now)
             if len(self._counts) > 10_000:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import AsyncConnection
 
+from pgmem._async import scope
 from pgmem._async.base import AsyncRepository
 from pgmem._async.embedding_models import AsyncModelRegistry
 from pgmem._async.search_planner import AsyncSearchPlanner
@@ -290,11 +291,12 @@ class AsyncSearcher(AsyncRepository):
                 if self._sessions.own(conn) and plan.ef <= SESSION_EF_SEARCH:
                     if plan.iterative is None or self._sessions.iterative(conn) is plan.iterative:
                         for p in plan.params:
-                            cur = await conn.execute(plan.statement, p, binary=True)
+                            cur = await scope.execute(conn, self.namespace, plan.statement, p, binary=True)
                             out.append(await cur.fetchall())
                         return out
                     self._sessions.set_iterative(conn, None)  # unknown until the switch has gone through
-                    async with conn.pipeline():
+                    async with conn.pipeline():  # one implicit transaction: the namespace reaches the searches
+                        await conn.execute(scope.SET_NAMESPACE, {"ns": self.namespace})
                         await conn.execute(
                             "SELECT set_config('hnsw.iterative_scan', %s, false)",
                             ("relaxed_order" if plan.iterative else "off",),

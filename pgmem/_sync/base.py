@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, LiteralString
 from psycopg import Connection
 from psycopg.pq import ExecStatus
 
+from pgmem._sync import scope
 from pgmem._sync.retrying import resilient
 from pgmem.errors import translate
 
@@ -31,10 +32,12 @@ class Repository:
     def _rows(
         self, name: str, params: dict[str, Any], connection: Connection[Any] | None
     ) -> list[tuple[Any, ...]]:
-        """Run the named query (``%(ns)s`` is the client's namespace) and return its rows."""
+        """Run the named query (``%(ns)s`` is the client's namespace) in a transaction scoped to the
+        namespace (:func:`pgmem._async.scope.execute`) and return its rows."""
+        ns = self.namespace
         with translate():
             with self._client.connection(connection) as conn:
-                cur = conn.execute(self.queries[name], {"ns": self.namespace, **params}, binary=True)
+                cur = scope.execute(conn, ns, self.queries[name], {"ns": ns, **params}, binary=True)
                 # Not `cur.description`: it builds a Column object per column, 25 us for 23 columns.
                 res = cur.pgresult
                 return cur.fetchall() if res is not None and res.status == ExecStatus.TUPLES_OK else []

@@ -15,6 +15,7 @@ from psycopg import Connection
 from psycopg.pq import TransactionStatus
 
 from pgmem._acompat import Event, event_wait
+from pgmem._sync import scope
 from pgmem._sync.base import Repository
 from pgmem._sync.embedding_models import ModelRegistry
 from pgmem._sync.search_planner import COUNT_TTL
@@ -380,7 +381,7 @@ class ItemRepository(Repository):
                 if ef is None or (
                     connection is None and sessions.own(conn) and ef <= SESSION_EF_SEARCH and sessions.iterative(conn)
                 ):
-                    cur = conn.execute(text, params, prepare=False, binary=True)
+                    cur = scope.execute(conn, self.namespace, text, params, prepare=False, binary=True)
                     return cur.fetchall()
                 with conn.pipeline():
                     with self._client.transaction(conn) as tx:
@@ -412,7 +413,9 @@ class ItemRepository(Repository):
             params = {"exact_limit": exact_limit, **plan.path_params(prefix), **filter_params, "ns": self.namespace}
             with translate():
                 with self._client.connection(connection) as conn:
-                    cur = conn.execute(plan.count_statement(bool(prefix), shape, omit_expired), params)
+                    cur = scope.execute(
+                        conn, self.namespace, plan.count_statement(bool(prefix), shape, omit_expired), params
+                    )
                     row = cur.fetchone()
             known = (int(row[0]) if row else 0, now)
             if len(self._counts) > 10_000:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from psycopg import Connection
 from psycopg import errors as pg_errors
 
+from pgmem._sync import scope
 from pgmem._sync.base import Repository
 from pgmem.checks import MAX_BATCH, check_key, check_message_id, load_json
 from pgmem.errors import Conflict, InvalidInput, NotFound, translate
@@ -73,7 +74,7 @@ class MessageRepository(Repository):
             try:
                 with translate():
                     with self._client.connection(connection) as conn:
-                        cur = conn.execute(Q["add_one"], params)
+                        cur = scope.execute(conn, self.namespace, Q["add_one"], params)
                         added = cur.fetchone()
                 break
             except pg_errors.ForeignKeyViolation as exc:
@@ -105,7 +106,9 @@ class MessageRepository(Repository):
         columns = batch_columns(batch)
         with translate():
             with self._client.connection(connection) as conn:
-                cur = conn.execute(Q["add_many"], {"ns": self.namespace, "memory": memory, **columns})
+                cur = scope.execute(
+                    conn, self.namespace, Q["add_many"], {"ns": self.namespace, "memory": memory, **columns}
+                )
                 row = cur.fetchone()
         if row is None:
             return 0

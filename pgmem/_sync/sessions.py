@@ -1,5 +1,5 @@
 # Generated from pgmem/_async by tools/gen_sync.py: edit the async source, then regenerate.
-"""Session state of the connections a client searches on: pgvector's types and the HNSW settings."""
+"""Session state of the connections a client uses: the role, pgvector's types and the HNSW settings."""
 
 from __future__ import annotations
 
@@ -19,32 +19,49 @@ __all__ = ["SESSION_EF_SEARCH", "Sessions"]
 SESSION_EF_SEARCH = 40
 
 
+_SESSION = "set_config('hnsw.iterative_scan', 'relaxed_order', false), set_config('hnsw.ef_search', %s, false)"
+_AS_ROLE = "SELECT set_config('role', %s, false), "
+
+
 class Sessions:
     """What a client knows of each connection's session, kept by the client (shared by the clients of one
     pool, see ``with_namespace``), not by the module: which connections have pgvector's types registered,
     which are the pool's own (set up by :meth:`configure`, so their session settings are pgmem's to change)
     and, on those, whether ``hnsw.iterative_scan`` is on. Entries go with their connections (weak keys)."""
 
-    def __init__(self, vector_types: Mapping[str, TypeInfo] | None = None) -> None:
+    def __init__(
+        self,
+        vector_types: Mapping[str, TypeInfo] | None = None,
+        *,
+        role: str | None = None,
+        owner_conninfo: str | None = None,
+    ) -> None:
         # pgvector's types in the pool's database, read by the schema check (pgmem.planning.adapters).
         self._vector_types = vector_types
+        #: The role the pool's connections act as (``SET ROLE`` in :meth:`configure`): pgmem's application
+        #: role when the login role is not held by row-level security; None: the login role as it is.
+        self.role = role
+        #: A DSN of the tables' owner, for the DDL the application role may not run (a model's HNSW index);
+        #: None when the client has none. It may hold a password: never print it.
+        self.owner_conninfo = owner_conninfo
         self._typed: weakref.WeakSet[Any] = weakref.WeakSet()
         self._own: weakref.WeakSet[Any] = weakref.WeakSet()
         self._iterative: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
     def configure(self, conn: Connection[Any]) -> None:
         """The pool's ``configure`` hook: pgvector's types (from the types the schema check read: no
-        query), pgmem's faster adapters (:mod:`pgmem.planning.adapters`), and iterative HNSW scans for
-        filtered searches (one query)."""
+        query), pgmem's faster adapters (:mod:`pgmem.planning.adapters`), iterative HNSW scans for
+        filtered searches and, when the login role is not held by row-level security, ``SET ROLE`` to the
+        application role (one query)."""
         if self._vector_types is None:
             _register_vector(conn)
         else:
             register_vector_types(conn, self._vector_types)
         register_fast_adapters(conn)
-        conn.execute(
-            "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', false), set_config('hnsw.ef_search', %s, false)",
-            (str(SESSION_EF_SEARCH),),
-        )
+        if self.role is not None:  # a failure leaves the connection unused: the pool drops it
+            conn.execute(_AS_ROLE + _SESSION, (self.role, str(SESSION_EF_SEARCH)))
+        else:
+            conn.execute("SELECT " + _SESSION, (str(SESSION_EF_SEARCH),))
         self._typed.add(conn)
         self._own.add(conn)
         self._iterative[conn] = True

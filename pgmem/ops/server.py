@@ -29,6 +29,11 @@ from pgmem.errors import ConnectionFailed
 
 DATABASE = "pgmem"
 
+#: The LOGIN role day-to-day connections to the embedded server use (a member of ``pgmem_app``, held by
+#: row-level security): the server's superuser runs migrations and DDL only. Trust authentication on the
+#: server's unix socket (and 127.0.0.1), like its superuser.
+AGENT_ROLE = "pgmem_agent"
+
 
 def _pgserver() -> Any:
     # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); the package falls back to /tmp.
@@ -221,9 +226,17 @@ def _tune(conn: psycopg.Connection[Any]) -> None:
         conn.execute("SELECT pg_reload_conf()")
 
 
+def agent_dsn(dsn: str) -> str:
+    """``dsn`` (the embedded server's) logging in as :data:`AGENT_ROLE` instead of its superuser."""
+    return psycopg.conninfo.make_conninfo(dsn, user=AGENT_ROLE)
+
+
 def _ensure_database(admin_dsn: str) -> None:
+    from pgmem.security import create_app_role
+
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         _tune(conn)
+        create_app_role(conn, AGENT_ROLE)  # roles are the cluster's: the grants come with the migration
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchone()
         if exists:
             return
@@ -258,4 +271,4 @@ def default_dsn(home: Path | None = None) -> str:
     return ensure_server(home or settings.home)
 
 
-__all__ = ["DATABASE", "ServerStatus", "default_dsn", "ensure_server", "status", "stop"]
+__all__ = ["AGENT_ROLE", "DATABASE", "ServerStatus", "agent_dsn", "default_dsn", "ensure_server", "status", "stop"]

@@ -23,7 +23,7 @@ from pgmem.planning import statements
 DECLARATIONS = ("text_search", "triggers", "views")
 
 _VIEWS = """
-SELECT c.relname, pg_get_viewdef(c.oid), obj_description(c.oid, 'pg_class')
+SELECT c.relname, pg_get_viewdef(c.oid), obj_description(c.oid, 'pg_class'), c.reloptions
 FROM pg_class AS c
 WHERE c.relnamespace = 'pgmem'::regnamespace AND c.relkind IN ('v', 'm')
 ORDER BY 1"""

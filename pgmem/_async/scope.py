@@ -1,0 +1,143 @@
+"""The namespace of a transaction, which row-level security reads (migration 0004).
+
+Every table keyed by namespace shows and takes only the rows of the transaction's ``pgmem.namespace``
+setting; with none set, no row. So every statement pgmem runs for a client runs in a transaction that set
+it first, locally (``set_config('pgmem.namespace', ns, true)``: it ends with the transaction):
+
+- :func:`execute`: one statement outside a transaction block pgmem opened. The setting goes in the same
+  round trip as the statement (a psycopg pipeline: one Sync, so one implicit transaction holds both). On
+  a caller's connection inside the caller's transaction, the setting lasts until that transaction ends.
+- :func:`transaction`: ``BEGIN`` (or a savepoint) with the setting, in one round trip; statements inside
+  run as they are (:func:`execute` sees the connection is scoped and adds nothing).
+- :func:`admin_transaction`: a transaction that sees every namespace (the owner's ``pgmem_admin``
+  policy), for maintenance across tenants; refused to a role that is not the tables' owner.
+
+Which connection is inside which of pgmem's transaction blocks, and for which namespace, is known per
+connection for the length of the block only: after it nothing is assumed, and the next statement sets the
+namespace again.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any, LiteralString
+
+from psycopg import AsyncConnection, AsyncCursor
+from psycopg.pq import PipelineStatus, TransactionStatus
+
+from pgmem.errors import PermissionDenied, translate
+
+__all__ = ["SET_NAMESPACE", "admin_transaction", "execute", "scoped", "transaction"]
+
+#: The statement that scopes a transaction to a namespace (``%(ns)s``).
+SET_NAMESPACE: LiteralString = "SELECT set_config('pgmem.namespace', %(ns)s, true)"
+
+#: Whether the connection's current role may see every namespace (superuser or BYPASSRLS, to which
+#: row-level security does not apply, or a member of the tables' owner, whose pgmem_admin policy it is),
+#: and the admin setting turned on for the transaction.
+_ADMIN = """
+SELECT r.rolsuper OR r.rolbypassrls OR pg_has_role(current_user, c.relowner, 'MEMBER'),
+       set_config('pgmem.admin', 'on', true), current_user::text
+FROM pg_roles AS r, pg_class AS c
+WHERE r.rolname = current_user AND c.oid = 'pgmem.messages'::regclass"""
+
+# The namespace each connection's current transaction block (opened by `transaction`) is scoped to.
+_scopes: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def scoped(conn: AsyncConnection[Any]) -> str | None:
+    """The namespace of the transaction block pgmem has open on ``conn`` (None: none, or unknown)."""
+    return _scopes.get(conn)
+
+
+async def execute(
+    conn: AsyncConnection[Any],
+    namespace: str,
+    query: LiteralString | Any,
+    params: Any = None,
+    *,
+    binary: bool = False,
+    prepare: bool | None = None,
+) -> AsyncCursor[Any]:
+    """Run ``query`` in a transaction whose ``pgmem.namespace`` is ``namespace``; return its cursor.
+
+    Inside a :func:`transaction` of the same namespace the statement runs alone; anywhere else the
+    setting goes with it in one round trip (the namespace is set for the caller's transaction when the
+    connection is in one).
+    """
+    if _scopes.get(conn) == namespace:
+        return await conn.execute(query, params, binary=binary, prepare=prepare)
+    if _pipelined(conn):  # the caller's pipeline sends both in its round trip (a nested one would sync)
+        await conn.execute(SET_NAMESPACE, {"ns": namespace})
+        return await conn.execute(query, params, binary=binary, prepare=prepare)
+    async with conn.pipeline():
+        await conn.execute(SET_NAMESPACE, {"ns": namespace})
+        return await conn.execute(query, params, binary=binary, prepare=prepare)
+
+
+def _pipelined(conn: AsyncConnection[Any]) -> bool:
+    return conn.pgconn.pipeline_status != PipelineStatus.OFF
+
+
+@asynccontextmanager
+async def transaction(conn: AsyncConnection[Any], namespace: str) -> AsyncIterator[AsyncConnection[Any]]:
+    """A transaction block (``BEGIN`` on an idle autocommit connection, else a savepoint) scoped to
+    ``namespace``: the setting is sent with the ``BEGIN``, in one round trip.
+
+    Inside another one of the same namespace this is only the savepoint. Inside one of another namespace
+    (two clients on one connection), that namespace is set again when this block ends.
+    """
+    outer = _scopes.get(conn)
+    if outer == namespace:
+        async with conn.transaction():
+            yield conn
+        return
+    try:
+        async with AsyncExitStack() as stack:
+            if _pipelined(conn):
+                await stack.enter_async_context(conn.transaction())
+                await conn.execute(SET_NAMESPACE, {"ns": namespace})
+            else:
+                async with conn.pipeline():
+                    await stack.enter_async_context(conn.transaction())
+                    await conn.execute(SET_NAMESPACE, {"ns": namespace})
+            _scopes[conn] = namespace
+            yield conn
+    finally:
+        if outer is not None and conn.info.transaction_status == TransactionStatus.INTRANS:
+            await conn.execute(SET_NAMESPACE, {"ns": outer})
+            _scopes[conn] = outer
+        else:
+            _scopes.pop(conn, None)
+
+
+@asynccontextmanager
+async def admin_transaction(conn: AsyncConnection[Any]) -> AsyncIterator[AsyncConnection[Any]]:
+    """A transaction block that sees and writes every namespace (``pgmem.admin`` on, locally).
+
+    For maintenance across tenants, as the tables' owner (the role that ran ``pgmem migrate``), a
+    superuser or a BYPASSRLS role; pgmem's application role is none of these, so a client acting as it can
+    never reach another namespace this way. On a connection already in a transaction this is a savepoint,
+    and the setting is turned off again when the block ends.
+
+    Raises:
+        PermissionDenied: the connection's current role may not see every namespace (nothing was run).
+    """
+    with translate():
+        async with conn.transaction():
+            cur = await conn.execute(_ADMIN)
+            row = await cur.fetchone()
+            if row is None or not row[0]:
+                raise PermissionDenied(
+                    f"role {row[2] if row else 'of this connection'} is not the owner of pgmem's tables: "
+                    "cross-namespace maintenance needs the owner "
+                    "(the role that runs `pgmem migrate`), a superuser or a BYPASSRLS role"
+                )
+            _scopes.pop(conn, None)  # every namespace: no namespace-scoped shortcut applies
+            try:
+                yield conn
+            finally:
+                if conn.info.transaction_status == TransactionStatus.INTRANS:
+                    await conn.execute("SELECT set_config('pgmem.admin', '', true)")
