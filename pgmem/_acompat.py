@@ -23,6 +23,8 @@ T = TypeVar("T")
 
 #: A background job of the async flavour: a coroutine function.
 AJob: TypeAlias = Callable[[], Awaitable[None]]
+#: Work the async flavour runs on a connection it is handed (a replica's or the primary's).
+AOnConnection: TypeAlias = Callable[[Any], Awaitable[T]]
 AEvent = asyncio.Event
 ALock = asyncio.Lock
 
@@ -76,6 +78,8 @@ async def adrive(coroutine: Coroutine[Any, Any, T]) -> T:
 
 #: A background job of the sync flavour: a function.
 Job: TypeAlias = Callable[[], None]
+#: Work the sync flavour runs on a connection it is handed.
+OnConnection: TypeAlias = Callable[[Any], T]
 Event = threading.Event
 Lock = threading.Lock
 
@@ -126,6 +130,7 @@ def drive(coroutine: Coroutine[Any, Any, T]) -> T:
 #: The pairs :mod:`tools.gen_sync` renames (async name -> sync name).
 SYNC_NAMES = {
     "AJob": "Job",
+    "AOnConnection": "OnConnection",
     "AEvent": "Event",
     "ALock": "Lock",
     "aspawn": "spawn",

@@ -23,7 +23,8 @@ from __future__ import annotations
 import atexit
 import os
 import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from psycopg import AsyncConnection, Connection
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -71,6 +72,32 @@ def _upgrade(conninfo: str) -> None:
     upgrade(conninfo)
 
 
+_C = TypeVar("_C", "Client", "AsyncClient")
+
+
+def _replica_options(dsn: object, replicas: Any, wait: Any) -> tuple[list[str], float] | None:
+    """The replicas a new client reads from (``replicas=``, else ``PGMEM_REPLICA_DSNS``) and its wait, checked
+    before anything is opened; None: none. A client on the caller's connection takes none from the
+    environment and refuses them as an argument (the caller's transaction is on the primary)."""
+    settings = get_settings()
+    if isinstance(dsn, Connection | AsyncConnection):
+        if replicas:
+            raise InvalidInput("replicas need a client with a pool: pass a DSN or a pool, not a connection")
+        return None
+    chosen = settings.replica_list if replicas is None else replicas
+    if not chosen:
+        return None
+    from pgmem.planning.replicas import check_replicas
+
+    return check_replicas(chosen, settings.replica_wait if wait is None else wait)
+
+
+def _with_replicas(client: _C, reading: tuple[list[str], float] | None) -> _C:
+    if reading is not None:
+        client.use_replicas(reading[0], wait=reading[1])
+    return client
+
+
 def _check_dsn(dsn: object) -> None:
     if dsn is not None and not isinstance(dsn, str):
         raise InvalidInput(f"dsn must be a string, a psycopg connection or pool, not {type(dsn).__name__}")
@@ -85,6 +112,8 @@ def connect(
     max_size: int = 10,
     embedder: Embedder | None = None,
     retrieval_log: bool | None = None,
+    replicas: Sequence[str] | None = None,
+    replica_wait: float | None = None,
     timeout: float | None = DEFAULT_TIMEOUT,
 ) -> Client:
     """Connect to pgmem.
@@ -100,6 +129,11 @@ def connect(
             offline hashing embedder).
         retrieval_log: record every search's hits in ``pgmem.retrieval_log`` (default:
             ``PGMEM_RETRIEVAL_LOG``, off).
+        replicas: DSNs of streaming replicas of the server that searches read from (default:
+            ``PGMEM_REPLICA_DSNS``, comma-separated; none), with read-your-writes: see the README's "Read
+            replicas". Not with a connection of yours (your transaction is on the primary).
+        replica_wait: seconds a read that follows this client's write waits for a replica to replay it
+            before it reads the primary (default ``PGMEM_REPLICA_WAIT``, 1).
         timeout: seconds a call may take: connecting (unless the DSN names its own ``connect_timeout``),
             waiting for a pool connection, and every statement it runs (default 30; None: no limit).
             Past it the call raises :class:`pgmem.errors.Timeout` and its connection is discarded; a
@@ -113,6 +147,7 @@ def connect(
     from pgmem._sync.client import Client, check_pool_size, check_schema, conninfo_of
 
     check_namespace(namespace)
+    reading = _replica_options(dsn, replicas, replica_wait)
     options: dict[str, Any] = {
         "namespace": namespace,
         "embedder": embedder,
@@ -140,19 +175,19 @@ def connect(
                 behind = True
         if behind:
             _upgrade(conninfo)
-        return Client(pool=dsn, conninfo=conninfo, **options)
+        return _with_replicas(Client(pool=dsn, conninfo=conninfo, **options), reading)
     _check_dsn(dsn)
     check_pool_size(min_size, max_size)
     # The embedded server is pgmem's to start again when it dies: a pool that cannot connect calls this.
     options["restart"] = None if _configured_dsn(dsn) else _embedded_dsn
     conninfo = resolve_dsn(dsn)
     try:
-        return Client.from_conninfo(conninfo, min_size=min_size, max_size=max_size, **options)
+        return _with_replicas(Client.from_conninfo(conninfo, min_size=min_size, max_size=max_size, **options), reading)
     except SchemaOutOfDate:
         if not migrate:
             raise
     _upgrade(conninfo)  # alembic is loaded only now, when there is something to migrate
-    return Client.from_conninfo(conninfo, min_size=min_size, max_size=max_size, **options)
+    return _with_replicas(Client.from_conninfo(conninfo, min_size=min_size, max_size=max_size, **options), reading)
 
 
 async def aconnect(
@@ -164,6 +199,8 @@ async def aconnect(
     max_size: int = 10,
     embedder: Embedder | None = None,
     retrieval_log: bool | None = None,
+    replicas: Sequence[str] | None = None,
+    replica_wait: float | None = None,
     timeout: float | None = DEFAULT_TIMEOUT,
 ) -> AsyncClient:
     """Connect to pgmem (the async flavour of :func:`connect`, same arguments).
@@ -179,6 +216,11 @@ async def aconnect(
             offline hashing embedder).
         retrieval_log: record every search's hits in ``pgmem.retrieval_log`` (default:
             ``PGMEM_RETRIEVAL_LOG``, off).
+        replicas: DSNs of streaming replicas of the server that searches read from (default:
+            ``PGMEM_REPLICA_DSNS``, comma-separated; none), with read-your-writes: see the README's "Read
+            replicas". Not with a connection of yours (your transaction is on the primary).
+        replica_wait: seconds a read that follows this client's write waits for a replica to replay it
+            before it reads the primary (default ``PGMEM_REPLICA_WAIT``, 1).
         timeout: seconds a call may take: connecting (unless the DSN names its own ``connect_timeout``),
             waiting for a pool connection, and every statement it runs (default 30; None: no limit).
             Past it the call raises :class:`pgmem.errors.Timeout` and its connection is discarded; a
@@ -192,6 +234,7 @@ async def aconnect(
     from pgmem._async.client import AsyncClient, check_pool_size, check_schema, conninfo_of
 
     check_namespace(namespace)
+    reading = _replica_options(dsn, replicas, replica_wait)
     options: dict[str, Any] = {
         "namespace": namespace,
         "embedder": embedder,
@@ -219,7 +262,7 @@ async def aconnect(
                 behind = True
         if behind:
             await arun_blocking(_upgrade, conninfo)
-        return AsyncClient(pool=dsn, conninfo=conninfo, **options)
+        return _with_replicas(AsyncClient(pool=dsn, conninfo=conninfo, **options), reading)
     _check_dsn(dsn)
     check_pool_size(min_size, max_size)
     # The embedded server is pgmem's to start again when it dies: a pool that cannot connect calls this.
@@ -227,12 +270,16 @@ async def aconnect(
     configured = _configured_dsn(dsn)
     conninfo = configured if configured else await arun_blocking(_embedded_dsn)  # starting it blocks
     try:
-        return await AsyncClient.from_conninfo(conninfo, min_size=min_size, max_size=max_size, **options)
+        return _with_replicas(
+            await AsyncClient.from_conninfo(conninfo, min_size=min_size, max_size=max_size, **options), reading
+        )
     except SchemaOutOfDate:
         if not migrate:
             raise
     await arun_blocking(_upgrade, conninfo)  # alembic is loaded only now, when there is something to migrate
-    return await AsyncClient.from_conninfo(conninfo, min_size=min_size, max_size=max_size, **options)
+    return _with_replicas(
+        await AsyncClient.from_conninfo(conninfo, min_size=min_size, max_size=max_size, **options), reading
+    )
 
 
 _lock = threading.Lock()

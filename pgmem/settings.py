@@ -54,6 +54,9 @@ class Settings:
     connection runs ``SET ROLE`` to it once. See ``pgmem.security``.
     ``PGMEM_SWEEP_INTERVAL``: a client sweeps its namespace at most this often, in seconds (default 300).
     See ``client.retention`` and the README's "Retention".
+    ``PGMEM_REPLICA_DSNS``: DSNs of streaming replicas that searches and analytics read from, separated by
+    commas (a multi-host URL cannot be one of them); ``PGMEM_REPLICA_WAIT``: seconds a read that follows
+    the client's write waits for a replica to replay it (default 1). See the README's "Read replicas".
 
     A value that does not parse raises :class:`pgmem.InvalidInput` naming the variable.
     """
@@ -70,12 +73,19 @@ class Settings:
     vector_log_retention: Seconds = 3600.0
     retrieval_log_retention: Seconds | None = None
     sweep_interval: Seconds = 300.0
+    replica_dsns: str | None = field(default=None, repr=False)  # they may hold passwords
+    replica_wait: Seconds = 1.0
     app_role: str = "pgmem_app"
 
     @property
     def home(self) -> Path:
         """``PGMEM_HOME``, else the user's data directory (platformdirs is imported only then: ~5 ms)."""
         return self._home if self._home is not None else _default_home()
+
+    @property
+    def replica_list(self) -> list[str]:
+        """``PGMEM_REPLICA_DSNS`` as a list (empty when unset)."""
+        return [dsn.strip() for dsn in (self.replica_dsns or "").split(",") if dsn.strip()]
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

@@ -36,6 +36,7 @@ REPLACEMENTS = {
     "AsyncRetention": "Retention",
     "AsyncStoreRepository": "StoreRepository",
     "AsyncItemRepository": "ItemRepository",
+    "AsyncReplicas": "Replicas",
     "register_vector_async": "register_vector",
     "AsyncConnection": "Connection",
     "GuardedAsyncConnection": "GuardedConnection",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
@@ -31,10 +31,12 @@ if TYPE_CHECKING:
     from pgmem._async.brains import AsyncBrainRepository
     from pgmem._async.items import AsyncItemRepository
     from pgmem._async.queues import AsyncQueueRepository
+    from pgmem._async.replicas import AsyncReplicas
     from pgmem._async.retention import AsyncRetention
     from pgmem._async.stores import AsyncStoreRepository
     from pgmem._async.summaries import AsyncSummaryRepository
     from pgmem._async.vectors import AsyncVectorRepository
+    from pgmem.planning.replicas import ReadStats
 
 __all__ = ["AsyncClient", "check_pool_size", "check_schema", "conninfo_of"]
 
@@ -130,6 +132,7 @@ class AsyncClient:
             :func:`pgmem.embeddings.default_embedder`).
         retrieval_log: whether searches record what they returned in ``pgmem.retrieval_log`` (default:
             ``PGMEM_RETRIEVAL_LOG``, off); may be switched at any time.
+        replicas: the read replicas searches go to (:meth:`use_replicas`), or None.
         timeout: seconds a call may take (waiting for a connection and every statement it runs), or
             None for no limit; past it the call raises :class:`pgmem.errors.Timeout` (see
             :meth:`with_timeout`). It bounds the pool's connections only: on your own connection
@@ -173,6 +176,8 @@ class AsyncClient:
         # What the client knows of its connections' sessions; shared with the pool's configure hook.
         self.sessions = sessions if sessions is not None else AsyncSessions()
         self.retrieval_log = get_settings().retrieval_log if retrieval_log is None else bool(retrieval_log)
+        self.replicas: AsyncReplicas | None = None
+        self._owns_replicas = False
         self.timeout = check_timeout(timeout)
 
     @classmethod
@@ -259,8 +264,9 @@ class AsyncClient:
         return self._embedder
 
     def with_namespace(self, namespace: str) -> AsyncClient:
-        """A client for another namespace sharing this one's pool or connection (closing it closes nothing)."""
-        return AsyncClient(
+        """A client for another namespace sharing this one's pool or connection, and its replicas (closing it
+        closes nothing)."""
+        clone = AsyncClient(
             namespace=namespace,
             pool=self._pool,
             connection=self._conn,
@@ -271,6 +277,8 @@ class AsyncClient:
             sessions=self.sessions,
             timeout=self.timeout,
         )
+        clone.replicas = self.replicas
+        return clone
 
     def with_timeout(self, timeout: float | None) -> AsyncClient:
         """A client like this one (same namespace, sharing its pool or connection; closing it closes
@@ -282,6 +290,47 @@ class AsyncClient:
         clone = self.with_namespace(self.namespace)
         clone.timeout = check_timeout(timeout)
         return clone
+
+    def use_replicas(self, conninfos: Sequence[str], *, wait: float = 1.0) -> None:
+        """Read searches (vector, batch, hybrid) from these streaming replicas of the client's server, with
+        read-your-writes: a read that follows this client's write waits for a replica to replay it (at most
+        ``wait`` seconds, then it reads the primary); a replica that is down or lags is skipped (see
+        :mod:`pgmem._async.replicas`, :meth:`replica_stats`). :func:`pgmem.connect` calls this for
+        ``replicas=`` and ``PGMEM_REPLICA_DSNS``. Nothing is opened until the first read.
+
+        Raises:
+            InvalidInput: not a list of DSNs, a bad ``wait``, a client on a caller's connection, or a client
+                that has replicas already (nothing changed).
+        """
+        from pgmem._async.replicas import AsyncReplicas
+        from pgmem.planning.replicas import check_replicas
+
+        checked, wait = check_replicas(conninfos, wait)
+        if self._pool is None:
+            raise InvalidInput("replicas need a client with a pool, not one on a caller's connection")
+        if self.replicas is not None:
+            raise InvalidInput("this client has replicas already")
+        if checked:
+            self.replicas = AsyncReplicas(
+                checked, primary=self._pool, sessions=self.sessions, wait=wait, max_size=self._pool.max_size
+            )
+            self._owns_replicas = True
+
+    def replica_stats(self) -> ReadStats | None:
+        """The reads routed to replicas and how they went (None: the client has no replicas)."""
+        return None if self.replicas is None else self.replicas.stats()
+
+    @asynccontextmanager
+    async def read_connection(self) -> AsyncIterator[AsyncConnection[Any]]:
+        """A connection for read-only work of your own (analytics queries): a replica's that has this
+        client's writes when the client has replicas, else one of the client's. Chosen once: a replica that
+        fails inside the block raises there."""
+        if self.replicas is None:
+            async with self.connection() as conn:
+                yield conn
+        else:
+            async with self.replicas.connection() as conn:
+                yield conn
 
     async def search(self, query: str | None = None, **kwargs: Any) -> list[Any]:
         """Semantic search (:meth:`AsyncVectorRepository.search`): ``client.search("text", memory=..., k=5)``."""
@@ -307,6 +356,8 @@ class AsyncClient:
         self._closed = True
         if "queues" in built:
             await self.queues.close()
+        if self._owns_replicas and self.replicas is not None:
+            await self.replicas.close()
         if self._owns_pool and self._pool is not None:
             await self._pool.close()
 
@@ -327,14 +378,26 @@ class AsyncClient:
         if connection is not None:
             if connection.closed:
                 raise ClientClosed("the connection passed to pgmem is closed")
-            yield connection
+            try:
+                yield connection
+            finally:
+                self._used(connection)
         elif self._conn is not None:
             yield self._conn
         else:
             assert self._pool is not None
             with deadline(self.timeout):
                 async with _pool_connection(self._pool) as conn:
-                    yield conn
+                    try:
+                        yield conn
+                    finally:
+                        self._used(conn)
+
+    def _used(self, conn: AsyncConnection[Any]) -> None:
+        """A statement ran on ``conn`` (and committed, unless the caller's transaction holds it): maybe a
+        write, which the replicas' next read must see (a replica's connections are read-only: no write)."""
+        if self.replicas is not None and conn.read_only is not True:
+            self.replicas.wrote()
 
     @asynccontextmanager
     async def transaction(self, connection: AsyncConnection[Any] | None = None) -> AsyncIterator[AsyncConnection[Any]]:

@@ -284,6 +284,10 @@ class AsyncSearcher(AsyncRepository):
         vectors), or None (no index scan). Pool connections keep the setting in their session and switch it
         only when a search wants the other one, in the same round trip as the search (a pipeline).
         """
+        replicas = self._client.replicas
+        if connection is None and replicas is not None and not self._client.retrieval_log:
+            # A read (the retrieval log writes): on a replica that has the client's writes, else the primary.
+            return await replicas.run(lambda conn: self._execute(plan, conn))
         out: list[Rows] = []
         with translate():
             async with self._client.connection(connection) as conn:

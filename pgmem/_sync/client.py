@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Iterator, Callable
+from collections.abc import Iterator, Callable, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
@@ -32,10 +32,12 @@ if TYPE_CHECKING:
     from pgmem._sync.brains import BrainRepository
     from pgmem._sync.items import ItemRepository
     from pgmem._sync.queues import QueueRepository
+    from pgmem._sync.replicas import Replicas
     from pgmem._sync.retention import Retention
     from pgmem._sync.stores import StoreRepository
     from pgmem._sync.summaries import SummaryRepository
     from pgmem._sync.vectors import VectorRepository
+    from pgmem.planning.replicas import ReadStats
 
 __all__ = ["Client", "check_pool_size", "check_schema", "conninfo_of"]
 
@@ -131,6 +133,7 @@ class Client:
             :func:`pgmem.embeddings.default_embedder`).
         retrieval_log: whether searches record what they returned in ``pgmem.retrieval_log`` (default:
             ``PGMEM_RETRIEVAL_LOG``, off); may be switched at any time.
+        replicas: the read replicas searches go to (:meth:`use_replicas`), or None.
         timeout: seconds a call may take (waiting for a connection and every statement it runs), or
             None for no limit; past it the call raises :class:`pgmem.errors.Timeout` (see
             :meth:`with_timeout`). It bounds the pool's connections only: on your own connection
@@ -174,6 +177,8 @@ class Client:
         # What the client knows of its connections' sessions; shared with the pool's configure hook.
         self.sessions = sessions if sessions is not None else Sessions()
         self.retrieval_log = get_settings().retrieval_log if retrieval_log is None else bool(retrieval_log)
+        self.replicas: Replicas | None = None
+        self._owns_replicas = False
         self.timeout = check_timeout(timeout)
 
     @classmethod
@@ -260,8 +265,9 @@ class Client:
         return self._embedder
 
     def with_namespace(self, namespace: str) -> Client:
-        """A client for another namespace sharing this one's pool or connection (closing it closes nothing)."""
-        return Client(
+        """A client for another namespace sharing this one's pool or connection, and its replicas (closing it
+        closes nothing)."""
+        clone = Client(
             namespace=namespace,
             pool=self._pool,
             connection=self._conn,
@@ -272,6 +278,8 @@ class Client:
             sessions=self.sessions,
             timeout=self.timeout,
         )
+        clone.replicas = self.replicas
+        return clone
 
     def with_timeout(self, timeout: float | None) -> Client:
         """A client like this one (same namespace, sharing its pool or connection; closing it closes
@@ -283,6 +291,47 @@ class Client:
         clone = self.with_namespace(self.namespace)
         clone.timeout = check_timeout(timeout)
         return clone
+
+    def use_replicas(self, conninfos: Sequence[str], *, wait: float = 1.0) -> None:
+        """Read searches (vector, batch, hybrid) from these streaming replicas of the client's server, with
+        read-your-writes: a read that follows this client's write waits for a replica to replay it (at most
+        ``wait`` seconds, then it reads the primary); a replica that is down or lags is skipped (see
+        :mod:`pgmem._async.replicas`, :meth:`replica_stats`). :func:`pgmem.connect` calls this for
+        ``replicas=`` and ``PGMEM_REPLICA_DSNS``. Nothing is opened until the first read.
+
+        Raises:
+            InvalidInput: not a list of DSNs, a bad ``wait``, a client on a caller's connection, or a client
+                that has replicas already (nothing changed).
+        """
+        from pgmem._sync.replicas import Replicas
+        from pgmem.planning.replicas import check_replicas
+
+        checked, wait = check_replicas(conninfos, wait)
+        if self._pool is None:
+            raise InvalidInput("replicas need a client with a pool, not one on a caller's connection")
+        if self.replicas is not None:
+            raise InvalidInput("this client has replicas already")
+        if checked:
+            self.replicas = Replicas(
+                checked, primary=self._pool, sessions=self.sessions, wait=wait, max_size=self._pool.max_size
+            )
+            self._owns_replicas = True
+
+    def replica_stats(self) -> ReadStats | None:
+        """The reads routed to replicas and how they went (None: the client has no replicas)."""
+        return None if self.replicas is None else self.replicas.stats()
+
+    @contextmanager
+    def read_connection(self) -> Iterator[Connection[Any]]:
+        """A connection for read-only work of your own (analytics queries): a replica's that has this
+        client's writes when the client has replicas, else one of the client's. Chosen once: a replica that
+        fails inside the block raises there."""
+        if self.replicas is None:
+            with self.connection() as conn:
+                yield conn
+        else:
+            with self.replicas.connection() as conn:
+                yield conn
 
     def search(self, query: str | None = None, **kwargs: Any) -> list[Any]:
         """Semantic search (:meth:`AsyncVectorRepository.search`): ``client.search("text", memory=..., k=5)``."""
@@ -308,6 +357,8 @@ class Client:
         self._closed = True
         if "queues" in built:
             self.queues.close()
+        if self._owns_replicas and self.replicas is not None:
+            self.replicas.close()
         if self._owns_pool and self._pool is not None:
             self._pool.close()
 
@@ -328,14 +379,26 @@ class Client:
         if connection is not None:
             if connection.closed:
                 raise ClientClosed("the connection passed to pgmem is closed")
-            yield connection
+            try:
+                yield connection
+            finally:
+                self._used(connection)
         elif self._conn is not None:
             yield self._conn
         else:
             assert self._pool is not None
             with deadline(self.timeout):
                 with _pool_connection(self._pool) as conn:
-                    yield conn
+                    try:
+                        yield conn
+                    finally:
+                        self._used(conn)
+
+    def _used(self, conn: Connection[Any]) -> None:
+        """A statement ran on ``conn`` (and committed, unless the caller's transaction holds it): maybe a
+        write, which the replicas' next read must see (a replica's connections are read-only: no write)."""
+        if self.replicas is not None and conn.read_only is not True:
+            self.replicas.wrote()
 
     @contextmanager
     def transaction(self, connection: Connection[Any] | None = None) -> Iterator[Connection[Any]]:

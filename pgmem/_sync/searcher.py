@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import Connection
 
+from pgmem._sync import scope
 from pgmem._sync.base import Repository
 from pgmem._sync.embedding_models import ModelRegistry
 from pgmem._sync.search_planner import SearchPlanner
@@ -284,6 +285,10 @@ class Searcher(Repository):
         vectors), or None (no index scan). Pool connections keep the setting in their session and switch it
         only when a search wants the other one, in the same round trip as the search (a pipeline).
         """
+        replicas = self._client.replicas
+        if connection is None and replicas is not None and not self._client.retrieval_log:
+            # A read (the retrieval log writes): on a replica that has the client's writes, else the primary.
+            return replicas.run(lambda conn: self._execute(plan, conn))
         out: list[Rows] = []
         with translate():
             with self._client.connection(connection) as conn:
@@ -291,11 +296,12 @@ class Searcher(Repository):
                 if self._sessions.own(conn) and plan.ef <= SESSION_EF_SEARCH:
                     if plan.iterative is None or self._sessions.iterative(conn) is plan.iterative:
                         for p in plan.params:
-                            cur = conn.execute(plan.statement, p, binary=True)
+                            cur = scope.execute(conn, self.namespace, plan.statement, p, binary=True)
                             out.append(cur.fetchall())
                         return out
                     self._sessions.set_iterative(conn, None)  # unknown until the switch has gone through
-                    with conn.pipeline():
+                    with conn.pipeline():  # one implicit transaction: the namespace reaches the searches
+                        conn.execute(scope.SET_NAMESPACE, {"ns": self.namespace})
                         conn.execute(
                             "SELECT set_config('hnsw.iterative_scan', %s, false)",
                             ("relaxed_order" if plan.iterative else "off",),
