@@ -17,6 +17,7 @@ from psycopg import AsyncConnection, sql
 from psycopg.pq import TransactionStatus
 
 from pgmem._acompat import ALock
+from pgmem._async import scope
 from pgmem._async.base import AsyncRepository
 from pgmem.checks import MAX_BATCH, check_key
 from pgmem.errors import InvalidInput, LeaseLost, translate
@@ -113,7 +114,9 @@ class AsyncQueueRepository(AsyncRepository):
     ) -> list[tuple[Any, ...]]:
         with translate():
             async with self._client.connection(connection) as conn:
-                cur = await conn.execute(_claiming(name, params["n"]), {"ns": self.namespace, **params}, binary=True)
+                cur = await scope.execute(
+                    conn, self.namespace, _claiming(name, params["n"]), {"ns": self.namespace, **params}, binary=True
+                )
                 return await cur.fetchall()
 
     async def _ack_claim_rows(
@@ -136,7 +139,7 @@ class AsyncQueueRepository(AsyncRepository):
                     await conn.execute("SAVEPOINT pgmem_ack_claim")
                 for attempt in range(_DEADLOCK_RETRIES + 1):
                     try:
-                        cur = await conn.execute(stmt, args, binary=True)
+                        cur = await scope.execute(conn, self.namespace, stmt, args, binary=True)
                         rows = await cur.fetchall()
                     except psycopg.DatabaseError as exc:
                         retry = exc.sqlstate == _DEADLOCK and attempt < _DEADLOCK_RETRIES

@@ -18,6 +18,7 @@ from psycopg import Connection, sql
 from psycopg.pq import TransactionStatus
 
 from pgmem._acompat import Lock
+from pgmem._sync import scope
 from pgmem._sync.base import Repository
 from pgmem.checks import MAX_BATCH, check_key
 from pgmem.errors import InvalidInput, LeaseLost, translate
@@ -114,7 +115,9 @@ class QueueRepository(Repository):
     ) -> list[tuple[Any, ...]]:
         with translate():
             with self._client.connection(connection) as conn:
-                cur = conn.execute(_claiming(name, params["n"]), {"ns": self.namespace, **params}, binary=True)
+                cur = scope.execute(
+                    conn, self.namespace, _claiming(name, params["n"]), {"ns": self.namespace, **params}, binary=True
+                )
                 return cur.fetchall()
 
     def _ack_claim_rows(
@@ -137,7 +140,7 @@ class QueueRepository(Repository):
                     conn.execute("SAVEPOINT pgmem_ack_claim")
                 for attempt in range(_DEADLOCK_RETRIES + 1):
                     try:
-                        cur = conn.execute(stmt, args, binary=True)
+                        cur = scope.execute(conn, self.namespace, stmt, args, binary=True)
                         rows = cur.fetchall()
                     except psycopg.DatabaseError as exc:
                         retry = exc.sqlstate == _DEADLOCK and attempt < _DEADLOCK_RETRIES

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import Connection, errors, sql
 
+from pgmem._sync import scope
 from pgmem._sync.base import Repository
 from pgmem.errors import translate
 from pgmem.planning import statements
@@ -71,7 +72,7 @@ class SearchPlanner(Repository):
             params = {"ns": self.namespace, "exact_limit": exact_limit, **filters.params()}
             with translate():
                 with self._client.connection(connection) as conn:
-                    cur = conn.execute(statement("count", model, filters), params)
+                    cur = scope.execute(conn, self.namespace, statement("count", model, filters), params)
                     row = cur.fetchone()
             known = (int(row[0]) if row else 0, now)
             if len(self._counts) > 10_000:

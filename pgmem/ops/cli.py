@@ -69,12 +69,52 @@ def _dsn(dsn: str | None) -> str:
 
 @app.command()
 def migrate(dsn: DsnOption = None) -> None:
-    """Apply pgmem's migrations (safe to run from many processes at once)."""
+    """Apply pgmem's migrations (safe to run from many processes at once), then build the HNSW index of
+    every registered embedding model that lacks one (clients of the application role leave them to the
+    owner)."""
     from pgmem.ops import migrate as _migrate
 
     resolved = _dsn(dsn)
     revision = _migrate.upgrade(resolved)
     console.print(f"schema at revision {revision} ({redact(resolved)})", highlight=False)
+    for index in _migrate.build_model_indexes(resolved):
+        console.print(f"built index pgmem.{index}", highlight=False)
+
+
+roles_app = typer.Typer(help="Database roles for row-level security (pgmem.security).", no_args_is_help=True)
+app.add_typer(roles_app, name="roles")
+
+
+@roles_app.command("create")
+def roles_create(
+    name: Annotated[str, typer.Option("--name", help="The LOGIN role to create (a member of pgmem_app).")],
+    password_env: Annotated[
+        str | None,
+        typer.Option("--password-env", help="Environment variable holding its password (never on the command line)."),
+    ] = None,
+    dsn: DsnOption = None,
+) -> None:
+    """Create a least-privilege LOGIN role for agents (idempotent): held by row-level security, it sees one
+    namespace per transaction. Run it with a DSN of the tables' owner or a superuser."""
+    import os
+
+    import psycopg
+
+    from pgmem.security import check_role_name, create_app_role
+
+    check_role_name(name)
+    password = None
+    if password_env is not None:
+        password = os.environ.get(password_env)
+        if not password:
+            raise InvalidInput(f"--password-env {password_env}: the variable is unset or empty")
+    resolved = _dsn(dsn)
+    try:
+        with psycopg.connect(resolved, autocommit=True) as conn:
+            created = create_app_role(conn, name, password=password)
+    except psycopg.OperationalError as exc:
+        raise PgmemError(f"cannot connect ({redact(resolved)}): {redact(str(exc)).strip()}") from None
+    console.print(f"role {name} {'created' if created else 'already existed'}; member of pgmem_app", highlight=False)
 
 
 @app.command("purge-brains")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import time
 from typing import Any
 
 import psycopg
@@ -67,3 +68,59 @@ def upgrade(dsn: str) -> str:
     finally:
         engine.dispose()
     return head_revision()
+
+
+#: The key of the session advisory lock a model's index build holds: the clients' own
+#: (``pgmem._async.embedding_models.MODEL_LOCK_KEY``; operations may not import the core).
+MODEL_LOCK_KEY = 0x70676D656D02
+
+
+def build_model_indexes(dsn: str) -> list[str]:
+    """Build the missing HNSW indexes of the registered embedding models, as the tables' owner; return
+    their names.
+
+    A client of the application role registers models but may not create their indexes (its searches stay
+    exact meanwhile); this builds them. Concurrently (writes go on), one build at a time under the lock the
+    clients take, an INVALID one (a failed build) dropped and built again. The item vectors' index of a
+    model is built when some item vector uses it.
+    """
+    from psycopg import sql
+
+    from pgmem.planning import items as item_plan
+    from pgmem.planning import statements
+    from pgmem.planning.rows import EmbeddingModelRow
+    from pgmem.planning.search import model_of
+
+    q = statements.load("vectors")
+
+    def valid(conn: psycopg.Connection[Any], name: str) -> bool | None:
+        row = conn.execute(q["index_valid"], {"index": f"pgmem.{name}"}).fetchone()
+        return None if row is None else bool(row[0])
+
+    built: list[str] = []
+    with translate(), psycopg.connect(dsn, autocommit=True) as conn:
+        with conn.transaction():
+            conn.execute("SELECT set_config('pgmem.admin', 'on', true)")  # item_vectors: row-level security
+            rows = conn.execute(q["indexed_models"]).fetchall()
+        for row in rows:
+            model = model_of(EmbeddingModelRow._make(row[:4]))
+            wanted = [("embeddings", model.index_name)]
+            if row[4]:
+                wanted.append(("item_vectors", item_plan.index_name(model)))
+            for table, name in wanted:
+                if valid(conn, name):
+                    continue
+                while not (conn.execute(q["build_lock"], {"key": MODEL_LOCK_KEY}).fetchone() or (False,))[0]:
+                    time.sleep(0.1)
+                try:
+                    state = valid(conn, name)
+                    if state:
+                        continue  # a client built it meanwhile
+                    if state is False:
+                        drop = sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}")
+                        conn.execute(drop.format(sql.Identifier("pgmem", name)))
+                    conn.execute(model.index_ddl(table, name))
+                    built.append(name)
+                finally:
+                    conn.execute(q["build_unlock"], {"key": MODEL_LOCK_KEY})
+    return built
