@@ -31,7 +31,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from pgmem._acompat import arun_blocking
 from pgmem.checks import check_namespace
-from pgmem.errors import InvalidInput, SchemaOutOfDate
+from pgmem.errors import InvalidInput, PermissionDenied, SchemaOutOfDate
 from pgmem.resilience import DEFAULT_TIMEOUT
 from pgmem.settings import get_settings
 
@@ -66,6 +66,15 @@ def _embedded_dsn() -> str:
     return ensure_server(get_settings().home)
 
 
+def _embedded_dsns() -> tuple[str, str]:
+    """The embedded server's DSNs: its superuser's (migrations, DDL) and its agent role's (everything else:
+    the superuser is not held by row-level security, so day-to-day connections must not use it)."""
+    from pgmem.ops.server import agent_dsn
+
+    owner = _embedded_dsn()
+    return owner, agent_dsn(owner)
+
+
 def _upgrade(conninfo: str) -> None:
     from pgmem.ops.migrate import upgrade
 
@@ -96,6 +105,17 @@ def _with_replicas(client: _C, reading: tuple[list[str], float] | None) -> _C:
     if reading is not None:
         client.use_replicas(reading[0], wait=reading[1])
     return client
+
+
+def _behind(exc: SchemaOutOfDate | PermissionDenied, owner: str | None, migrate: bool) -> None:
+    """Re-raise ``exc`` unless connecting should migrate and try again. The embedded server's agent role
+    may read nothing before revision 0004 granted it (PermissionDenied): its schema is behind."""
+    if isinstance(exc, PermissionDenied) and owner is None:
+        raise exc
+    if not migrate:
+        if isinstance(exc, PermissionDenied):
+            raise SchemaOutOfDate(f"{exc}; run `pgmem migrate` or connect with migrate=True") from exc
+        raise exc
 
 
 def _check_dsn(dsn: object) -> None:
@@ -180,13 +200,14 @@ def connect(
     check_pool_size(min_size, max_size)
     # The embedded server is pgmem's to start again when it dies: a pool that cannot connect calls this.
     options["restart"] = None if _configured_dsn(dsn) else _embedded_dsn
-    conninfo = resolve_dsn(dsn)
+    configured = _configured_dsn(dsn)
+    owner, conninfo = (None, configured) if configured else _embedded_dsns()
+    options["owner_conninfo"] = owner
     try:
         return _with_replicas(Client.from_conninfo(conninfo, min_size=min_size, max_size=max_size, **options), reading)
-    except SchemaOutOfDate:
-        if not migrate:
-            raise
-    _upgrade(conninfo)  # alembic is loaded only now, when there is something to migrate
+    except (SchemaOutOfDate, PermissionDenied) as exc:
+        _behind(exc, owner, migrate)
+    _upgrade(owner or conninfo)  # alembic is loaded only now, when there is something to migrate
     return _with_replicas(Client.from_conninfo(conninfo, min_size=min_size, max_size=max_size, **options), reading)
 
 
@@ -268,15 +289,16 @@ async def aconnect(
     # The embedded server is pgmem's to start again when it dies: a pool that cannot connect calls this.
     options["restart"] = None if _configured_dsn(dsn) else _embedded_dsn
     configured = _configured_dsn(dsn)
-    conninfo = configured if configured else await arun_blocking(_embedded_dsn)  # starting it blocks
+    # starting the embedded server blocks
+    owner, conninfo = (None, configured) if configured else await arun_blocking(_embedded_dsns)
+    options["owner_conninfo"] = owner
     try:
         return _with_replicas(
             await AsyncClient.from_conninfo(conninfo, min_size=min_size, max_size=max_size, **options), reading
         )
-    except SchemaOutOfDate:
-        if not migrate:
-            raise
-    await arun_blocking(_upgrade, conninfo)  # alembic is loaded only now, when there is something to migrate
+    except (SchemaOutOfDate, PermissionDenied) as exc:
+        _behind(exc, owner, migrate)
+    await arun_blocking(_upgrade, owner or conninfo)  # alembic is loaded only now, when there is something to migrate
     return _with_replicas(
         await AsyncClient.from_conninfo(conninfo, min_size=min_size, max_size=max_size, **options), reading
     )

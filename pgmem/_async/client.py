@@ -17,11 +17,21 @@ from psycopg.types import TypeInfo
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from pgmem._acompat import arun_blocking, asleep
+from pgmem._async import scope
 from pgmem._async.messages import AsyncMessageRepository
 from pgmem._async.sessions import AsyncSessions
 from pgmem.checks import check_namespace
 from pgmem.embeddings import Embedder, default_embedder
-from pgmem.errors import ClientClosed, ConnectionFailed, InvalidInput, SchemaOutOfDate, Timeout, redact, translate
+from pgmem.errors import (
+    ClientClosed,
+    ConnectionFailed,
+    InvalidInput,
+    PermissionDenied,
+    SchemaOutOfDate,
+    Timeout,
+    redact,
+    translate,
+)
 from pgmem.planning.adapters import vector_types
 from pgmem.resilience import DEFAULT_TIMEOUT, GuardedAsyncConnection, check_timeout, deadline, idle_broken, remaining
 from pgmem.revision import SCHEMA_REVISION
@@ -192,8 +202,16 @@ class AsyncClient:
         retrieval_log: bool | None = None,
         timeout: float | None = DEFAULT_TIMEOUT,
         restart: Callable[[], object] | None = None,
+        app_role: str | None = None,
+        owner_conninfo: str | None = None,
     ) -> AsyncClient:
         """Open a pool on ``conninfo`` and return a client that owns it (closing the client closes it).
+
+        When ``conninfo`` logs in as a role row-level security does not hold (a superuser, BYPASSRLS, or
+        a member of the tables' owner), every pooled connection acts as ``app_role`` (default
+        ``PGMEM_APP_ROLE``, ``pgmem_app``; ``SET ROLE`` once per connection) and ``conninfo`` is kept for
+        the DDL that role may not run (a model's HNSW index). ``owner_conninfo`` names the owner for a
+        ``conninfo`` of the application role (the embedded server's).
 
         The schema revision is checked on the pool's first connection before the pool takes it: one
         connection and one query before the client is ready. :func:`pgmem.aconnect` is the usual way in
@@ -207,18 +225,24 @@ class AsyncClient:
             ConnectionFailed: the server cannot be reached (the message names the host and port, never the
                 password).
             SchemaOutOfDate: the database is not at the schema revision this pgmem needs.
+            PermissionDenied: ``conninfo`` bypasses row-level security and the application role does not
+                exist (run ``pgmem migrate`` as a role that may create roles, or ``pgmem roles create``).
         """
         check_namespace(namespace)
         check_pool_size(min_size, max_size)
         timeout = check_timeout(timeout)
+        role = app_role or get_settings().app_role
         first = await _open_connection(conninfo, timeout)
         try:
             vector_types = await check_schema(first)
+            acting = role if await _bypasses_security(first, role) else None
         except BaseException:
             await first.close()
             raise
         spare = [first]
-        sessions = AsyncSessions(vector_types)
+        sessions = AsyncSessions(
+            vector_types, role=acting, owner_conninfo=conninfo if acting is not None else owner_conninfo
+        )
         pool = _LifoAsyncConnectionPool(
             conninfo,
             min_size=min_size,
@@ -401,7 +425,8 @@ class AsyncClient:
 
     @asynccontextmanager
     async def transaction(self, connection: AsyncConnection[Any] | None = None) -> AsyncIterator[AsyncConnection[Any]]:
-        """Yield a connection inside a transaction block that is all-or-nothing.
+        """Yield a connection inside a transaction block that is all-or-nothing, scoped to the client's
+        namespace (row-level security shows and takes only its rows).
 
         On a pgmem-owned (autocommit) connection this is ``BEGIN … COMMIT``. On a connection already in a
         transaction it is a savepoint inside it: pgmem never commits a transaction it did not open. On a
@@ -410,9 +435,10 @@ class AsyncClient:
         """
         async with self.connection(connection) as conn:
             if conn.autocommit or conn.info.transaction_status == TransactionStatus.INTRANS:
-                async with conn.transaction():
+                async with scope.transaction(conn, self.namespace):  # BEGIN with the namespace, one round trip
                     yield conn
             else:
+                await conn.execute(scope.SET_NAMESPACE, {"ns": self.namespace})  # the caller's transaction
                 yield conn
 
 
@@ -571,6 +597,36 @@ async def check_schema(conn: AsyncConnection[Any]) -> dict[str, TypeInfo]:
             "run `pgmem migrate` or connect with migrate=True"
         )
     return vector_types(row[1:] for row in rows)
+
+
+#: Whether the login role is one row-level security does not hold, and whether it may act as the
+#: application role (which exists).
+_BYPASS_SQL = """
+SELECT r.rolsuper OR r.rolbypassrls OR pg_has_role(current_user, c.relowner, 'MEMBER'),
+       CASE WHEN to_regrole(%(role)s) IS NULL THEN false ELSE pg_has_role(current_user, %(role)s, 'MEMBER') END
+FROM pg_roles AS r, pg_class AS c
+WHERE r.rolname = current_user AND c.oid = 'pgmem.messages'::regclass"""
+
+
+async def _bypasses_security(conn: AsyncConnection[Any], role: str) -> bool:
+    """Whether ``conn``'s role escapes row-level security, so the client must act as ``role`` (one query).
+
+    Raises :class:`PermissionDenied` when it does and ``role`` does not exist: a client acting as the
+    owner would see every namespace, which pgmem refuses rather than allow.
+    """
+    with translate():
+        cur = await conn.execute(_BYPASS_SQL, {"role": role})
+        row = await cur.fetchone()
+    if row is None or not row[0]:
+        return False
+    if not row[1]:
+        raise PermissionDenied(
+            "this DSN logs in as a role that row-level security does not hold (a superuser, BYPASSRLS or the "
+            f"owner of pgmem's tables), and the application role {role!r} does not exist or it is not a member: "
+            "run `pgmem migrate` as a role that may create roles (or `GRANT pgmem_app TO` this role), or "
+            "`pgmem roles create --name NAME` and connect as NAME"
+        )
+    return True
 
 
 def conninfo_of(conn: AsyncConnection[Any]) -> str:
