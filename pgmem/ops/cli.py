@@ -265,7 +265,8 @@ def stats(
     import pgmem
 
     with pgmem.connect(resolved, namespace=namespace or "default", min_size=0, max_size=1) as client:
-        with translate(), client.connection() as conn:
+        # A replica's connection when PGMEM_REPLICA_DSNS names one that answers: the scans leave the primary.
+        with translate(), client.read_connection() as conn:
             by_memory = analytics.fetch(conn, "messages_by_memory", scope)
             agents = analytics.fetch(conn, "agents", scope)
             flow = analytics.fetch(conn, "flow", scope)
@@ -350,7 +351,14 @@ def report(
     from pgmem.ops import analytics
     from pgmem.ops.report import write_report
 
-    written = write_report(_dsn(dsn), out, namespace=namespace, since=analytics.parse_since(since), memory=memory)
+    written = write_report(
+        _dsn(dsn),
+        out,
+        namespace=namespace,
+        since=analytics.parse_since(since),
+        memory=memory,
+        replicas=get_settings().replica_list,
+    )
     console.print(
         f"report on {written.messages} messages written to {written.path.resolve()}", highlight=False, soft_wrap=True
     )

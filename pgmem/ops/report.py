@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import html
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from importlib import resources
@@ -251,6 +252,17 @@ def render(data: dict[str, Any]) -> str:
     )
 
 
+def _reading(dsn: str, replicas: Sequence[str]) -> psycopg.Connection[Any]:
+    """A connection to the first replica that answers, else to ``dsn``. The report reads one snapshot of
+    committed data (a replica's is as good, a moment behind) and its scans are better kept off the primary."""
+    for replica in replicas:
+        try:
+            return psycopg.connect(replica, connect_timeout=2)
+        except psycopg.OperationalError:
+            continue
+    return psycopg.connect(dsn)
+
+
 def write_report(
     dsn: str,
     out: Path | str,
@@ -258,10 +270,12 @@ def write_report(
     namespace: str | None = None,
     since: datetime | None = None,
     memory: str | None = None,
+    replicas: Sequence[str] = (),
 ) -> ReportSummary:
-    """Query the analytics views at ``dsn`` and write the HTML report to ``out``."""
+    """Query the analytics views at ``dsn`` (or at the first of ``replicas``, streaming replicas of it, that
+    answers) and write the HTML report to ``out``."""
     scope = Scope(namespace, since, memory)
-    with translate(), psycopg.connect(dsn) as conn:
+    with translate(), _reading(dsn, replicas) as conn:
         data = collect(conn, scope)
     path = Path(out)
     path.write_text(render(data), encoding="utf-8")

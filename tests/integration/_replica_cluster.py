@@ -107,10 +107,10 @@ class Server:
                 time.sleep(0.02)
         self.process = None
 
-    def stop(self) -> None:
-        """Fast shutdown (SIGINT), SIGKILL after 10 s."""
+    def stop(self, *, immediate: bool = False) -> None:
+        """Fast shutdown (SIGINT; immediate: SIGQUIT, no checkpoint), SIGKILL after 10 s."""
         if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
+            self.process.send_signal(signal.SIGQUIT if immediate else signal.SIGINT)
             try:
                 self.process.wait(10)
             except subprocess.TimeoutExpired:
@@ -189,5 +189,5 @@ class Cluster:
 
     def close(self) -> None:
         for server in [*self.replicas, self.primary]:
-            server.stop()
+            server.stop(immediate=True)  # the data goes with the directory
         shutil.rmtree(self.root, ignore_errors=True)

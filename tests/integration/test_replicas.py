@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -251,3 +252,39 @@ def test_bad_replica_options_are_refused(cluster: Cluster) -> None:
     with psycopg.connect(cluster.primary.dsn, autocommit=True) as conn:
         with pytest.raises(pgmem.InvalidInput, match="pool"):
             pgmem.connect(conn, replicas=[cluster.replicas[0].dsn])
+
+
+def _commits_rise(server: Server, before: int, at_least: int) -> int:
+    """Transactions ``server`` committed since ``before`` (read by :func:`_xacts`), once at least
+    ``at_least`` have been reported (backends report theirs as they exit), or after 10 s."""
+    give_up = time.monotonic() + 10
+    while True:
+        done = _xacts(server.dsn) - before - 1
+        if done >= at_least or time.monotonic() > give_up:
+            return done
+        time.sleep(0.1)
+
+
+def test_report_and_stats_read_from_a_replica(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from pgmem.ops.cli import app
+    from pgmem.ops.report import write_report
+
+    replica = cluster.replicas[0]
+    with _connect(cluster, "report") as writer:
+        _put(writer, "m", 1)
+    cluster.wait_streaming()
+    dead = f"host={cluster.root} port=1 user=postgres dbname=postgres connect_timeout=2"
+    before = _xacts(replica.dsn)
+    written = write_report(cluster.primary.dsn, tmp_path / "r.html", replicas=[dead, replica.dsn])
+    assert written.messages >= 1
+    assert _commits_rise(replica, before, 1) >= 1  # the report's snapshot was the replica's
+
+    monkeypatch.setenv("PGMEM_REPLICA_DSNS", replica.dsn)
+    before = _xacts(replica.dsn)
+    result = CliRunner().invoke(app, ["stats", "--dsn", cluster.primary.dsn])
+    assert result.exit_code == 0, result.output
+    assert _commits_rise(replica, before, 7) >= 7  # its seven queries
