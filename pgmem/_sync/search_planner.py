@@ -41,7 +41,7 @@ class SearchPlanner(Repository):
 
     def __init__(self, client: Client) -> None:
         super().__init__(client)
-        self._counts: dict[tuple[SearchFilters, int], tuple[int, float]] = {}
+        self._counts: dict[tuple[SearchFilters, int, int], tuple[int, float]] = {}
         self._vector_rows: tuple[float, float] | None = None
         self._statistics_checked = -math.inf
 
@@ -55,17 +55,16 @@ class SearchPlanner(Repository):
     ) -> str:
         """``exact`` or ``ann`` for this search.
 
-        Unfiltered searches use the index. For filtered ones the candidates are counted (no further than
-        ``exact_limit + 1``) and the count is remembered for :data:`COUNT_TTL` seconds: a stale count can
-        only pick the slower strategy for a while, never a wrong answer (both are complete).
+        The candidates are counted (no further than ``exact_limit + 1``; with no filter but the namespace,
+        the namespace's vectors of the model) and the count is remembered for :data:`COUNT_TTL` seconds: a
+        stale count can only pick the slower strategy for a while, never a wrong answer (both are
+        complete).
         """
         if mode != "auto":
             return mode
-        if not filters.filtered:
-            return "ann"
         if exact_limit is None:
             exact_limit = self._default_exact_limit(connection)
-        key = (filters, exact_limit)
+        key = (filters, exact_limit, model.id)
         now = time.monotonic()
         known = self._counts.get(key)
         if known is None or now - known[1] > COUNT_TTL:

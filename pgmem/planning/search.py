@@ -4,14 +4,16 @@ How a vector search runs (one statement, one round trip):
 
 * ``exact`` — when the filters keep at most ``exact_limit`` rows (counted once and remembered for a few
   seconds; default ``8 * sqrt(stored vectors)``, where the two strategies cost the same), the candidate
-  rows (the memory's entries, or the namespace's messages that pass the filters) are fetched and their
-  distances computed exactly (no index). This is what makes a filter that keeps 1% of the rows return
-  ``k`` results with full recall.
+  rows (the memory's entries, the namespace's messages that pass the filters, or with no other filter
+  the namespace's vectors of the model) are fetched and their distances computed exactly (no index). This
+  is what makes a filter that keeps 1% of the rows return ``k`` results with full recall.
 * ``ann`` — otherwise the model's partial HNSW index is scanned with pgvector's iterative index scans
   (``hnsw.iterative_scan = relaxed_order``), which keep walking the graph until ``k`` rows have passed the
   filters; the final order is exact (``ORDER BY distance`` over the hits).
 
-Unfiltered searches always use the index.
+The namespace is a filter like any other: the index holds every tenant's vectors of a model, so a search
+with no other filter is planned the same way (a tenant holding 1% of a model's vectors is searched
+exactly; a plain index scan post-filtered on the namespace came back short).
 Scores are cosine similarities in [-1, 1] (``1 - cosine distance``); ``threshold`` keeps hits with a
 score at or above it.
 
@@ -315,8 +317,14 @@ def candidates_sql(f: SearchFilters, literal_memory: bool = False) -> sql.Compos
     )
 
 
-def count_sql(f: SearchFilters) -> sql.Composed:
-    """How many messages pass the filters, counting no further than ``%(exact_limit)s + 1``."""
+def count_sql(f: SearchFilters, model: EmbeddingModel) -> sql.Composed:
+    """How many messages pass the filters, counting no further than ``%(exact_limit)s + 1``. With no filter
+    but the namespace: how many vectors of ``model`` the namespace holds (a range of the primary key)."""
+    if not f.filtered:
+        return sql.SQL(
+            "SELECT count(*) FROM (SELECT 1 FROM pgmem.embeddings ce WHERE ce.namespace = %(ns)s "
+            "AND ce.model_id = {} LIMIT %(exact_limit)s + 1) AS c"
+        ).format(sql.Literal(model.id))
     return sql.SQL("SELECT count(*) FROM ({} LIMIT %(exact_limit)s + 1) AS c").format(candidates_sql(f))
 
 
@@ -384,6 +392,12 @@ def _hits_sql(
     if strategy == "exact":
         # The bare column, not the indexed expression: its cast to vector(n) copies every row's vector.
         parts["vec"] = sql.SQL("e.{}").format(sql.Identifier(model.column))
+        if not f.filtered:
+            # The namespace's vectors of the model: a range of the primary key, every distance computed.
+            return sql.SQL(
+                "SELECT e.message_id, {vec} <=> {q} AS distance FROM pgmem.embeddings e "
+                "WHERE e.namespace = %(ns)s AND e.model_id = {model} ORDER BY distance LIMIT {k}"
+            ).format(**parts)
         parts["cand"] = (
             sql.SQL("cand") if shared_cand else sql.SQL("({}) AS cand").format(candidates_sql(f, literal_memory))
         )
@@ -438,7 +452,11 @@ def batch_search_sql(model: EmbeddingModel, f: SearchFilters, strategy: str, k: 
     """Many query vectors (``%(qs)s``, a ``vector[]``) in one statement: ``(ord, seq, id, …, distance,
     ok)`` rows, per query closest first (one LATERAL search per query)."""
     qv = sql.SQL("qs.v::{}({})").format(sql.SQL(model.kind), sql.Literal(model.dimension))
-    with_cand = sql.SQL("cand AS MATERIALIZED ({}), ").format(candidates_sql(f)) if strategy == "exact" else sql.SQL("")
+    with_cand = (
+        sql.SQL("cand AS MATERIALIZED ({}), ").format(candidates_sql(f))
+        if strategy == "exact" and f.filtered
+        else sql.SQL("")
+    )
     return sql.SQL(
         "WITH {with_cand}qs AS (SELECT q.v, q.ord FROM unnest(%(qs)s::vector[]) WITH ORDINALITY AS q(v, ord)) "
         "SELECT qs.ord, {cols}, h.distance, {guard} AS ok FROM qs CROSS JOIN LATERAL ({hits}) AS h "
@@ -577,7 +595,7 @@ def _statement(
         0 if shape[6] else None,
     )
     if kind == "count":
-        composed = count_sql(filters)
+        composed = count_sql(filters, model)
     elif kind == "vector":
         composed = vector_search_sql(model, filters, strategy, k, bounded, literal_memory=memory is not None)
     elif kind == "batch":
