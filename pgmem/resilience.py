@@ -44,6 +44,8 @@ __all__ = [
     "connection_lost",
     "deadline",
     "idle_broken",
+    "verified",
+    "verifying",
     "reads_only",
     "remaining",
 ]
@@ -52,6 +54,7 @@ __all__ = [
 DEFAULT_TIMEOUT = 30.0
 
 _DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("pgmem_deadline", default=None)
+_VERIFY: contextvars.ContextVar[bool] = contextvars.ContextVar("pgmem_verify", default=False)
 
 #: psycopg's interval between checks for Ctrl-C while it waits on a socket.
 _INTERVAL = 0.1
@@ -85,6 +88,23 @@ def deadline(seconds: float | None) -> Iterator[None]:
         yield
     finally:
         _DEADLINE.reset(token)
+
+
+@contextmanager
+def verified() -> Iterator[None]:
+    """Inside the block, a pool connection is checked with a round trip before it is used: a retry after a
+    lost connection, when the pool's other connections probably went with it (``pg_terminate_backend`` of
+    them all, a restarted server) and may not show it yet (their FATAL message is a few ms away)."""
+    token = _VERIFY.set(True)
+    try:
+        yield
+    finally:
+        _VERIFY.reset(token)
+
+
+def verifying() -> bool:
+    """Whether the current call asked for verified connections (:func:`verified`)."""
+    return _VERIFY.get()
 
 
 def remaining() -> float | None:
@@ -174,7 +194,7 @@ def connection_lost(exc: BaseException) -> bool:
 #: Words that make a statement more than a read: it writes, locks, notifies, takes a sequence value or
 #: calls something that might. Conservative: a read that mentions one is simply not retried.
 _NOT_A_READ = re.compile(
-    r"\b(?:INSERT|UPDATE|DELETE|MERGE|TRUNCATE|SHARE|pg_notify|NOTIFY|nextval|setval|pg_advisory\w*|"
+    r"\b(?:INSERT|UPDATE|DELETE|MERGE|TRUNCATE|SHARE|pg_notify|NOTIFY|nextval|setval|pg_advisory\w*|pg_try_advisory\w*|"
     r"CALL|COPY|CREATE|DROP|ALTER|ANALYZE|VACUUM|LISTEN)\b|\bpgmem\.\w+\s*\(",
     re.IGNORECASE,
 )
@@ -184,5 +204,5 @@ _NOT_A_READ = re.compile(
 def reads_only(statement: str) -> bool:
     """Whether the named statement ``statement`` only reads (running it twice is harmless): a SELECT or
     WITH that names nothing of :data:`_NOT_A_READ` (pgmem's own functions count as writes)."""
-    head = re.sub(r"--[^\n]*", "", statement).lstrip().upper()
-    return head.startswith(("SELECT", "WITH")) and _NOT_A_READ.search(statement) is None
+    code = re.sub(r"--[^\n]*", "", statement).lstrip()  # comments may say anything
+    return code.upper().startswith(("SELECT", "WITH")) and _NOT_A_READ.search(code) is None

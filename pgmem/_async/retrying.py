@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from psycopg import AsyncConnection
 
 from pgmem.errors import CommitUnknown, ConnectionFailed, Timeout
-from pgmem.resilience import connection_lost, deadline, reads_only
+from pgmem.resilience import connection_lost, deadline, reads_only, verified
 
 if TYPE_CHECKING:
     from pgmem._async.base import AsyncRepository
@@ -56,6 +56,7 @@ def resilient(rows: F) -> F:
                     ) from exc
                 if callers:
                     raise
-            return await rows(self, name, params, connection)
+            with verified():  # on a connection checked with a round trip (the idle check may not see it yet)
+                return await rows(self, name, params, connection)
 
     return cast(F, run)

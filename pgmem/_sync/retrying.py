@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from psycopg import Connection
 
 from pgmem.errors import CommitUnknown, ConnectionFailed, Timeout
-from pgmem.resilience import connection_lost, deadline, reads_only
+from pgmem.resilience import connection_lost, deadline, reads_only, verified
 
 if TYPE_CHECKING:
     from pgmem._sync.base import Repository
@@ -57,6 +57,7 @@ def resilient(rows: F) -> F:
                     ) from exc
                 if callers:
                     raise
-            return rows(self, name, params, connection)
+            with verified():  # on a connection checked with a round trip (the idle check may not see it yet)
+                return rows(self, name, params, connection)
 
     return cast(F, run)
