@@ -26,6 +26,7 @@ from pgmem.errors import (
     PermissionDenied,
     PgmemError,
     SchemaOutOfDate,
+    SchemaTooNew,
     SummaryError,
 )
 from pgmem.models import IGNORED_MESSAGE_ID, MESSAGE_ROUTE_TO_ALL, Message, any_to_str
@@ -81,6 +82,7 @@ __all__ = [
     "PermissionDenied",
     "PgmemError",
     "SchemaOutOfDate",
+    "SchemaTooNew",
     "SummaryError",
     "aconnect",
     "any_to_str",

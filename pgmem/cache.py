@@ -74,7 +74,7 @@ from psycopg import pq, sql
 
 from pgmem.checks import check_key
 from pgmem.embeddings import Vectors, check_vectors
-from pgmem.errors import EmbeddingError, InvalidInput, PgmemError
+from pgmem.errors import EmbeddingError, InvalidInput, PgmemError, redact
 from pgmem.planning import statements as _queries
 from pgmem.planning.rows import MemoryModelRow, MemoryVectorRow, VectorChangeRow, decode
 from pgmem.planning.search import (
@@ -429,7 +429,7 @@ class VectorCache:
             raise InvalidInput(f"approximate_above must be a positive integer or None, got {approximate_above!r}")
         if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes < 0:
             raise InvalidInput(f"budget_bytes must be a non-negative integer, got {budget_bytes!r}")
-        if client.conninfo is None:
+        if client._conninfo is None:
             raise InvalidInput("the cache needs a client that knows its connection string")
         self._client = client
         self.mode = mode
@@ -479,9 +479,9 @@ class VectorCache:
         delay = 0.05
         while not self._closed:
             try:
-                conn = psycopg.Connection.connect(self._client.conninfo or "", autocommit=True)
+                conn = psycopg.Connection.connect(self._client._conninfo or "", autocommit=True)
             except psycopg.Error as exc:
-                log.warning("cache listener cannot connect: %s", exc)
+                log.warning("cache listener cannot connect: %s", redact(str(exc)))
                 self._listening.set()
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
@@ -499,7 +499,7 @@ class VectorCache:
                         self._notified(note.payload)
             except psycopg.Error as exc:
                 if not self._closed:
-                    log.warning("cache listener lost its connection: %s", exc)
+                    log.warning("cache listener lost its connection: %s", redact(str(exc)))
             finally:
                 with self._lock:
                     self._connected = False  # every entry is stale until it has caught up
@@ -642,7 +642,7 @@ class VectorCache:
     def _reader_connection(self) -> psycopg.Connection[Any]:
         """The cache's own connection (call with the reader lock held), connected and prepared on demand."""
         if self._reader is None or self._reader.closed:
-            self._reader = psycopg.Connection.connect(self._client.conninfo or "", autocommit=True)
+            self._reader = psycopg.Connection.connect(self._client._conninfo or "", autocommit=True)
             # Row-level security: the client's role (pgmem_app when the DSN's role bypasses it) and, for the
             # whole session, the client's namespace. Session-wide, unlike the clients' per-transaction
             # setting: this connection is the cache's own and serves one namespace only, and the strict

@@ -31,7 +31,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from pgmem._acompat import arun_blocking
 from pgmem.checks import check_namespace
-from pgmem.errors import InvalidInput, PermissionDenied, SchemaOutOfDate
+from pgmem.errors import InvalidInput, PermissionDenied, SchemaOutOfDate, check_conninfo
 from pgmem.resilience import DEFAULT_TIMEOUT
 from pgmem.settings import get_settings
 
@@ -57,7 +57,10 @@ def resolve_dsn(dsn: str | None = None) -> str:
 
 
 def _configured_dsn(dsn: str | None) -> str | None:
-    return dsn or get_settings().dsn or None
+    chosen = dsn or get_settings().dsn or None
+    # Parsed here so that a malformed DSN is InvalidInput without its password, not psycopg's
+    # ProgrammingError quoting the part it could not parse (possibly the password).
+    return None if chosen is None else check_conninfo(chosen)
 
 
 def _embedded_dsn() -> str:

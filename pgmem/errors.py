@@ -7,7 +7,7 @@ place (:func:`translate`), always chained with ``raise ... from exc`` so the ori
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 import psycopg
@@ -28,9 +28,12 @@ __all__ = [
     "PermissionDenied",
     "PgmemError",
     "SchemaOutOfDate",
+    "SchemaTooNew",
     "SummaryError",
     "Timeout",
+    "check_conninfo",
     "redact",
+    "secrets_in",
     "translate",
 ]
 
@@ -68,6 +71,11 @@ class PermissionDenied(PgmemError, PermissionError):
 
 class SchemaOutOfDate(PgmemError):
     """The database schema is missing or older than this version of pgmem; run ``pgmem migrate``."""
+
+
+class SchemaTooNew(SchemaOutOfDate):
+    """The database was migrated by a newer pgmem, to a revision this one does not know: upgrade pgmem in
+    this process (``pgmem migrate`` cannot go back). The message names both revisions."""
 
 
 class ConnectionFailed(PgmemError, ConnectionError):
@@ -111,18 +119,62 @@ class DemoIncomplete(PgmemError):
     """The demo team did not finish: a role process died or the deadline passed."""
 
 
-_PASSWORD_RE = re.compile(r"(password\s*=\s*)(\S+)|(://[^:/@\s]*:)([^@\s]+)(@)", re.IGNORECASE)
+# A secret after its key, in any form pgmem may print: libpq's key=value (quoted values may hold spaces and
+# escaped quotes; an unterminated quote runs to the end), a URL's query (?password=…&), a dict's repr or
+# JSON ('password': '…'), environment variables (PGPASSWORD=…, OPENAI_API_KEY=…).
+_KEYED_SECRET_RE = re.compile(
+    r"""(\b(?:[A-Za-z_]*password|passwd|[A-Za-z_]*api[_-]?key|[A-Za-z_]*secret|access[_-]?token)\b['"]?\s*[=:]\s*)"""
+    r"""('(?:[^'\\]|\\.)*(?:'|$)|"(?:[^"\\]|\\.)*(?:"|$)|[^\s&,;'"}]+)""",
+    re.IGNORECASE,
+)
+# A URL's user:password@ (greedy up to the authority's last @: a password may hold an unescaped @).
+_URL_SECRET_RE = re.compile(r"(://[^:/@\s?#]*:)([^\s/?#]+)(@)")
+# API keys in the shape of OpenAI's (sk-…, sk-proj-…), wherever they appear.
+_API_KEY_RE = re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}")
 
 
-def redact(text: str) -> str:
-    """Remove passwords from a DSN or an error message that quotes one."""
+def _quoted(value: str) -> str:
+    return "'***'" if value[:1] == "'" else '"***"' if value[:1] == '"' else "***"
 
-    def _sub(m: re.Match[str]) -> str:
-        if m.group(1):
-            return m.group(1) + "***"
-        return f"{m.group(3)}***{m.group(5)}"
 
-    return _PASSWORD_RE.sub(_sub, text)
+def secrets_in(text: str) -> list[str]:
+    """The passwords and keys that :func:`redact` finds in ``text`` (a DSN), unquoted and percent-decoded
+    too: so that an error message quoting one on its own (``invalid percent-encoded token: "S3cret%zz"``)
+    can be cleaned of it."""
+    from urllib.parse import unquote
+
+    found = [m.group(2) for m in _URL_SECRET_RE.finditer(text)]
+    found += [m.group(2).strip("'\"") for m in _KEYED_SECRET_RE.finditer(text)]
+    found += [m.group(0) for m in _API_KEY_RE.finditer(text)]
+    found += [unquote(s) for s in found]
+    found += [s.replace("\\'", "'").replace("\\\\", "\\") for s in found]
+    return sorted({s for s in found if s}, key=len, reverse=True)
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` without passwords or API keys: a DSN (URL or key=value, quoted or not), an environment or
+    a dict that names them, an error message quoting one; and without each string of ``secrets`` (e.g.
+    :func:`secrets_in` of the DSN the message is about)."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    text = _URL_SECRET_RE.sub(lambda m: f"{m.group(1)}***{m.group(3)}", text)
+    text = _KEYED_SECRET_RE.sub(lambda m: m.group(1) + _quoted(m.group(2)), text)
+    return _API_KEY_RE.sub("sk-***", text)
+
+
+def check_conninfo(dsn: str) -> str:
+    """Return ``dsn`` if libpq can parse it, else raise :class:`InvalidInput` without the password.
+
+    psycopg's own error (a ``ProgrammingError``) quotes the part it could not parse, which may be the
+    password (``postgresql://alice:S3cret%zz@h/db``); it is dropped (``from None``), so no traceback
+    carries it either."""
+    try:
+        psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        reason = redact(str(exc).strip(), secrets_in(dsn))
+        raise InvalidInput(f"invalid DSN {redact(dsn)!r}: {reason}") from None
+    return dsn
 
 
 @contextmanager

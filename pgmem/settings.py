@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from pgmem.errors import InvalidInput
+from pgmem.errors import InvalidInput, redact
 
 __all__ = ["Seconds", "Settings", "get_settings"]
 
@@ -76,6 +76,12 @@ class Settings:
     replica_dsns: str | None = field(default=None, repr=False)  # they may hold passwords
     replica_wait: Seconds = 1.0
     app_role: str = "pgmem_app"
+
+    def __repr__(self) -> str:
+        # Written out (the dataclass's own is then not generated) to pass through redact(): a field may
+        # hold a DSN with its password (``dsn`` itself is left out).
+        shown = ", ".join(f"{spec.name}={getattr(self, spec.name)!r}" for spec in fields(self) if spec.repr)
+        return redact(f"Settings({shown})")
 
     @property
     def home(self) -> Path:

@@ -16,7 +16,7 @@ from pgmem._async.embedding_models import AsyncModelRegistry
 from pgmem._async.sessions import AsyncSessions
 from pgmem.checks import check_key
 from pgmem.embeddings import Embedder, check_vectors
-from pgmem.errors import InvalidInput, translate
+from pgmem.errors import InvalidInput, redact, translate
 from pgmem.planning import statements
 from pgmem.planning.rows import EmbeddingModelRow, OutboxItemRow, PendingModelRow, PendingRow, PromotedRow
 from pgmem.planning.search import EmbeddingModel, model_of
@@ -165,7 +165,7 @@ class AsyncEmbeddingOutbox(AsyncRepository):
                         await embedder.aembed([r.content for r in claimed]), len(claimed), model.dimension, model.name
                     )
                 except Exception as exc:  # noqa: BLE001 - whatever the provider raises leaves the batch queued
-                    failure = f"{type(exc).__name__}: {exc}"
+                    failure = redact(f"{type(exc).__name__}: {exc}")  # logged and stored: no API key
                 else:
                     # The database's own errors are raised (the batch stays queued as it was, no backoff).
                     await self._sessions.ready(conn)
@@ -217,7 +217,7 @@ class AsyncEmbeddingOutbox(AsyncRepository):
         try:
             await self.embed_pending(count_remaining=False)
         except Exception as exc:  # noqa: BLE001 - a background job logs; the outbox keeps the work
-            log.warning("background embedding failed: %s: %s", type(exc).__name__, exc)
+            log.warning("background embedding failed: %s: %s", type(exc).__name__, redact(str(exc)))
         try:
             # The namespace's routine purges (the vector log this worker's writes grow), at most once per
             # PGMEM_SWEEP_INTERVAL; no round trip when not due.

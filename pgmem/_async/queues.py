@@ -359,10 +359,10 @@ class AsyncQueueRepository(AsyncRepository):
 
     async def _listen(self) -> AsyncConnection[Any]:
         if self._listener is None or self._listener.closed:
-            if not self._client.conninfo:
+            if not self._client._conninfo:
                 raise InvalidInput("waiting on a queue needs a client that knows its DSN")
             with translate():
-                conn = await AsyncConnection.connect(self._client.conninfo, autocommit=True)
+                conn = await AsyncConnection.connect(self._client._conninfo, autocommit=True)
                 await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
             self._listener = conn
         return self._listener

@@ -360,10 +360,10 @@ class QueueRepository(Repository):
 
     def _listen(self) -> Connection[Any]:
         if self._listener is None or self._listener.closed:
-            if not self._client.conninfo:
+            if not self._client._conninfo:
                 raise InvalidInput("waiting on a queue needs a client that knows its DSN")
             with translate():
-                conn = Connection.connect(self._client.conninfo, autocommit=True)
+                conn = Connection.connect(self._client._conninfo, autocommit=True)
                 conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
             self._listener = conn
         return self._listener

@@ -16,7 +16,10 @@ from pgmem.errors import InvalidInput, PgmemError, redact
 from pgmem.ops import server as _server
 from pgmem.settings import get_settings
 
-app = typer.Typer(help="pgmem: Postgres-native memory for LLM agents.", no_args_is_help=True)
+# Typer's rich tracebacks show every frame's local variables by default: a DSN among them, with its password.
+app = typer.Typer(
+    help="pgmem: Postgres-native memory for LLM agents.", no_args_is_help=True, pretty_exceptions_show_locals=False
+)
 server_app = typer.Typer(help="The embedded PostgreSQL server (used when PGMEM_DSN is not set).", no_args_is_help=True)
 app.add_typer(server_app, name="server")
 console = Console()
@@ -439,7 +442,13 @@ def main() -> None:
     try:
         app()
     except PgmemError as exc:
-        Console(stderr=True).print(f"[red]error:[/red] {type(exc).__name__}: {exc}", highlight=False)
+        Console(stderr=True).print(f"[red]error:[/red] {type(exc).__name__}: {redact(str(exc))}", highlight=False)
+        raise SystemExit(1) from None
+    except Exception as exc:  # noqa: BLE001 - a bug or a driver error: its traceback, with no password in it
+        import traceback
+
+        text = "".join(traceback.format_exception(exc))
+        Console(stderr=True).print(redact(text), highlight=False, markup=False, end="")
         raise SystemExit(1) from None
 
 

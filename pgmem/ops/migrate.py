@@ -12,8 +12,9 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
-from pgmem.errors import translate
+from pgmem.errors import SchemaTooNew, translate
 from pgmem.planning.resources import resource_path
+from pgmem.revision import is_known, too_new_message
 
 #: pg_advisory_xact_lock key taken by every migration run ("pgmem" in ASCII).
 MIGRATION_LOCK_KEY = 0x70676D656D
@@ -38,6 +39,15 @@ def alembic_config(dsn: str | None = None) -> Any:
     return cfg
 
 
+def _current_revision(engine: Engine) -> str | None:
+    """The revision the database is at (None: not migrated), read without alembic's script directory."""
+    with engine.connect() as connection:
+        found = connection.exec_driver_sql("SELECT to_regclass('pgmem.alembic_version') IS NOT NULL").scalar()
+        if not found:
+            return None
+        return connection.exec_driver_sql("SELECT max(version_num) FROM pgmem.alembic_version").scalar()
+
+
 @functools.cache
 def head_revision() -> str:
     from alembic.script import ScriptDirectory
@@ -48,8 +58,14 @@ def head_revision() -> str:
 
 
 def upgrade(dsn: str) -> str:
-    """Migrate the database at ``dsn`` to the newest revision; safe to call from many processes at once."""
+    """Migrate the database at ``dsn`` to the newest revision; safe to call from many processes at once.
+
+    Raises:
+        SchemaTooNew: a newer pgmem migrated the database to a revision this one does not know (the
+            message names both); nothing was changed.
+    """
     from alembic import command
+    from alembic.util.exc import CommandError
 
     cfg = alembic_config()
     engine = engine_for(dsn)
@@ -64,6 +80,12 @@ def upgrade(dsn: str) -> str:
                 # SQLAlchemy wraps the driver's error; translate the driver's (e.g. ConnectionFailed).
                 if isinstance(exc.orig, psycopg.Error):
                     raise exc.orig from exc
+                raise
+            except CommandError:
+                # "Can't locate revision identified by '0099'": a newer pgmem's revision, most likely.
+                current = _current_revision(engine)
+                if current is not None and not is_known(current):
+                    raise SchemaTooNew(too_new_message(current)) from None
                 raise
     finally:
         engine.dispose()

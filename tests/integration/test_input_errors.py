@@ -203,3 +203,155 @@ def test_error_tree() -> None:
     ):
         assert issubclass(cls, pgmem.PgmemError)
     assert issubclass(pgmem.InvalidInput, ValueError)
+
+
+# -- secrets: nothing pgmem prints, logs, raises or reprs holds a password or an API key -----------------
+
+BAD_URL = "postgresql://alice:S3cret%zz@h/db"  # a password with a bad percent-escape: libpq cannot parse it
+
+
+def _with_password(dsn: str, password: str) -> str:
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    return make_conninfo(**{**conninfo_to_dict(dsn), "password": password})
+
+
+def _all_text(exc: BaseException) -> str:
+    import traceback
+
+    return "".join(traceback.format_exception(exc)) + repr(exc)
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        (BAD_URL, "S3cret"),
+        ("host=h password='bob S3cret pw' dbname=x", "S3cret"),
+        ("host=h password='it\\'s S3cret' dbname=x", "S3cret"),
+        ("host=h password='unterminated S3cret", "S3cret"),
+        ("postgresql://a:p@ss-S3cret@h:5432/db?sslmode=require", "S3cret"),
+        ("postgresql://h/db?user=u&password=S3cret&sslmode=disable", "S3cret"),
+        ("{'host': 'h', 'password': 'S3cret pw'}", "S3cret"),
+        ('{"password": "S3cret"}', "S3cret"),
+        ("PGPASSWORD=S3cret psql", "S3cret"),
+        ("OPENAI_API_KEY=sk-proj-S3cretS3cret openai", "S3cret"),
+        ("Incorrect API key provided: sk-S3cretS3cretS3cret.", "S3cret"),
+    ],
+)
+def test_redact_every_form(text: str, secret: str) -> None:
+    from pgmem.errors import redact
+
+    assert secret not in redact(text)
+
+
+def test_unparsable_dsn_is_invalid_input_without_the_password() -> None:
+    """The issue's DSN raised psycopg's ProgrammingError quoting "S3cret%zz"."""
+    for dsn in (BAD_URL, "host=h password='bob S3cret pw"):
+        with pytest.raises(pgmem.InvalidInput) as info:
+            pgmem.connect(dsn)
+        assert "S3cret" not in _all_text(info.value)
+        assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+async def test_unparsable_dsn_async() -> None:
+    with pytest.raises(pgmem.InvalidInput) as info:
+        await pgmem.aconnect(BAD_URL)
+    assert "S3cret" not in _all_text(info.value)
+
+
+def test_client_conninfo_and_settings_repr_hide_the_password(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The test server trusts local connections, so a password in the DSN is accepted and ignored.
+    secret_dsn = _with_password(dsn, "bob S3cret pw")
+    with pgmem.connect(secret_dsn, namespace="s") as client:
+        assert "S3cret" not in (client.conninfo or "") and "password" in (client.conninfo or "")
+        assert "S3cret" not in repr(client) and "S3cret" not in repr(client.with_namespace("t").conninfo)
+        # The real one still opens connections: a queue consumer waits on its own LISTEN connection.
+        client.queues.push("q", pgmem.Message(content="hello"))
+        assert [i.message.content for i in client.queues.wait("q", timeout=5.0)] == ["hello"]
+    # A password from the environment (PGPASSWORD) reaches a client built on the caller's connection.
+    monkeypatch.setenv("PGPASSWORD", "S3cretFromEnv")
+    with psycopg.connect(dsn) as conn:
+        client = pgmem.connect(conn, namespace="s")
+        assert "S3cretFromEnv" not in (client.conninfo or "")
+    monkeypatch.setenv("PGMEM_DSN", secret_dsn)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-S3cretS3cretS3cret")
+    assert "S3cret" not in repr(pgmem.settings.get_settings())
+
+
+def test_cli_never_prints_the_password(dsn: str) -> None:
+    import subprocess
+    import sys
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pgmem.ops.cli", *args], capture_output=True, text=True, timeout=120
+        )
+
+    bad = run("migrate", "--dsn", BAD_URL)
+    assert bad.returncode == 1 and "InvalidInput" in bad.stderr
+    assert "Traceback" not in bad.stderr and "S3cret" not in bad.stdout + bad.stderr
+    good = run("migrate", "--dsn", _with_password(dsn, "bob S3cret pw"))
+    assert good.returncode == 0, good.stderr
+    assert "schema at revision" in good.stdout and "S3cret" not in good.stdout + good.stderr
+    unreachable = run("migrate", "--dsn", "host=127.0.0.1 port=1 user=alice password='bob S3cret pw'")
+    assert unreachable.returncode == 1 and "S3cret" not in unreachable.stdout + unreachable.stderr
+
+
+def test_embedding_failure_logged_and_stored_without_the_key(
+    client: pgmem.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    from pgmem.embeddings import HashingEmbedder
+
+    class LeakyEmbedder(HashingEmbedder):
+        def embed(self, texts: Any) -> Any:
+            raise RuntimeError("Incorrect API key provided: sk-S3cretS3cretS3cret (api_key=sk-S3cretS3cretS3cret)")
+
+        async def aembed(self, texts: Any) -> Any:
+            return self.embed(texts)
+
+    embedder = LeakyEmbedder()
+    client.vectors.enable("m", embedder)
+    client.messages.add("m", pgmem.Message(content="hello"))
+    report = client.vectors.flush(embedder)  # the background worker may have failed the batch first
+    assert "S3cret" not in " ".join(report.errors) + caplog.text
+    assert "Incorrect API key provided: sk-***" in caplog.text
+    with psycopg.connect(client._conninfo or "") as conn:
+        stored = conn.execute("SELECT string_agg(last_error, ' ') FROM pgmem.embedding_outbox").fetchone()
+    assert stored is not None and "sk-***" in stored[0] and "S3cret" not in stored[0]
+
+
+# -- mixed versions: a database a newer pgmem migrated -----------------------------------------------------
+
+
+def test_database_migrated_by_a_newer_pgmem(dsn: str) -> None:
+    import subprocess
+    import sys
+
+    from pgmem.ops import migrate
+    from pgmem.revision import SCHEMA_REVISION
+
+    with psycopg.connect(dsn) as conn:
+        conn.execute("UPDATE pgmem.alembic_version SET version_num = '0099'")
+    for call in (
+        lambda: pgmem.connect(dsn),
+        lambda: pgmem.connect(dsn, migrate=False),
+        lambda: migrate.upgrade(dsn),
+    ):
+        with pytest.raises(pgmem.SchemaTooNew) as info:
+            call()
+        assert "0099" in str(info.value) and SCHEMA_REVISION in str(info.value) and "upgrade pgmem" in str(info.value)
+        assert isinstance(info.value, pgmem.SchemaOutOfDate)
+    cli = subprocess.run(
+        [sys.executable, "-m", "pgmem.ops.cli", "migrate", "--dsn", dsn], capture_output=True, text=True, timeout=120
+    )
+    assert cli.returncode == 1 and "SchemaTooNew" in cli.stderr and "0099" in cli.stderr
+    assert "Traceback" not in cli.stderr
+    with psycopg.connect(dsn) as conn:  # nothing was changed
+        assert conn.execute("SELECT version_num FROM pgmem.alembic_version").fetchone() == ("0099",)
+
+
+async def test_database_migrated_by_a_newer_pgmem_async(dsn: str) -> None:
+    with psycopg.connect(dsn) as conn:
+        conn.execute("UPDATE pgmem.alembic_version SET version_num = '0099'")
+    with pytest.raises(pgmem.SchemaTooNew):
+        await pgmem.aconnect(dsn)
