@@ -35,7 +35,15 @@ from pgmem.errors import (
     translate,
 )
 from pgmem.planning.adapters import vector_types
-from pgmem.resilience import DEFAULT_TIMEOUT, GuardedConnection, check_timeout, deadline, idle_broken, remaining
+from pgmem.resilience import (
+    DEFAULT_TIMEOUT,
+    GuardedConnection,
+    check_timeout,
+    deadline,
+    idle_broken,
+    remaining,
+    verifying,
+)
 from pgmem.revision import SCHEMA_REVISION, is_known, too_new_message
 from pgmem.settings import get_settings
 
@@ -250,9 +258,9 @@ class Client:
             min_size=min_size,
             max_size=max_size,
             kwargs={"autocommit": True, **_connect_timeout(conninfo, timeout)},
-            connection_class=_handing_out(spare, restart),
-            configure=sessions.configure,
-            check=_check_idle,
+            # Configured by the connection class (_handing_out), which also retries a connection the server
+            # ends while it is configured: the pool would back off 1, 2, 4... seconds.
+            connection_class=_handing_out(spare, restart, sessions.configure),
             timeout=timeout or _NO_LIMIT,
             # psycopg_pool's default is 3 workers (threads in the sync flavour), each one costing a cold
             # start ~2.5 ms to start. The pool grows one connection at a time whatever their number: more
@@ -468,28 +476,35 @@ class _LifoConnectionPool(ConnectionPool[Any]):
 
 @contextmanager
 def _pool_connection(pool: ConnectionPool[Any]) -> Iterator[Connection[Any]]:
-    """A pool connection within the current deadline. The pool drops dead idle connections as it hands them
-    out (``_check_idle``); when none comes in time the call raises :class:`ConnectionFailed` if the pool's
-    last attempt to connect failed (the server is down), else :class:`Timeout`."""
-    try:
-        conn = pool.getconn(timeout=remaining())
-    except PoolTimeout as exc:
-        failure = getattr(pool.connection_class, "failure", None)
-        if failure is not None:
-            raise ConnectionFailed(f"the server cannot be reached: {failure}") from exc
-        raise Timeout("no pool connection came free within the call's timeout") from exc
+    """A pool connection within the current deadline. Idle connections whose server went away are closed
+    (the pool drops them) and the next one is taken at once (:func:`pgmem.resilience.idle_broken`; the pool's
+    own ``check=`` sleeps 1, 2, 4... seconds after each failed check). When none comes in time the call
+    raises :class:`ConnectionFailed` if the pool's last attempt to connect failed (the server is down),
+    else :class:`Timeout`. A retry (:func:`pgmem.resilience.verified`) checks its connection with a round
+    trip first."""
+    while True:
+        try:
+            conn = pool.getconn(timeout=remaining())
+        except PoolTimeout as exc:
+            failure = getattr(pool.connection_class, "failure", None)
+            if failure is not None:
+                raise ConnectionFailed(f"the server cannot be reached: {failure}") from exc
+            raise Timeout("no pool connection came free within the call's timeout") from exc
+        if not idle_broken(conn):
+            if not verifying():
+                break
+            try:
+                pool.check_connection(conn)
+                break
+            except psycopg.Error:
+                pass
+        conn.close()
+        pool.putconn(conn)
     try:
         with conn:  # as pool.connection(): commit, or roll back on an error (a caller's pool)
             yield conn
     finally:
         pool.putconn(conn)
-
-
-def _check_idle(conn: Connection[Any]) -> None:
-    """The pool's ``check``: refuse a connection whose server went away while it was idle (one ``poll``, no
-    round trip: :func:`pgmem.resilience.idle_broken`); the pool drops it and hands out another."""
-    if idle_broken(conn):
-        raise psycopg.OperationalError("the server closed the connection while it was idle")
 
 
 def check_pool_size(min_size: int, max_size: int) -> None:
@@ -528,29 +543,37 @@ _NO_LIMIT = 365 * 86400.0
 RECONNECT_INTERVAL = 0.25
 
 
-def _handing_out(spare: list[Connection[Any]], restart: Callable[[], object] | None) -> type[Connection[Any]]:
+def _handing_out(
+    spare: list[Connection[Any]],
+    restart: Callable[[], object] | None,
+    configure: Callable[[Connection[Any]], Any],  # the sessions' configure (async or not)
+) -> type[Connection[Any]]:
     """A connection class for the pool whose ``connect`` hands out the connections in ``spare`` (already
     open, the schema checked on them) before it opens new ones: the pool's first connection is the one
     the schema check ran on, not a second one.
 
-    A failed connection attempt calls ``restart`` (the embedded server comes back at once) and tries again
-    every :data:`RECONNECT_INTERVAL` seconds for as long as one ``connect_timeout``; ``failure`` keeps the
-    last failure while the server cannot be reached (calls then raise :class:`ConnectionFailed`)."""
+    Each connection is set up by ``configure`` here (not by the pool). A failed attempt (to connect or to
+    configure) calls ``restart`` (the embedded server comes back at once) and tries again every
+    :data:`RECONNECT_INTERVAL` seconds for as long as one ``connect_timeout``; ``failure`` keeps the last
+    failure while the server cannot be reached (calls then raise :class:`ConnectionFailed`)."""
 
     class _PoolConnection(GuardedConnection):
         failure: str | None = None
 
         @classmethod
         def connect(cls, conninfo: str = "", **kwargs: Any) -> Any:
-            try:
-                return spare.pop()  # atomic: pool workers are threads in the sync flavour
-            except IndexError:
-                pass
             give_up = time.monotonic() + float(kwargs.get("connect_timeout") or DEFAULT_TIMEOUT)
             while True:
+                conn = None
                 try:
-                    conn = super().connect(conninfo, **kwargs)
+                    try:
+                        conn = spare.pop()  # atomic: pool workers are threads in the sync flavour
+                    except IndexError:
+                        conn = super().connect(conninfo, **kwargs)
+                    configure(conn)
                 except psycopg.OperationalError as exc:
+                    if conn is not None:
+                        conn.close()
                     _PoolConnection.failure = redact(str(exc)).strip()
                     if restart is not None:
                         try:
