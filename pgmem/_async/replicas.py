@@ -9,11 +9,11 @@ otherwise: every use of a primary connection by the client counts as a possible 
 bumped after the statement returned, so after its commit). A replica read that finds the counter moved
 since it last looked asks the primary for its WAL flush position (``sql/replicas.sql``): every commit that
 returned before that lies at or before it. The replica is then read once it has replayed that far
-(``pg_last_wal_replay_lsn``, polled every 1-20 ms, remembered per replica, so later reads need no check),
-within ``wait`` seconds; past that the read goes to the primary. Returning the commit position from each
-write statement instead would cost nothing per read but would touch every write statement of pgmem (and a
-caller's own transaction commits outside pgmem); asking on the read side covers both, and reads that follow
-only reads (a search loop) pay nothing. The position may include other clients' later writes: the wait is
+(``pg_last_wal_replay_lsn``, asked in the same round trip as the read, then polled every 1-20 ms while it is
+behind; remembered per replica, so later reads need no check), within ``wait`` seconds; past that the read
+goes to the primary. Returning the commit position from each write statement instead would cost nothing
+per read but would touch every write statement of pgmem (and a caller's own transaction commits outside
+pgmem); asking on the read side covers both, and reads that follow only reads (a search loop) pay nothing. The position may include other clients' later writes: the wait is
 for the replica's lag, never for a write that has not happened.
 
 A replica that cannot be reached, or breaks during a read, is skipped for ``backoff`` seconds (a new
@@ -142,9 +142,11 @@ class AsyncReplicas:
         deadline = time.monotonic() + self.wait
         for replica in self._order():
             try:
-                async with self._connection(replica, target, deadline) as conn:
+                async with self._connection(replica, target, deadline, check=False) as conn:
                     try:
-                        result = await read(conn)
+                        result = await self._read(replica, conn, target, deadline, read)
+                    except _Skip:
+                        raise
                     except Exception as exc:
                         if not _from_database(exc):
                             raise
@@ -238,10 +240,10 @@ class AsyncReplicas:
 
     @asynccontextmanager
     async def _connection(
-        self, replica: _Replica, target: int | None, deadline: float
+        self, replica: _Replica, target: int | None, deadline: float, *, check: bool = True
     ) -> AsyncIterator[AsyncConnection[Any]]:
-        """A connection of ``replica`` once it has replayed ``target``; :class:`_Skip` when it is down or does
-        not get there by ``deadline``."""
+        """A connection of ``replica`` (``check``: once it has replayed ``target``); :class:`_Skip` when it is
+        down or does not get there by ``deadline``."""
         pool = replica.pool or await self._open(replica)
         try:
             conn = await pool.getconn(timeout=max(0.5, deadline - time.monotonic()))
@@ -249,35 +251,66 @@ class AsyncReplicas:
             await self._down(replica)
             raise _Skip() from None
         try:
-            if target is not None and replica.replayed < target:
+            if check and target is not None and replica.replayed < target:
                 try:
                     caught_up = await self._catch_up(replica, conn, target, deadline)
                 except psycopg.Error:
                     await self._down(replica)
                     raise _Skip() from None
                 if not caught_up:
-                    with self._lock:
-                        replica.skipped_lag += 1
-                        replica.state, replica.until = "lagging", time.monotonic() + self.backoff
+                    self._lagging(replica)
                     raise _Skip()
             yield conn
         finally:
             await pool.putconn(conn)
 
-    async def _catch_up(self, replica: _Replica, conn: AsyncConnection[Any], target: int, deadline: float) -> bool:
-        """Poll the replica's replay position until it reaches ``target`` (True) or ``deadline`` passes."""
+    async def _read(
+        self, replica: _Replica, conn: AsyncConnection[Any], target: int | None, deadline: float, read: AOnConnection[T]
+    ) -> T:
+        """``read(conn)`` once ``replica`` has replayed ``target`` (:class:`_Skip` when it lags past ``deadline``).
+
+        A replica not yet seen that far is asked its replay position in the same round trip as the read (a
+        pipeline: the position is read before the read's snapshot is taken, so a replica that had caught up
+        costs no round trip more); one that had not is polled, then read again."""
+        if target is None or replica.replayed >= target:
+            return await read(conn)
+        async with conn.pipeline():
+            cur = await conn.execute(Q["replayed_position"])
+            result = await read(conn)
+        if self._replayed(replica, await cur.fetchone(), target, waited=False):
+            return result
+        if not await self._catch_up(replica, conn, target, deadline, waited=True):
+            self._lagging(replica)
+            raise _Skip()
+        return await read(conn)
+
+    def _replayed(self, replica: _Replica, row: Any, target: int, *, waited: bool) -> bool:
+        """Note the replica's replay position (a row of ``replayed_position``); whether it has reached
+        ``target``. NULL: a server not in recovery (the primary itself given as a replica) has every commit."""
+        replayed = target if row is None or row[0] is None else int(row[0])
+        with self._lock:
+            replica.replayed = max(replica.replayed, replayed)
+            if replayed >= target:
+                replica.waited += waited
+                return True
+        return False
+
+    def _lagging(self, replica: _Replica) -> None:
+        """Skip ``replica`` for a back-off: it did not replay the client's writes within the wait."""
+        with self._lock:
+            replica.skipped_lag += 1
+            replica.state, replica.until = "lagging", time.monotonic() + self.backoff
+
+    async def _catch_up(
+        self, replica: _Replica, conn: AsyncConnection[Any], target: int, deadline: float, *, waited: bool = False
+    ) -> bool:
+        """Poll the replica's replay position until it reaches ``target`` (True) or ``deadline`` passes
+        (``waited``: the read has waited already, whatever this finds)."""
         pause = POLL_FIRST
-        waited = False
         while True:
             cur = await conn.execute(Q["replayed_position"])
-            row = await cur.fetchone()
-            # NULL: a server not in recovery (the primary itself given as a replica) has every commit.
-            replayed = target if row is None or row[0] is None else int(row[0])
-            with self._lock:
-                replica.replayed = max(replica.replayed, replayed)
-                if replayed >= target:
-                    replica.waited += waited
-                    return True
+            if self._replayed(replica, await cur.fetchone(), target, waited=waited):
+                return True
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
