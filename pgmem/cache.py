@@ -5,7 +5,8 @@ byte budget (least recently used entries are dropped first). It is derived state
 nothing.
 
 Consistency. Every change to a memory's set of vectors is appended to ``pgmem.vector_log`` by triggers,
-with a per-memory revision in commit order, and announced by ``NOTIFY pgmem_vectors`` on commit. The
+with a per-memory revision in commit order, and announced by ``NOTIFY pgmem_vectors`` on commit (naming
+the memory by a tag only its namespace's clients can compute: :mod:`pgmem.planning.notify`). The
 cache keeps each entry's revision and catches up by replaying the log (one round trip; a full reload
 when the log was purged past it).
 
@@ -75,6 +76,7 @@ from psycopg import pq, sql
 from pgmem.checks import check_key
 from pgmem.embeddings import Vectors, check_vectors
 from pgmem.errors import EmbeddingError, InvalidInput, PgmemError, redact
+from pgmem.planning import notify
 from pgmem.planning import statements as _queries
 from pgmem.planning.rows import MemoryModelRow, MemoryVectorRow, VectorChangeRow, decode
 from pgmem.planning.search import (
@@ -462,6 +464,9 @@ class VectorCache:
         self._faiss = faiss
         # The memory's active model, looked up on the reader once and forgotten on a switch.
         self._models: dict[str, EmbeddingModel] = {}
+        # Notifications name memories by tag (pgmem.planning.notify): the tags of the memories looked at.
+        self._notify_key: str | None = None
+        self._tags: dict[str, str] = {}
         client.vectors.add_change_listener(self._own_write)
         self._thread = threading.Thread(target=self._listen, name="pgmem-cache-listener", daemon=True)
         self._thread.start()
@@ -511,12 +516,15 @@ class VectorCache:
                 self._listener_conn = None
 
     def _notified(self, payload: str) -> None:
+        # ["<tag>", rev]: the tag of a memory (pgmem.planning.notify), which names it to this namespace only
         try:
-            namespace, memory, rev = json.loads(payload)
+            tag, rev = json.loads(payload)
         except (ValueError, TypeError):
             return
-        if namespace != self._client.namespace:
-            return
+        with self._lock:
+            memory = self._tags.get(tag) if isinstance(tag, str) else None
+        if memory is None or not isinstance(rev, int):
+            return  # another namespace's memory, or one of ours this cache never looked at
         self.stats.notifications += 1
         with self._lock:
             self._announcements[memory] = self._announcements.get(memory, 0) + 1
@@ -882,8 +890,19 @@ class VectorCache:
         active = [model_of(r) for r in map(MemoryModelRow._make, rows) if r.status == "active"]
         if not active:
             raise InvalidInput(f"memory {memory!r} has no embedding model; call client.vectors.enable() first")
+        self._watch(memory)
         self._models[memory] = active[0]
         return active[0]
+
+    def _watch(self, memory: str) -> None:
+        """Match the memory's notifications from now on (before its first load: an announcement that
+        arrives while the entry loads must count). Reads the namespace's notification key the first time."""
+        if self._notify_key is None:
+            rows = self._read("notify_key", {})
+            self._notify_key = str(rows[0][0])
+        tag = notify.tag(self._notify_key, memory)
+        with self._lock:
+            self._tags[tag] = memory
 
     def _model_changed(self, memory: str) -> None:
         """The memory is searched with another model now: drop its entries and look the model up again."""
@@ -1056,7 +1075,7 @@ class VectorCache:
         more statement; :meth:`search_vectors` never logs."""
         model = self._model(memory)
         if isinstance(query, str):
-            embedder = self._client.vectors.embedder_for(model.name)
+            embedder = self._client.vectors.embedder_for(model.name, model.dimension)
             if embedder is None:
                 raise EmbeddingError(f"no embedder for model {model.name!r} in this client; search with a vector")
             vector = check_vectors(embedder.embed([query]), 1, model.dimension, model.name)[0]

@@ -64,7 +64,8 @@ done AS (
 
 -- name: push
 -- Store the message once, enqueue it (unless a ready item of the queue has the same dedup key), and
--- wake waiting consumers: NOTIFY is sent at commit, with the transaction.
+-- wake waiting consumers: NOTIFY is sent at commit, with the transaction (the payload is the queue's
+-- pgmem.notify_tag, which tells another tenant nothing).
 WITH message AS (
     {{insert_message}}
 ), item AS (
@@ -75,7 +76,7 @@ WITH message AS (
     ON CONFLICT (namespace, queue, dedup_key) WHERE dedup_key IS NOT NULL AND status = 'ready' DO NOTHING
     RETURNING id
 ), wake AS (
-    SELECT pg_notify('pgmem_queue', %(ns)s || '/' || %(queue)s) FROM item
+    SELECT pg_notify('pgmem_queue', pgmem.notify_tag(%(ns)s, %(queue)s)) FROM item
 )
 SELECT (SELECT id FROM item) AS id, (SELECT count(*) FROM wake) AS woken;
 
@@ -102,7 +103,7 @@ WITH new AS (
     ON CONFLICT (namespace, queue, dedup_key) WHERE dedup_key IS NOT NULL AND status = 'ready' DO NOTHING
     RETURNING id
 ), wake AS (
-    SELECT pg_notify('pgmem_queue', %(ns)s || '/' || %(queue)s) FROM item
+    SELECT pg_notify('pgmem_queue', pgmem.notify_tag(%(ns)s, %(queue)s)) FROM item
 )
 SELECT coalesce((SELECT id FROM item),
                 (SELECT result FROM pgmem.idempotency_keys WHERE namespace = %(ns)s AND key = %(idempotency_key)s))
@@ -130,7 +131,7 @@ WITH batch AS (
     ON CONFLICT (namespace, queue, dedup_key) WHERE dedup_key IS NOT NULL AND status = 'ready' DO NOTHING
     RETURNING id
 ), wake AS (
-    SELECT pg_notify('pgmem_queue', %(ns)s || '/' || %(queue)s) WHERE EXISTS (SELECT 1 FROM item)
+    SELECT pg_notify('pgmem_queue', pgmem.notify_tag(%(ns)s, %(queue)s)) WHERE EXISTS (SELECT 1 FROM item)
 )
 SELECT coalesce((SELECT array_agg(id ORDER BY id) FROM item), '{}') AS ids, (SELECT count(*) FROM wake) AS woken;
 
@@ -207,6 +208,11 @@ SET available_at = now() + %(lease)s * interval '1 second',
 WHERE namespace = %(ns)s AND id = %(id)s AND attempts = %(attempts)s AND status = 'ready'
   AND lease_until IS NOT NULL
 RETURNING lease_until;
+
+-- name: notify_key
+-- The namespace's notification key (created on first use): wait() matches the tags of its queues with it
+-- (pgmem.planning.notify.tag).
+SELECT pgmem.notify_key(%(ns)s)::text;
 
 -- name: next_available
 -- Seconds until the next item of the queue becomes claimable (NULL: the queue has no ready item).
@@ -293,7 +299,7 @@ WITH {{settle_shared}}, memory AS (
     SELECT %(ns)s, 'inbox:' || subscriber, %(id)s, %(priority)s FROM target ORDER BY subscriber
     RETURNING queue
 ), wake AS (
-    SELECT pg_notify('pgmem_queue', %(ns)s || '/' || queue) FROM delivery
+    SELECT pg_notify('pgmem_queue', pgmem.notify_tag(%(ns)s, queue)) FROM delivery
 )
 SELECT (SELECT seq FROM entry) AS seq, (SELECT array_agg(queue ORDER BY queue) FROM delivery) AS inboxes,
        (SELECT count(*) FROM wake) AS woken;

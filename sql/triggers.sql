@@ -12,11 +12,39 @@
 -- One `-- name: x` block per function (with the trigger that calls it) or view. Function bodies are
 -- stored by Postgres as written, so the copy in a migration must match this text character for character.
 
+-- name: notify_key
+-- The namespace's notification key (pgmem.namespace_keys), created on first use. Race-safe: of two
+-- transactions creating it, the second waits for the first's insert to commit, then reads its key (each
+-- statement of this function takes a fresh snapshot), so a writer and a listener starting together agree.
+CREATE OR REPLACE FUNCTION pgmem.notify_key(p_ns text) RETURNS uuid LANGUAGE plpgsql AS $$
+DECLARE
+    k uuid;
+BEGIN
+    SELECT notify_key INTO k FROM pgmem.namespace_keys WHERE namespace = p_ns;
+    IF k IS NULL THEN
+        INSERT INTO pgmem.namespace_keys (namespace) VALUES (p_ns) ON CONFLICT (namespace) DO NOTHING
+        RETURNING notify_key INTO k;
+        IF k IS NULL THEN
+            SELECT notify_key INTO k FROM pgmem.namespace_keys WHERE namespace = p_ns;
+        END IF;
+    END IF;
+    RETURN k;
+END $$;
+
+-- name: notify_tag
+-- What a notification says of a queue or memory `p_name` of namespace `p_ns`: the first 32 hex digits of
+-- sha256(key || name), the key the namespace's own (notify_key), so LISTEN on another tenant's connection
+-- learns neither the namespace nor the name. pgmem.planning.notify.tag computes the same in Python.
+CREATE OR REPLACE FUNCTION pgmem.notify_tag(p_ns text, p_name text) RETURNS text LANGUAGE sql AS $$
+SELECT left(encode(sha256(convert_to(pgmem.notify_key(p_ns)::text || p_name, 'UTF8')), 'hex'), 32)
+$$;
+
 -- name: log_vector_changes
 -- Appends a statement's changes to the set of vectors of each memory to pgmem.vector_log, with a
 -- per-memory revision drawn under the memory's row lock (gapless, in commit order; memories.vec_rev is
--- the high-water mark), and sends NOTIFY pgmem_vectors, '["<namespace>", "<memory>", <rev>]' on commit,
--- which FAISS caches in other processes listen to. Called once per statement by the triggers below.
+-- the high-water mark), and sends NOTIFY pgmem_vectors, '["<tag>", <rev>]' on commit (the tag:
+-- notify_tag of the memory), which FAISS caches in other processes listen to. Called once per statement
+-- by the triggers below.
 CREATE OR REPLACE FUNCTION pgmem.log_vector_changes(
     p_ns text[], p_memory text[], p_message text[], p_model smallint[], p_op smallint[]
 ) RETURNS void LANGUAGE plpgsql AS $$
@@ -51,7 +79,7 @@ BEGIN
         SELECT c.ns, c.memory, b.base + c.n, c.message_id, c.model_id, c.op
         FROM changes c JOIN bumped b ON b.namespace = c.ns AND b.key = c.memory
     )
-    SELECT count(pg_notify('pgmem_vectors', json_build_array(b.namespace, b.key, b.head)::text))
+    SELECT count(pg_notify('pgmem_vectors', json_build_array(pgmem.notify_tag(b.namespace, b.key), b.head)::text))
     INTO announced
     FROM bumped b;
 END $$;

@@ -16,12 +16,20 @@ SELECT pg_advisory_unlock(%(key)s);
 SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%(index)s);
 
 -- name: register_model
+-- A model is its definition, (name, dimension): two namespaces registering the same definition share one
+-- row (and its HNSW index); the same name with another dimension is another model (kind follows from
+-- the dimension).
 INSERT INTO pgmem.embedding_models (name, dimension, kind)
 VALUES (%(name)s, %(dimension)s, %(kind)s)
-ON CONFLICT (name) DO NOTHING;
+ON CONFLICT (name, dimension) DO NOTHING;
 
 -- name: get_model
-SELECT id, name, dimension, kind FROM pgmem.embedding_models WHERE name = %(name)s;
+SELECT id, name, dimension, kind FROM pgmem.embedding_models WHERE name = %(name)s AND dimension = %(dimension)s;
+
+-- name: notify_key
+-- The namespace's notification key (created on first use): the client computes the tags of its queues and
+-- memories with it (pgmem.planning.notify.tag) to match notifications.
+SELECT pgmem.notify_key(%(ns)s)::text;
 
 -- name: get_model_by_id
 SELECT id, name, dimension, kind FROM pgmem.embedding_models WHERE id = %(id)s;
@@ -187,7 +195,7 @@ WITH done AS (
     FROM promoted WHERE m.namespace = %(ns)s AND m.key = promoted.memory
 )
 -- Caches of other processes drop their entries of a switched memory (revision -1 means "model changed").
-SELECT memory, pg_notify('pgmem_vectors', json_build_array(%(ns)s::text, memory, -1)::text) AS notified
+SELECT memory, pg_notify('pgmem_vectors', json_build_array(pgmem.notify_tag(%(ns)s, memory), -1)::text) AS notified
 FROM promoted ORDER BY memory;
 
 -- name: memory_vectors

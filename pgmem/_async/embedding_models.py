@@ -39,47 +39,54 @@ _UNBUILT: set[str] = set()
 class AsyncModelRegistry(AsyncRepository):
     """Embedding models of a client: registration (name, dimension, HNSW index; once per process and
     model), the model each memory is searched with (remembered until a switch is seen), and the embedders
-    this client has for each model name."""
+    this client has for each model. A model is its definition, (name, dimension): the same name with
+    another dimension is another model."""
 
     queries = Q
 
     def __init__(self, client: AsyncClient) -> None:
         super().__init__(client)
-        self._models: dict[str, EmbeddingModel] = {}
+        self._models: dict[tuple[str, int], EmbeddingModel] = {}
         self._indexed: set[str] = set()  # names of indexes this client saw valid
         #: Whether this client registered a model inside a caller's transaction, its index unbuilt then.
         self.deferred = False
         self._active: dict[str, EmbeddingModel] = {}
-        self._embedders: dict[str, Embedder] = {}
+        self._embedders: dict[tuple[str, int], Embedder] = {}
 
     # -- embedders ------------------------------------------------------------------------------------
 
     def embedder(self, embedder: Embedder | None) -> Embedder:
-        """``embedder`` (default: the client's), checked, and remembered for its model name."""
+        """``embedder`` (default: the client's), checked, and remembered for its model."""
         chosen = embedder if embedder is not None else self._client.embedder
         if not isinstance(getattr(chosen, "model", None), str) or not isinstance(
             getattr(chosen, "dimension", None), int
         ):
             raise InvalidInput("an embedder needs a `model` name and an integer `dimension`")
-        self._embedders.setdefault(chosen.model, chosen)
+        self._embedders.setdefault((chosen.model, chosen.dimension), chosen)
         return chosen
 
-    def embedder_for(self, model: str) -> Embedder | None:
-        """The embedder this client has for the model name (the client's own when it is that model)."""
-        chosen = self._embedders.get(model)
-        if chosen is None and self._client.embedder.model == model:
+    def embedder_for(self, model: str, dimension: int | None = None) -> Embedder | None:
+        """The embedder this client has for the model (the client's own when it is that model); with no
+        ``dimension``, the first it has of that name."""
+        own = self._client.embedder
+        if dimension is not None:
+            chosen = self._embedders.get((model, dimension))
+        else:
+            chosen = next((e for (name, _), e in self._embedders.items() if name == model), None)
+        if chosen is None and own.model == model and dimension in (None, own.dimension):
             chosen = self.embedder(None)
         return chosen
 
-    def embedders(self) -> dict[str, Embedder]:
-        """The embedders this client knows, by model name (registering the client's own when none is)."""
+    def embedders(self) -> dict[tuple[str, int], Embedder]:
+        """The embedders this client knows, by (model name, dimension) (registering the client's own when
+        none is)."""
         if not self._embedders:
             self.embedder(None)
         return dict(self._embedders)
 
     async def query_vectors(self, model: EmbeddingModel, texts: Sequence[str], embedder: Embedder | None) -> Vectors:
         """Embed search texts with ``model`` (``embedder``, else the one this client has for it)."""
-        chosen = embedder or self.embedder_for(model.name)
+        chosen = embedder or self.embedder_for(model.name, model.dimension)
         if chosen is None:
             raise EmbeddingError(f"no embedder for model {model.name!r} in this client; pass embedder=")
         for text in texts:
@@ -98,10 +105,12 @@ class AsyncModelRegistry(AsyncRepository):
         writing embeddings meanwhile. Inside the caller's transaction it cannot be built; the embedding
         worker (or the next registration outside one) builds it, and a switch to the model waits for it.
 
-        Raises :class:`pgmem.EmbeddingError` when the name is registered with another dimension.
+        The same name with another dimension is another model (its own row and index): namespaces share a
+        registry entry only when their definitions are identical.
         """
         chosen = self.embedder(embedder)
-        known = self._models.get(chosen.model)
+        definition = (chosen.model, chosen.dimension)
+        known = self._models.get(definition)
         if known is None:
             dimension = chosen.dimension
             if not 1 <= dimension <= 16000:
@@ -112,16 +121,11 @@ class AsyncModelRegistry(AsyncRepository):
                         Q["register_model"],
                         {"name": chosen.model, "dimension": dimension, "kind": storage_kind(dimension)},
                     )
-                    cur = await conn.execute(Q["get_model"], {"name": chosen.model})
+                    cur = await conn.execute(Q["get_model"], {"name": chosen.model, "dimension": dimension})
                     row = await cur.fetchone()
                     assert row is not None
                     known = model_of(EmbeddingModelRow._make(row))
-            self._models[chosen.model] = known
-        if known.dimension != chosen.dimension:
-            raise EmbeddingError(
-                f"model {chosen.model!r} is registered with {known.dimension} dimensions; this embedder has "
-                f"{chosen.dimension}"
-            )
+            self._models[definition] = known
         if known.index_name not in self._indexed and not await self.build_index(known, connection=connection):
             self.deferred = True
         return known
@@ -226,7 +230,7 @@ class AsyncModelRegistry(AsyncRepository):
             self._active.pop(memory, None)
             return None
         self._active[memory] = found[0]
-        self._models.setdefault(found[0].name, found[0])
+        self._models.setdefault((found[0].name, found[0].dimension), found[0])
         return found[0]
 
     def forget(self, memory: str) -> None:
@@ -240,6 +244,9 @@ class AsyncModelRegistry(AsyncRepository):
         model = await self.active(filters.memory, refresh=refresh)
         if model is None:
             raise InvalidInput(f"memory {filters.memory!r} has no embedding model; call client.vectors.enable() first")
-        if embedder is not None and embedder.model != model.name:
-            raise EmbeddingError(f"memory {filters.memory!r} is searched with {model.name!r}, not {embedder.model!r}")
+        if embedder is not None and (embedder.model, embedder.dimension) != (model.name, model.dimension):
+            raise EmbeddingError(
+                f"memory {filters.memory!r} is searched with {model.name!r} ({model.dimension} dimensions), not "
+                f"{embedder.model!r} ({embedder.dimension})"
+            )
         return model

@@ -70,8 +70,7 @@ class AsyncItemRepository(AsyncRepository):
 
     async def model(self, embedder: Embedder) -> EmbeddingModel:
         """Register ``embedder``'s model (``pgmem.embedding_models``) and its HNSW index on the item
-        vectors, once per process; return it. A name registered with another dimension is an
-        :class:`pgmem.EmbeddingError`."""
+        vectors, once per process; return it (a model is its name and dimension)."""
         model = await self._registry.register(embedder)
         if model.id not in self._indexed:
             # built concurrently (writes go on), as the registry builds the messages' index

@@ -118,7 +118,7 @@ class AsyncEmbeddingOutbox(AsyncRepository):
         switching = any(row.switching for row in rows)
         for row in rows:
             model = model_of(row)
-            chosen = embedders.get(model.name)
+            chosen = embedders.get((model.name, model.dimension))
             if chosen is None:
                 continue
             if retry_now:

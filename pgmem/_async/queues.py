@@ -22,6 +22,7 @@ from pgmem._async.base import AsyncRepository
 from pgmem.checks import MAX_BATCH, check_key
 from pgmem.errors import InvalidInput, LeaseLost, translate
 from pgmem.models import Message, any_to_str
+from pgmem.planning import notify
 from pgmem.planning import statements as queries
 from pgmem.planning.queues import (
     CHANNEL,
@@ -107,6 +108,7 @@ class AsyncQueueRepository(AsyncRepository):
     def __init__(self, client: AsyncClient) -> None:
         super().__init__(client)
         self._listener: AsyncConnection[Any] | None = None
+        self._notify_key: str | None = None  # the namespace's (pgmem.planning.notify), read once
         self._listen_lock = ALock()
 
     async def _claim_rows(
@@ -367,10 +369,10 @@ class AsyncQueueRepository(AsyncRepository):
             self._listener = conn
         return self._listener
 
-    async def _wait_for_notify(self, conn: AsyncConnection[Any], key: str, timeout: float) -> None:
+    async def _wait_for_notify(self, conn: AsyncConnection[Any], tag: str, timeout: float) -> None:
         with translate():
-            async for notify in conn.notifies(timeout=timeout):
-                if notify.payload == key:
+            async for note in conn.notifies(timeout=timeout):
+                if note.payload == tag:
                     return
 
     async def wait(
@@ -394,10 +396,14 @@ class AsyncQueueRepository(AsyncRepository):
         check_queue(queue)
         timeout = seconds(timeout, "timeout", maximum=MAX_DELAY_SECONDS)
         poll = seconds(poll_interval, "poll_interval", maximum=3600.0, allow_zero=False)
-        key = f"{self.namespace}/{queue}"
         deadline = time.monotonic() + timeout
         async with self._listen_lock:
             listener = await self._listen()  # LISTEN before the first claim: no wake-up can be missed
+            if self._notify_key is None:
+                # Read (made, the first time) before the first claim: a push that commits after it tags
+                # its notification with this key (see pgmem.notify_key).
+                self._notify_key = str(await self._scalar("notify_key", {}, None))
+            tag = notify.tag(self._notify_key, queue)
             while True:
                 items = await self.claim(queue, n, lease=lease, worker=worker, ack=ack)
                 ack = None
@@ -411,7 +417,7 @@ class AsyncQueueRepository(AsyncRepository):
                 if wait is not None:
                     pause = max(0.0, min(pause, float(wait)))
                 if pause > 0:
-                    await self._wait_for_notify(listener, key, pause)
+                    await self._wait_for_notify(listener, tag, pause)
 
     async def consume(
         self,

@@ -64,7 +64,7 @@ class AsyncVectorRepository(AsyncRepository):
     ) -> EmbeddingModel:
         """Register ``embedder``'s model (name and dimension) and its HNSW index, once; return it.
 
-        Raises :class:`pgmem.EmbeddingError` when the name is registered with another dimension.
+        The same name with another dimension is another model.
         """
         return await self.registry.register(embedder, connection=connection)
 
@@ -107,9 +107,10 @@ class AsyncVectorRepository(AsyncRepository):
         check_key(memory)
         return await self.registry.active(memory, connection=connection, refresh=refresh)
 
-    def embedder_for(self, model: str) -> Embedder | None:
-        """The embedder this client has for a model name (None: none; pass ``embedder=`` to searches)."""
-        return self.registry.embedder_for(model)
+    def embedder_for(self, model: str, dimension: int | None = None) -> Embedder | None:
+        """The embedder this client has for a model (None: none; pass ``embedder=`` to searches); with no
+        ``dimension``, the first it has of that name."""
+        return self.registry.embedder_for(model, dimension)
 
     async def embed_query(
         self, model: EmbeddingModel, texts: Sequence[str], embedder: Embedder | None = None

@@ -23,6 +23,7 @@ from pgmem._sync.base import Repository
 from pgmem.checks import MAX_BATCH, check_key
 from pgmem.errors import InvalidInput, LeaseLost, translate
 from pgmem.models import Message, any_to_str
+from pgmem.planning import notify
 from pgmem.planning import statements as queries
 from pgmem.planning.queues import (
     CHANNEL,
@@ -108,6 +109,7 @@ class QueueRepository(Repository):
     def __init__(self, client: Client) -> None:
         super().__init__(client)
         self._listener: Connection[Any] | None = None
+        self._notify_key: str | None = None  # the namespace's (pgmem.planning.notify), read once
         self._listen_lock = Lock()
 
     def _claim_rows(
@@ -368,10 +370,10 @@ class QueueRepository(Repository):
             self._listener = conn
         return self._listener
 
-    def _wait_for_notify(self, conn: Connection[Any], key: str, timeout: float) -> None:
+    def _wait_for_notify(self, conn: Connection[Any], tag: str, timeout: float) -> None:
         with translate():
-            for notify in conn.notifies(timeout=timeout):
-                if notify.payload == key:
+            for note in conn.notifies(timeout=timeout):
+                if note.payload == tag:
                     return
 
     def wait(
@@ -395,10 +397,14 @@ class QueueRepository(Repository):
         check_queue(queue)
         timeout = seconds(timeout, "timeout", maximum=MAX_DELAY_SECONDS)
         poll = seconds(poll_interval, "poll_interval", maximum=3600.0, allow_zero=False)
-        key = f"{self.namespace}/{queue}"
         deadline = time.monotonic() + timeout
         with self._listen_lock:
             listener = self._listen()  # LISTEN before the first claim: no wake-up can be missed
+            if self._notify_key is None:
+                # Read (made, the first time) before the first claim: a push that commits after it tags
+                # its notification with this key (see pgmem.notify_key).
+                self._notify_key = str(self._scalar("notify_key", {}, None))
+            tag = notify.tag(self._notify_key, queue)
             while True:
                 items = self.claim(queue, n, lease=lease, worker=worker, ack=ack)
                 ack = None
@@ -412,7 +418,7 @@ class QueueRepository(Repository):
                 if wait is not None:
                     pause = max(0.0, min(pause, float(wait)))
                 if pause > 0:
-                    self._wait_for_notify(listener, key, pause)
+                    self._wait_for_notify(listener, tag, pause)
 
     def consume(
         self,

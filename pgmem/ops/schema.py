@@ -26,7 +26,7 @@ from sqlalchemy import (
     Text,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, DOUBLE_PRECISION, JSONB, TSVECTOR
+from sqlalchemy.dialects.postgresql import ARRAY, DOUBLE_PRECISION, JSONB, TSVECTOR, UUID
 
 SCHEMA = "pgmem"
 
@@ -257,7 +257,9 @@ embedding_models = Table(
     Column("kind", Text, nullable=False, comment="vector, or halfvec above 2,000 dimensions (HNSW's limit)"),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     PrimaryKeyConstraint("id", name="embedding_models_pkey"),
-    Index("embedding_models_name_key", "name", unique=True),
+    # A model is its definition: namespaces registering the same (name, dimension) share the row and its
+    # index; the same name with another dimension is another model (migration 0005; was unique by name).
+    Index("embedding_models_definition_key", "name", "dimension", unique=True),
     CheckConstraint("dimension BETWEEN 1 AND 16000", name="embedding_models_dimension_check"),
     CheckConstraint("kind IN ('vector', 'halfvec')", name="embedding_models_kind_check"),
     comment="Embedding models in use; each has a partial HNSW index on pgmem.embeddings (embeddings_hnsw_m<id>).",
@@ -520,6 +522,23 @@ item_vectors = Table(
 
 # -- end of the item store ---------------------------------------------------------------------------------
 
+# -- tenant side channels (migration 0005) ---------------------------------------------------------------------
+
+namespace_keys = Table(
+    "namespace_keys",
+    metadata,
+    Column("namespace", Text, nullable=False),
+    Column(
+        "notify_key",
+        UUID(as_uuid=False),
+        nullable=False,
+        server_default=text("gen_random_uuid()"),
+        comment="NOTIFY payloads name a queue or memory by sha256(key || name) (pgmem.notify_tag)",
+    ),
+    PrimaryKeyConstraint("namespace", name="namespace_keys_pkey"),
+    comment="A random key per namespace (row-level security: only the namespace's own clients read it).",
+)
+
 __all__ = [
     "FTS_MAX_CHARS",
     "SCHEMA",
@@ -529,6 +548,7 @@ __all__ = [
     "item_vectors",
     "items",
     "memory_models",
+    "namespace_keys",
     "vector_log",
     "brain_memories",
     "memory_stores",

@@ -24,7 +24,7 @@ MAX_CLAIM = 1000
 MIN_PRIORITY, MAX_PRIORITY = -(2**31), 2**31 - 1
 #: Most attempts an item may be given before it is dead-lettered.
 MAX_ATTEMPTS = 1000
-#: Channel every push notifies (payload: "namespace/queue").
+#: Channel every push notifies (payload: the queue's tag, pgmem.planning.notify.tag).
 CHANNEL = "pgmem_queue"
 
 
