@@ -5,17 +5,17 @@ A client given replicas (``pgmem.connect(dsn, replicas=[...])`` or ``PGMEM_REPLI
 on each one when first needed, configured like its own (:meth:`AsyncSessions.configure`: pgvector's types,
 the HNSW settings, the application role) and read-only. Reads go to the replicas in turn.
 
-Read-your-writes, at the cost of one round trip to the primary per read that follows a write, and none
-otherwise: every use of a primary connection by the client counts as a possible write (``wrote``, a counter
-bumped after the statement returned, so after its commit). A replica read that finds the counter moved
-since it last looked asks the primary for its WAL flush position (``sql/replicas.sql``): every commit that
-returned before that lies at or before it. The replica is then read once it has replayed that far
-(``pg_last_wal_replay_lsn``, asked in the same round trip as the read, then polled every 1-20 ms while it is
-behind; remembered per replica, so later reads need no check), within ``wait`` seconds; past that the read
-goes to the primary. Returning the commit position from each write statement instead would cost nothing
-per read but would touch every write statement of pgmem (and a caller's own transaction commits outside
-pgmem); asking on the read side covers both, and reads that follow only reads (a search loop) pay nothing. The position may include other clients' later writes: the wait is
-for the replica's lag, never for a write that has not happened.
+Read-your-writes, at the cost of two round trips per read that follows a write (the primary's WAL position,
+the replica's replay position), and none otherwise: every use of a primary connection by the client counts as
+a possible write (``wrote``, a counter bumped after the statement returned, so after its commit). A replica
+read that finds the counter moved since it last looked asks the primary for its WAL flush position
+(``sql/replicas.sql``): every commit that returned before that lies at or before it. The replica is then read
+once it has replayed that far (``pg_last_wal_replay_lsn``, polled every 1-20 ms while it is behind; remembered
+per replica, so later reads need no check), within ``wait`` seconds; past that the read goes to the primary.
+Returning the commit position from each write statement instead would cost nothing per read but would touch
+every write statement of pgmem (and a caller's own transaction commits outside pgmem); asking on the read side
+covers both, and reads that follow only reads (a search loop) pay nothing. The position may include other
+clients' later writes: the wait is for the replica's lag, never for a write that has not happened.
 
 A replica that cannot be reached, or breaks during a read, is skipped for ``backoff`` seconds (a new
 connection is tried after that); one that has not caught up within ``wait`` is skipped for as long. The read
@@ -270,19 +270,15 @@ class Replicas:
     ) -> T:
         """``read(conn)`` once ``replica`` has replayed ``target`` (:class:`_Skip` when it lags past ``deadline``).
 
-        A replica not yet seen that far is asked its replay position in the same round trip as the read (a
-        pipeline: the position is read before the read's snapshot is taken, so a replica that had caught up
-        costs no round trip more); one that had not is polled, then read again."""
-        if target is None or replica.replayed >= target:
-            return read(conn)
-        with conn.pipeline():
-            cur = conn.execute(Q["replayed_position"])
-            result = read(conn)
-        if self._replayed(replica, cur.fetchone(), target, waited=False):
-            return result
-        if not self._catch_up(replica, conn, target, deadline, waited=True):
-            self._lagging(replica)
-            raise _Skip()
+        A replica not yet seen that far is asked its replay position first (one round trip), and polled while
+        it is behind. (Sending that question in one pipeline with the read saves the round trip when the
+        replica has caught up, but the question then comes sooner, finds the replica behind more often, and
+        the read runs twice: 13 of 100 reads after a write against 1 of 100, and no faster at p50, measured
+        with benchmarks/replicas.py's read-your-writes loop on a loaded 2-core VM.)"""
+        if target is not None and replica.replayed < target:
+            if not self._catch_up(replica, conn, target, deadline):
+                self._lagging(replica)
+                raise _Skip()
         return read(conn)
 
     def _replayed(self, replica: _Replica, row: Any, target: int, *, waited: bool) -> bool:
@@ -302,12 +298,10 @@ class Replicas:
             replica.skipped_lag += 1
             replica.state, replica.until = "lagging", time.monotonic() + self.backoff
 
-    def _catch_up(
-        self, replica: _Replica, conn: Connection[Any], target: int, deadline: float, *, waited: bool = False
-    ) -> bool:
-        """Poll the replica's replay position until it reaches ``target`` (True) or ``deadline`` passes
-        (``waited``: the read has waited already, whatever this finds)."""
+    def _catch_up(self, replica: _Replica, conn: Connection[Any], target: int, deadline: float) -> bool:
+        """Poll the replica's replay position until it reaches ``target`` (True) or ``deadline`` passes."""
         pause = POLL_FIRST
+        waited = False
         while True:
             cur = conn.execute(Q["replayed_position"])
             if self._replayed(replica, cur.fetchone(), target, waited=waited):
