@@ -15,6 +15,7 @@ from pgmem.checks import MAX_BATCH, MAX_CONTENT_BYTES, MAX_JSON_BYTES, MAX_NAME_
 from pgmem.connecting import aconnect, connect
 from pgmem.errors import (
     ClientClosed,
+    CommitUnknown,
     ConfigError,
     Conflict,
     ConnectionFailed,
@@ -28,6 +29,7 @@ from pgmem.errors import (
     SchemaOutOfDate,
     SchemaTooNew,
     SummaryError,
+    Timeout,
 )
 from pgmem.models import IGNORED_MESSAGE_ID, MESSAGE_ROUTE_TO_ALL, Message, any_to_str
 
@@ -69,6 +71,7 @@ __all__ = [
     "AsyncMessageRepository",
     "Client",
     "ClientClosed",
+    "CommitUnknown",
     "ConfigError",
     "Conflict",
     "ConnectionFailed",
@@ -84,6 +87,7 @@ __all__ = [
     "SchemaOutOfDate",
     "SchemaTooNew",
     "SummaryError",
+    "Timeout",
     "aconnect",
     "any_to_str",
     "connect",

@@ -51,6 +51,7 @@ REPLACEMENTS = {
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
     "AsyncExitStack": "ExitStack",
+    "AsyncTransaction": "Transaction",
     "enter_async_context": "enter_context",
 }
 

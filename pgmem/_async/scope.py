@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, LiteralString
 
-from psycopg import AsyncConnection, AsyncCursor
+from psycopg import AsyncConnection, AsyncCursor, AsyncTransaction
 from psycopg.pq import PipelineStatus, TransactionStatus
 
 from pgmem.errors import PermissionDenied, translate
@@ -96,12 +96,15 @@ async def transaction(conn: AsyncConnection[Any], namespace: str) -> AsyncIterat
         return
     try:
         async with AsyncExitStack() as stack:
+            # A Transaction object, not conn.transaction(): entered inside a pipeline, the latter keeps the
+            # connection in pipeline mode until the transaction ends (results fetched lazily, cursors'
+            # pgresult unset), where this one leaves it with the pipeline block.
             if _pipelined(conn):
-                await stack.enter_async_context(conn.transaction())
+                await stack.enter_async_context(AsyncTransaction(conn))
                 await conn.execute(SET_NAMESPACE, {"ns": namespace})
             else:
                 async with conn.pipeline():
-                    await stack.enter_async_context(conn.transaction())
+                    await stack.enter_async_context(AsyncTransaction(conn))
                     await conn.execute(SET_NAMESPACE, {"ns": namespace})
             _scopes[conn] = namespace
             yield conn

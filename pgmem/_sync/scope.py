@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any, LiteralString
 
-from psycopg import Connection, Cursor
+from psycopg import Connection, Cursor, Transaction
 from psycopg.pq import PipelineStatus, TransactionStatus
 
 from pgmem.errors import PermissionDenied, translate
@@ -97,12 +97,15 @@ def transaction(conn: Connection[Any], namespace: str) -> Iterator[Connection[An
         return
     try:
         with ExitStack() as stack:
+            # A Transaction object, not conn.transaction(): entered inside a pipeline, the latter keeps the
+            # connection in pipeline mode until the transaction ends (results fetched lazily, cursors'
+            # pgresult unset), where this one leaves it with the pipeline block.
             if _pipelined(conn):
-                stack.enter_context(conn.transaction())
+                stack.enter_context(Transaction(conn))
                 conn.execute(SET_NAMESPACE, {"ns": namespace})
             else:
                 with conn.pipeline():
-                    stack.enter_context(conn.transaction())
+                    stack.enter_context(Transaction(conn))
                     conn.execute(SET_NAMESPACE, {"ns": namespace})
             _scopes[conn] = namespace
             yield conn

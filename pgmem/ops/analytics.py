@@ -80,9 +80,27 @@ def query_text(name: str) -> LiteralString:
     return queries.load("analytics")[name]
 
 
+#: Row-level security: the transaction sees the scope's namespace, or every namespace (no namespace) when
+#: the connection's role is the tables' owner (its pgmem_admin policy; a superuser sees all anyway). pgmem's
+#: application role sees nothing without a namespace.
+_SCOPE_SQL = """
+SELECT set_config('pgmem.namespace', coalesce(%(ns)s::text, ''), true),
+       set_config('pgmem.admin', CASE WHEN %(ns)s::text IS NULL THEN 'on' ELSE '' END, true)"""
+
+
+def scope_transaction(conn: psycopg.Connection[Any], scope: Scope) -> None:
+    """Scope the transaction ``conn`` is in to ``scope``'s namespace (see :data:`_SCOPE_SQL`)."""
+    conn.execute(_SCOPE_SQL, {"ns": scope.namespace})
+
+
 def fetch(conn: psycopg.Connection[Any], name: str, scope: Scope, **extra: Any) -> list[dict[str, Any]]:
-    """Rows of the named query as dicts (numbers as int or float)."""
+    """Rows of the named query as dicts (numbers as int or float). Outside a transaction it runs in one
+    scoped to ``scope`` (:func:`scope_transaction`); inside one, the caller scopes it."""
     with translate():
+        if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            with conn.transaction():
+                scope_transaction(conn, scope)
+                return fetch(conn, name, scope, **extra)
         cur = conn.execute(query_text(name), {**scope.params(), **extra})
         columns = [c.name for c in cur.description or []]
         return [{c: _plain(v) for c, v in zip(columns, row, strict=True)} for row in cur.fetchall()]

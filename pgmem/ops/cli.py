@@ -265,11 +265,20 @@ def stats(
 
     scope = analytics.Scope(namespace, analytics.parse_since(since))
     resolved = _dsn(dsn)
+    import contextlib
+
+    import psycopg
+
     import pgmem
 
     with pgmem.connect(resolved, namespace=namespace or "default", min_size=0, max_size=1) as client:
         # A replica's connection when PGMEM_REPLICA_DSNS names one that answers: the scans leave the primary.
-        with translate(), client.read_connection() as conn:
+        # Every namespace (no --namespace) is the tables' owner's view: a plain connection as the DSN's role
+        # (a client's connections act as the application role, held by row-level security to one namespace).
+        reading: contextlib.AbstractContextManager[psycopg.Connection[Any]] = (
+            client.read_connection() if namespace else psycopg.connect(resolved)
+        )
+        with translate(), reading as conn:
             by_memory = analytics.fetch(conn, "messages_by_memory", scope)
             agents = analytics.fetch(conn, "agents", scope)
             flow = analytics.fetch(conn, "flow", scope)

@@ -77,6 +77,7 @@ def collect(conn: psycopg.Connection[Any], scope: Scope) -> dict[str, Any]:
     sections: dict[str, Any] = {}
     with translate(), conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        analytics.scope_transaction(conn, scope)
         totals = analytics.fetch(conn, "totals", scope)[0]
         bucket = analytics.bucket_for(totals["first_at"], totals["last_at"])
         seconds = dict(analytics.BUCKETS)[bucket]

@@ -310,7 +310,7 @@ def test_stored_vectors_find_their_memories_by_message_id(client: pgmem.Client, 
     read the whole table (here: 1,500 rows to log 3 vectors; elsewhere it walked the memory's entries), so
     the trigger's cost grew with the data; each vector probes the message index instead (pre-baseline
     migration 0010)."""
-    with client.transaction() as conn:
+    with psycopg.connect(dsn) as conn:  # the tables' owner (the client acts as pgmem_app)
         conn.execute("ALTER TABLE pgmem.memory_entries SET (autovacuum_enabled = off)")
     client.vectors.enable("big")
     client.messages.add("big", Message(id="b0", content="the first entry"))
