@@ -127,3 +127,390 @@ UNION SELECT namespace FROM pgmem.brain_memories WHERE expires_at IS NOT NULL
 UNION SELECT namespace FROM pgmem.vector_log
 UNION SELECT namespace FROM pgmem.retrieval_log
 ORDER BY 1;
+
+-- ==== forget (AsyncRetention.forget): every copy of some messages, in the caller's one transaction ====
+-- The selectors lock the messages they pick (FOR UPDATE, in id order: two forgets never deadlock on one
+-- another, and a writer adding one of them to a memory waits, then fails its foreign key check); the
+-- statements after them take the ids picked (`ids`), and each returns how many rows it changed.
+
+-- name: forget_select_ids
+-- The messages of the namespace among %(ids)s.
+SELECT id FROM pgmem.messages
+WHERE namespace = %(ns)s AND id = ANY(%(ids)s::text[])
+ORDER BY id
+FOR UPDATE;
+
+-- name: forget_select_memory
+-- Every message the memory %(memory)s holds (wherever else it is referenced).
+SELECT m.id FROM pgmem.messages AS m
+WHERE m.namespace = %(ns)s
+  AND m.id IN (SELECT e.message_id FROM pgmem.memory_entries AS e
+               WHERE e.namespace = %(ns)s AND e.memory = %(memory)s)
+ORDER BY m.id
+FOR UPDATE OF m;
+
+-- name: forget_select_sender
+-- Every message sent by %(sender)s (messages.sent_from; on messages_sent_from_idx).
+SELECT id FROM pgmem.messages
+WHERE namespace = %(ns)s AND sent_from = %(sender)s
+ORDER BY id
+FOR UPDATE;
+
+-- name: forget_select_subject
+-- Every message whose metadata has the top-level key "subject" equal to the string %(subject)s
+-- (metadata @> {"subject": ...}). No index: it reads the namespace's messages (forget is rare).
+SELECT id FROM pgmem.messages
+WHERE namespace = %(ns)s AND metadata @> jsonb_build_object('subject', %(subject)s::text)
+ORDER BY id
+FOR UPDATE;
+
+-- name: forget_stale_summaries
+-- Summaries (every level) whose range of entries covers an entry of a forgotten message: marked stale, their
+-- content (which may quote the message) emptied. A level-n summary's range spans its children's, so a
+-- seq inside it is covered at every level. Run before the entries go.
+WITH hit AS (
+    SELECT DISTINCT s.memory, s.id
+    FROM pgmem.memory_entries AS e
+    JOIN pgmem.summaries AS s
+      ON s.namespace = e.namespace AND s.memory = e.memory AND e.seq BETWEEN s.first_seq AND s.last_seq
+    WHERE e.namespace = %(ns)s AND e.message_id = ANY(%(ids)s::text[]) AND s.stale_at IS NULL
+), marked AS (
+    UPDATE pgmem.summaries AS s SET stale_at = now(), content = ''
+    FROM hit
+    WHERE s.namespace = %(ns)s AND s.memory = hit.memory AND s.id = hit.id
+    RETURNING 1
+)
+SELECT count(*) FROM marked;
+
+-- name: forget_brain_summaries
+-- A BrainMemory's historical summary (and last talk, when it is a forgotten message's text) is a copy
+-- too: a brain whose history (the memory b.key; knowledge is never summarised) held a forgotten message
+-- loses its summary, and its remaining history reads as unsummarised again (summarized_seq 0) until it is
+-- compressed anew.
+WITH forgotten AS (
+    SELECT e.memory FROM pgmem.memory_entries AS e
+    WHERE e.namespace = %(ns)s AND e.message_id = ANY(%(ids)s::text[])
+), reset AS (
+    UPDATE pgmem.brain_memories AS b
+    SET historical_summary = '', summarized_seq = 0,
+        last_talk = CASE WHEN b.last_talk IN (SELECT m.content FROM pgmem.messages AS m
+                                             WHERE m.namespace = %(ns)s AND m.id = ANY(%(ids)s::text[]))
+                         THEN NULL ELSE b.last_talk END,
+        updated_at = now()
+    WHERE b.namespace = %(ns)s
+      AND b.key IN (SELECT memory FROM forgotten)
+      AND (b.historical_summary <> '' OR b.summarized_seq <> 0 OR b.last_talk IS NOT NULL)
+    RETURNING 1
+)
+SELECT count(*) FROM reset;
+
+-- name: forget_retrieval_log
+-- Logged searches that returned a forgotten message (on retrieval_log_message_idx).
+WITH gone AS (
+    DELETE FROM pgmem.retrieval_log
+    WHERE namespace = %(ns)s AND message_ids && %(ids)s::text[]
+    RETURNING 1
+)
+SELECT count(*) FROM gone;
+
+-- name: forget_queue_items
+-- Live queue items carrying a forgotten message: ready, leased or dead, inbox deliveries included.
+WITH gone AS (
+    DELETE FROM pgmem.queue_items
+    WHERE namespace = %(ns)s AND message_id = ANY(%(ids)s::text[])
+    RETURNING 1
+)
+SELECT count(*) FROM gone;
+
+-- name: forget_queue_archive
+-- Archived (acknowledged) items of a forgotten message: each archive row naming one is rewritten without
+-- those items (its arrays filtered by position), or deleted when nothing else is left in it. Returns the
+-- items removed.
+WITH hit AS (
+    SELECT b.batch, cardinality(b.ids) AS n FROM pgmem.queue_archive_batches AS b
+    WHERE b.namespace = %(ns)s AND b.message_ids && %(ids)s::text[]
+    FOR UPDATE
+), kept AS (
+    SELECT b.batch, array_agg(b.ids[i] ORDER BY i) AS ids, array_agg(b.message_ids[i] ORDER BY i) AS message_ids,
+           array_agg(b.priorities[i] ORDER BY i) AS priorities, array_agg(b.enqueued_at[i] ORDER BY i) AS enqueued_at,
+           array_agg(b.claimed_at[i] ORDER BY i) AS claimed_at, array_agg(b.attempts[i] ORDER BY i) AS attempts,
+           array_agg(b.claimed_by[i] ORDER BY i) AS claimed_by, array_agg(b.dedup_keys[i] ORDER BY i) AS dedup_keys
+    FROM pgmem.queue_archive_batches AS b
+    JOIN hit ON hit.batch = b.batch
+    CROSS JOIN LATERAL generate_subscripts(b.message_ids, 1) AS i
+    WHERE b.namespace = %(ns)s AND b.message_ids[i] <> ALL(%(ids)s::text[])
+    GROUP BY b.batch
+), rewritten AS (
+    UPDATE pgmem.queue_archive_batches AS b
+    SET ids = kept.ids, message_ids = kept.message_ids, priorities = kept.priorities,
+        enqueued_at = kept.enqueued_at, claimed_at = kept.claimed_at, attempts = kept.attempts,
+        claimed_by = kept.claimed_by, dedup_keys = kept.dedup_keys
+    FROM kept
+    WHERE b.namespace = %(ns)s AND b.batch = kept.batch
+    RETURNING b.batch, cardinality(kept.ids) AS left_over
+), emptied AS (
+    DELETE FROM pgmem.queue_archive_batches AS b
+    WHERE b.namespace = %(ns)s AND b.batch IN (SELECT batch FROM hit)
+      AND b.batch NOT IN (SELECT batch FROM kept)
+    RETURNING b.batch
+)
+SELECT coalesce((SELECT sum(n) FROM hit), 0)
+       - coalesce((SELECT sum(left_over) FROM rewritten), 0) AS removed;
+
+-- name: forget_entries
+-- The forgotten messages' entries in every memory (the trigger memory_entries_removed logs their vectors
+-- leaving each memory and announces it: every process's FAISS cache drops them). One row per memory:
+-- (memory, entries removed).
+WITH gone AS (
+    DELETE FROM pgmem.memory_entries
+    WHERE namespace = %(ns)s AND message_id = ANY(%(ids)s::text[])
+    RETURNING memory
+)
+SELECT memory, count(*) FROM gone GROUP BY memory ORDER BY memory;
+
+-- name: forget_outbox
+-- Embeddings still waiting to be computed for them.
+WITH gone AS (
+    DELETE FROM pgmem.embedding_outbox
+    WHERE namespace = %(ns)s AND message_id = ANY(%(ids)s::text[])
+    RETURNING 1
+)
+SELECT count(*) FROM gone;
+
+-- name: forget_embeddings
+-- Their vectors, every model (the messages' delete would cascade to them; deleted here to count them).
+WITH gone AS (
+    DELETE FROM pgmem.embeddings
+    WHERE namespace = %(ns)s AND message_id = ANY(%(ids)s::text[])
+    RETURNING 1
+)
+SELECT count(*) FROM gone;
+
+-- name: forget_messages
+-- The message rows.
+WITH gone AS (
+    DELETE FROM pgmem.messages
+    WHERE namespace = %(ns)s AND id = ANY(%(ids)s::text[])
+    RETURNING 1
+)
+SELECT count(*) FROM gone;
+
+-- name: audit
+-- The audit row of a forget or a retention run: who (current_user, the caller's %(label)s), when, what
+-- scope and how many rows per table (JSON objects the caller built from ids and names, never content).
+INSERT INTO pgmem.forget_audit (namespace, actor, label, scope, counts)
+VALUES (%(ns)s, current_user, %(label)s, %(scope)s::jsonb, %(counts)s::jsonb)
+RETURNING id;
+
+-- ==== retention policies (AsyncRetention.set_policy, policies, remove_policy, run) ====
+
+-- name: set_policy
+-- Create or replace the policy of (%(target)s, %(scope)s).
+INSERT INTO pgmem.retention_policies AS p (namespace, scope, target, max_age, max_count)
+VALUES (%(ns)s, %(scope)s, %(target)s, make_interval(secs => %(max_age)s::float8), %(max_count)s::bigint)
+ON CONFLICT (namespace, target, scope) DO UPDATE
+SET max_age = excluded.max_age, max_count = excluded.max_count, updated_at = now()
+RETURNING p.target, p.scope, p.max_age, p.max_count, p.created_at, p.updated_at;
+
+-- name: policies
+-- The namespace's policies (of one target when %(target)s is not NULL), by target then scope.
+SELECT p.target, p.scope, p.max_age, p.max_count, p.created_at, p.updated_at
+FROM pgmem.retention_policies AS p
+WHERE p.namespace = %(ns)s AND (%(target)s::text IS NULL OR p.target = %(target)s::text)
+ORDER BY p.target, p.scope;
+
+-- name: remove_policy
+WITH gone AS (
+    DELETE FROM pgmem.retention_policies
+    WHERE namespace = %(ns)s AND target = %(target)s AND scope = %(scope)s
+    RETURNING 1
+)
+SELECT count(*) FROM gone;
+
+-- The batches of a policy run. Each is one short transaction of at most `limit` rows (messages,
+-- entries, archive rows, summaries, logged searches or vector log rows), oldest first. Rows are picked
+-- with SKIP LOCKED: a row a writer holds is left for the next batch or run, never waited for. A count
+-- bound is computed once per run by the *_bound statement: the newest rows beyond it only push it further
+-- up, so what it marks stays deletable for the whole run. A NULL age or bound disables that half of a
+-- statement (the age or the count): each batch statement serves both.
+
+-- fragment: policy_cutoff
+-- The age cutoff of a policy batch: NULL (no age limit) when %(age)s is NULL.
+now() - %(age)s::float8 * interval '1 second'
+
+-- name: messages_bound
+-- The seq of the newest message beyond the newest %(keep)s of the namespace (NULL: there are not more).
+SELECT seq FROM pgmem.messages WHERE namespace = %(ns)s ORDER BY seq DESC OFFSET %(keep)s LIMIT 1;
+
+-- name: messages_batch
+-- Up to %(limit)s messages of the namespace created before the cutoff or at or below the bound, oldest
+-- first, that no queue is still to deliver (a ready or leased item keeps its message until it is acked,
+-- dead-lettered or cleared). Their ids go to the forget statements.
+SELECT m.id FROM pgmem.messages AS m
+WHERE m.namespace = %(ns)s
+  AND (m.created_at < {{policy_cutoff}} OR m.seq <= %(bound)s::bigint)
+  AND NOT EXISTS (SELECT 1 FROM pgmem.queue_items AS q
+                  WHERE q.namespace = %(ns)s AND q.message_id = m.id AND q.status = 'ready')
+ORDER BY m.seq
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: entries_bound
+-- The seq of the newest entry of the memory %(memory)s beyond its newest %(keep)s (NULL: none).
+SELECT seq FROM pgmem.memory_entries WHERE namespace = %(ns)s AND memory = %(memory)s
+ORDER BY seq DESC OFFSET %(keep)s LIMIT 1;
+
+-- name: entries_batch
+-- Up to %(limit)s entries of the memory %(memory)s added before the cutoff or at or below the bound,
+-- oldest first, taken out of it; their messages go too when nothing else refers to them. Returns the
+-- entries removed.
+WITH target AS (
+    SELECT message_id FROM pgmem.memory_entries
+    WHERE namespace = %(ns)s AND memory = %(memory)s
+      AND (added_at < {{policy_cutoff}} OR seq <= %(bound)s::bigint)
+    ORDER BY seq
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), entry AS (
+    DELETE FROM pgmem.memory_entries AS e USING target
+    WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND e.message_id = target.message_id
+    RETURNING e.message_id
+), orphan AS (
+    {{delete_orphans}}
+)
+SELECT count(*) FROM entry;
+
+-- name: archive_bound
+-- The newest archive row of the queue %(queue)s (NULL: every queue) whose newer rows already hold
+-- %(keep)s items: it and every older row can go, and at least the newest %(keep)s items stay (a row is
+-- removed whole). NULL when there is none.
+SELECT batch FROM (
+    SELECT batch, cardinality(ids) AS n,
+           sum(cardinality(ids)) OVER (ORDER BY batch DESC) AS upto
+    FROM pgmem.queue_archive_batches
+    WHERE namespace = %(ns)s AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+) AS running
+WHERE upto - n >= %(keep)s
+ORDER BY batch DESC
+LIMIT 1;
+
+-- name: archive_batch
+-- Up to %(limit)s archive rows of the queue %(queue)s (NULL: every queue) acknowledged before the cutoff
+-- or at or below the bound, with the messages nothing refers to any more (as purge_queue_archive).
+-- Returns the items removed.
+WITH target AS (
+    SELECT batch FROM pgmem.queue_archive_batches
+    WHERE namespace = %(ns)s AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+      AND (acked_at < {{policy_cutoff}} OR batch <= %(bound)s::bigint)
+    ORDER BY batch
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM pgmem.queue_archive_batches AS a USING target
+    WHERE a.namespace = %(ns)s AND a.batch = target.batch
+    RETURNING a.batch, a.message_ids
+), orphan AS (
+    DELETE FROM pgmem.messages AS m
+    USING (SELECT DISTINCT unnest(message_ids) AS message_id FROM gone) AS g
+    WHERE m.namespace = %(ns)s AND m.id = g.message_id
+      AND NOT EXISTS (SELECT 1 FROM pgmem.memory_entries AS e
+                      WHERE e.namespace = %(ns)s AND e.message_id = g.message_id)
+      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_items AS q
+                      WHERE q.namespace = %(ns)s AND q.message_id = g.message_id)
+      -- archived rows this statement keeps (its snapshot still shows the ones it deletes)
+      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive_batches AS a
+                      WHERE a.message_ids @> ARRAY[g.message_id] AND a.namespace = %(ns)s
+                        AND a.batch NOT IN (SELECT batch FROM gone))
+)
+SELECT coalesce(sum(cardinality(message_ids)), 0) AS removed FROM gone;
+
+-- name: summaries_bound
+-- The id of the newest summary beyond the newest %(keep)s of the memory %(memory)s (NULL: the namespace).
+SELECT id FROM pgmem.summaries
+WHERE namespace = %(ns)s AND (%(memory)s::text IS NULL OR memory = %(memory)s::text)
+ORDER BY id DESC OFFSET %(keep)s LIMIT 1;
+
+-- name: summaries_batch
+-- Up to %(limit)s summaries of the memory %(memory)s (NULL: the namespace) created before the cutoff or
+-- at or below the bound, oldest first. Returns the summaries removed.
+WITH target AS (
+    SELECT memory, id FROM pgmem.summaries
+    WHERE namespace = %(ns)s AND (%(memory)s::text IS NULL OR memory = %(memory)s::text)
+      AND (created_at < {{policy_cutoff}} OR id <= %(bound)s::bigint)
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM pgmem.summaries AS s USING target
+    WHERE s.namespace = %(ns)s AND s.memory = target.memory AND s.id = target.id
+    RETURNING 1
+)
+SELECT count(*) FROM gone;
+
+-- name: retrieval_log_bound
+-- The id of the newest logged search beyond the newest %(keep)s of the memory %(memory)s (NULL: the
+-- namespace).
+SELECT id FROM pgmem.retrieval_log
+WHERE namespace = %(ns)s AND (%(memory)s::text IS NULL OR memory = %(memory)s::text)
+ORDER BY id DESC OFFSET %(keep)s LIMIT 1;
+
+-- name: retrieval_log_batch
+-- Up to %(limit)s logged searches of the memory %(memory)s (NULL: the namespace) logged before the cutoff
+-- or at or below the bound, oldest first. Returns the rows removed.
+WITH target AS (
+    SELECT id FROM pgmem.retrieval_log
+    WHERE namespace = %(ns)s AND (%(memory)s::text IS NULL OR memory = %(memory)s::text)
+      AND (logged_at < {{policy_cutoff}} OR id <= %(bound)s::bigint)
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM pgmem.retrieval_log AS r USING target
+    WHERE r.namespace = %(ns)s AND r.id = target.id
+    RETURNING 1
+)
+SELECT count(*) FROM gone;
+
+-- name: vector_log_batch
+-- Up to %(limit)s vector log rows of the memory %(memory)s (NULL: every memory of the namespace), taken
+-- from the front of each memory's log, as purge_vector_log keeps it: what stays of a memory is every
+-- revision from some revision on, at least its newest one. A row goes when it was logged before the
+-- cutoff with no older revision logged since, or when it is not among the memory's newest %(keep)s
+-- revisions (count: per memory, whatever the scope; NULL: no count limit).
+WITH mem AS (
+    SELECT key, vec_rev FROM pgmem.memories
+    WHERE namespace = %(ns)s AND (%(memory)s::text IS NULL OR key = %(memory)s::text)
+), bound AS (
+    SELECT mem.key AS memory,
+           greatest(CASE WHEN %(age)s::float8 IS NULL THEN NULL
+                         ELSE least(mem.vec_rev, coalesce(recent.rev, mem.vec_rev)) END,
+                    CASE WHEN %(keep)s::bigint IS NULL THEN NULL
+                         ELSE mem.vec_rev - greatest(%(keep)s::bigint, 1) + 1 END) AS keep_from
+    FROM mem
+    LEFT JOIN LATERAL (
+        SELECT l.rev FROM pgmem.vector_log AS l
+        WHERE l.namespace = %(ns)s AND l.memory = mem.key AND l.logged_at >= {{policy_cutoff}}
+        ORDER BY l.rev
+        LIMIT 1
+    ) AS recent ON true
+), target AS (
+    SELECT l.memory, l.rev FROM pgmem.vector_log AS l
+    JOIN bound ON l.namespace = %(ns)s AND l.memory = bound.memory AND l.rev < bound.keep_from
+    ORDER BY l.memory, l.rev
+    LIMIT %(limit)s
+), gone AS (
+    DELETE FROM pgmem.vector_log AS l USING target
+    WHERE l.namespace = %(ns)s AND l.memory = target.memory AND l.rev = target.rev
+    RETURNING 1
+)
+SELECT count(*) FROM gone;
+
+-- name: expired_namespaces
+-- The namespaces with expired brains (an administrator's query: pgmem.admin.purge_expired).
+SELECT DISTINCT namespace FROM pgmem.brain_memories
+WHERE expires_at IS NOT NULL AND expires_at <= now()
+ORDER BY 1;
+
+-- name: policy_namespaces
+-- The namespaces with a retention policy (an administrator's query: `pgmem retention run --all-namespaces`).
+SELECT DISTINCT namespace FROM pgmem.retention_policies ORDER BY 1;

@@ -4,6 +4,10 @@
 -- A level-1 summary covers a range of memory_entries.seq; a level-n summary (n >= 2) covers the range of
 -- its level n-1 children. "Not yet summarised" means after the last range of the level below: a new
 -- summary never covers a message (or a summary) twice.
+--
+-- A stale summary (stale_at set: a message it covered was forgotten, pgmem._async.retention) keeps its
+-- range, so nothing summarises that range again, but its content was emptied and no read serves it:
+-- `list`, `frontier` and `unrolled` skip it; `recompute` rebuilds it from what is left of its range.
 
 -- fragment: summary_columns
 -- A summary row (pgmem.planning.rows.SummaryRow), for the alias s (pgmem.summaries).
@@ -38,7 +42,7 @@ LIMIT %(limit)s;
 -- Summaries of one level that no summary of the next level covers yet, oldest first.
 SELECT {{summary_columns}}
 FROM pgmem.summaries AS s
-WHERE s.namespace = %(ns)s AND s.memory = %(memory)s AND s.level = %(level)s
+WHERE s.namespace = %(ns)s AND s.memory = %(memory)s AND s.level = %(level)s AND s.stale_at IS NULL
   AND s.first_seq > coalesce((SELECT max(p.last_seq) FROM pgmem.summaries AS p
                               WHERE p.namespace = %(ns)s AND p.memory = %(memory)s
                                 AND p.level = %(level)s + 1), 0)
@@ -62,21 +66,24 @@ RETURNING {{summary_columns}};
 SELECT EXISTS (SELECT 1 FROM pgmem.memories WHERE namespace = %(ns)s AND key = %(memory)s);
 
 -- name: list
--- Every summary of a memory (of one level when %(level)s is not NULL), by level then range.
+-- Every summary of a memory that is not stale (of one level when %(level)s is not NULL), by level then
+-- range.
 SELECT {{summary_columns}}
 FROM pgmem.summaries AS s
 WHERE s.namespace = %(ns)s AND s.memory = %(memory)s AND (%(level)s::smallint IS NULL OR s.level = %(level)s)
+  AND s.stale_at IS NULL
 ORDER BY s.level, s.first_seq;
 
 -- name: frontier
 -- The summaries no higher-level summary covers, in range order: together they summarise everything
--- summarised so far, each message once.
+-- summarised so far, each message once. Stale ones are left out; a summary under a stale parent takes
+-- its place.
 SELECT {{summary_columns}}
 FROM pgmem.summaries AS s
-WHERE s.namespace = %(ns)s AND s.memory = %(memory)s
+WHERE s.namespace = %(ns)s AND s.memory = %(memory)s AND s.stale_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM pgmem.summaries AS p
                   WHERE p.namespace = s.namespace AND p.memory = s.memory AND p.level = s.level + 1
-                    AND s.first_seq BETWEEN p.first_seq AND p.last_seq)
+                    AND s.first_seq BETWEEN p.first_seq AND p.last_seq AND p.stale_at IS NULL)
 ORDER BY s.first_seq, s.level DESC;
 
 -- name: delete_all
@@ -90,3 +97,44 @@ SELECT count(*) FROM gone;
 -- The end of the last summary of a level (0 when there is none).
 SELECT coalesce(max(last_seq), 0) FROM pgmem.summaries
 WHERE namespace = %(ns)s AND memory = %(memory)s AND level = %(level)s;
+
+-- name: stale
+-- The memory's stale summaries (content emptied), lowest level first, then by range, with when each was
+-- marked: what `recompute` rebuilds.
+SELECT {{summary_columns}}, s.stale_at
+FROM pgmem.summaries AS s
+WHERE s.namespace = %(ns)s AND s.memory = %(memory)s AND s.stale_at IS NOT NULL
+ORDER BY s.level, s.first_seq;
+
+-- name: range_messages
+-- What is left of a stale level-1 summary's range: the memory's messages numbered %(first)s..%(last)s.
+SELECT e.seq, {{message_columns}}
+FROM {{entry_messages}}
+WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND e.seq BETWEEN %(first)s AND %(last)s
+ORDER BY e.seq;
+
+-- name: range_children
+-- What is left of a stale level-n summary's range: its level n-1 children that are not stale.
+SELECT {{summary_columns}}
+FROM pgmem.summaries AS s
+WHERE s.namespace = %(ns)s AND s.memory = %(memory)s AND s.level = %(level)s - 1
+  AND s.first_seq BETWEEN %(first)s AND %(last)s AND s.stale_at IS NULL
+ORDER BY s.first_seq;
+
+-- name: refresh
+-- Store the recomputed content of a stale summary, unless it was marked stale again meanwhile (another
+-- forget: its range must be read again). Returns the summary.
+UPDATE pgmem.summaries AS s
+SET content = %(content)s, source_chars = %(source_chars)s, source_tokens = %(source_tokens)s,
+    summary_tokens = %(summary_tokens)s, tokenizer = %(tokenizer)s, stale_at = NULL
+WHERE s.namespace = %(ns)s AND s.memory = %(memory)s AND s.id = %(id)s AND s.stale_at = %(stale_at)s
+RETURNING {{summary_columns}};
+
+-- name: drop_stale
+-- A stale summary with nothing left in its range goes. Returns how many (0: it changed meanwhile).
+WITH gone AS (
+    DELETE FROM pgmem.summaries
+    WHERE namespace = %(ns)s AND memory = %(memory)s AND id = %(id)s AND stale_at = %(stale_at)s
+    RETURNING 1
+)
+SELECT count(*) FROM gone;

@@ -279,7 +279,11 @@ class AsyncBrainRepository(AsyncRepository):
         return int(await self._scalar("delete_memories", {"ns": namespace, "keys": keys}, conn) or 0)
 
     async def purge_expired(self, *, batch_size: int = 500, connection: AsyncConnection[Any] | None = None) -> int:
-        """The retention job: delete the namespace's expired brains (their history and knowledge messages
-        no other memory refers to, and their summaries). Returns how many brains were purged. The same as
-        :meth:`AsyncRetention.purge_expired_brains <pgmem._async.retention.AsyncRetention>`."""
+        """The retention job of this namespace: delete its expired brains (their history and knowledge
+        messages no other memory refers to, and their summaries). Returns how many brains were purged. The
+        same as :meth:`AsyncRetention.purge_expired_brains <pgmem._async.retention.AsyncRetention>`.
+
+        Only this client's namespace: another tenant's expired brains are out of its reach. Purging every
+        namespace is an administrator's operation, :func:`pgmem.admin.purge_expired`, on the tables'
+        owner's connection."""
         return await self._client.retention.purge_expired_brains(batch_size=batch_size, connection=connection)

@@ -6,6 +6,7 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
+from pgmem._acompat import adrive
 from pgmem._async.base import AsyncRepository
 from pgmem._async.compression import compress
 from pgmem.checks import check_key, check_text
@@ -13,7 +14,7 @@ from pgmem.errors import Conflict, InvalidInput, NotFound
 from pgmem.models import Message
 from pgmem.planning import statements as queries
 from pgmem.planning.rows import SummaryRow, decode
-from pgmem.summarizer import CompressionPolicy, Summary, get_tokenizer
+from pgmem.summarizer import CompressionPolicy, Summary, ask, get_tokenizer, message_line, summary_prompt
 
 __all__ = ["AsyncSummaryRepository"]
 
@@ -167,6 +168,51 @@ class AsyncSummaryRepository(AsyncRepository):
         """The summaries no higher-level summary covers, in order: together, everything summarised so far."""
         check_key(memory)
         return [_summary(r) for r in await self._rows("frontier", {"memory": memory}, connection)]
+
+    async def stale(self, memory: str, *, connection: AsyncConnection[Any] | None = None) -> Summaries:
+        """The summaries of ``memory`` marked stale (a message they covered was forgotten,
+        :meth:`AsyncRetention.forget <pgmem._async.retention.AsyncRetention.forget>`): their ranges, with
+        empty content. No other read serves them (:meth:`list`, :meth:`frontier` and :meth:`unrolled` skip
+        them) until :meth:`recompute` rebuilds them."""
+        check_key(memory)
+        return [_summary(r[:-1]) for r in await self._rows("stale", {"memory": memory}, connection)]
+
+    async def recompute(self, memory: str, llm: Any, policy: CompressionPolicy | None = None) -> Summaries:
+        """Rebuild the stale summaries of ``memory`` from what is left of their ranges, lowest level first
+        (a level-1 summary from its remaining messages, a higher one from its children); a summary with
+        nothing left in its range is deleted. Returns the rebuilt summaries.
+
+        Each summary is stored only if it was not marked stale again meanwhile (that one stays stale for
+        the next call). When the LLM raises, the exception propagates; what was rebuilt before it stays.
+        """
+        check_key(memory)
+        policy = policy or CompressionPolicy()
+        rebuilt: Summaries = []
+        for row in await self._rows("stale", {"memory": memory}, None):
+            old, stale_at = _summary(row[:-1]), row[-1]
+            span = {"memory": memory, "first": old.first_seq, "last": old.last_seq, "level": old.level}
+            if old.level == 1:
+                texts = [message_line(decode(r)) for r in await self._rows("range_messages", span, None)]
+            else:
+                texts = [_summary(r).content for r in await self._rows("range_children", span, None)]
+            key = {"memory": memory, "id": old.id, "stale_at": stale_at}
+            if not texts:
+                await self._scalar("drop_stale", key, None)
+                continue
+            text = "\n".join(texts)
+            content = await adrive(ask(llm, summary_prompt(text, policy.max_words, policy.keep_language)))
+            counter = get_tokenizer()
+            params = {
+                **key,
+                "content": content,
+                "source_chars": len(text),
+                "source_tokens": counter.count(text),
+                "summary_tokens": counter.count(content),
+                "tokenizer": counter.name,
+            }
+            rows = await self._rows("refresh", params, None)
+            rebuilt += [_summary(r) for r in rows]
+        return rebuilt
 
     async def delete_all(self, memory: str, *, connection: AsyncConnection[Any] | None = None) -> int:
         """Forget the summaries of ``memory`` (its messages stay); return how many there were."""

@@ -15,9 +15,22 @@ removed; its statement is in ``sql/retention.sql``):
 * a memory's oldest entries, by count or age: :meth:`AsyncRetention.trim` (OpenManus ``Memory.purge``, the
   ChatDev blackboard).
 
+Policies (``pgmem.retention_policies``): per namespace, and per memory (or queue) or for the whole
+namespace (scope ``"*"``), how long (``max_age``) and how many (``max_count``) rows of a target stay —
+messages, queue history, summaries, the retrieval log, the vector log. :meth:`AsyncRetention.set_policy`,
+:meth:`~AsyncRetention.policies`, :meth:`~AsyncRetention.remove_policy`; :meth:`AsyncRetention.run` (and
+``pgmem retention run``) applies them in short batches.
+
+Forgetting: :meth:`AsyncRetention.forget` removes every copy of some messages (by ids, memory, sender or
+metadata subject) in one transaction and writes an audit row (``pgmem.forget_audit``) without content.
+
+Every operation here is scoped to the client's namespace: a scoped client cannot reach another tenant's
+rows. Cross-tenant maintenance is :mod:`pgmem.admin`'s, with the tables' owner's connection.
+
 The sweep: :meth:`AsyncRetention.sweep_if_due` runs the routine purges of the namespace at most once per
 ``PGMEM_SWEEP_INTERVAL`` seconds per client, and costs no round trip when it is not due (the background
-embedding worker calls it). ``pgmem retention`` runs the purges with explicit cutoffs.
+embedding worker calls it). ``pgmem purge`` runs the purges with explicit cutoffs, ``pgmem retention run``
+the policies.
 
 A cutoff (``older_than``) is an age in seconds or a :class:`~datetime.timedelta`, measured on the
 server's clock, or a timezone-aware :class:`~datetime.datetime`: rows older than that go.
@@ -25,9 +38,11 @@ server's clock, or a timezone-aware :class:`~datetime.datetime`: rows older than
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -35,7 +50,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from psycopg import Connection
 
 from pgmem._sync.base import Repository
-from pgmem.checks import check_key
+from pgmem.checks import check_key, check_text
 from pgmem.errors import InvalidInput, translate
 from pgmem.planning import statements as queries
 from pgmem.planning.queues import check_queue, integer
@@ -44,7 +59,17 @@ from pgmem.settings import Settings, get_settings
 if TYPE_CHECKING:
     from pgmem._sync.client import Client
 
-__all__ = ["MAX_AGE", "Retention", "Cutoff", "Swept", "cutoff_params"]
+__all__ = [
+    "DEFAULT_BATCH",
+    "MAX_AGE",
+    "TARGETS",
+    "Retention",
+    "Cutoff",
+    "Forgotten",
+    "RetentionPolicy",
+    "Swept",
+    "cutoff_params",
+]
 
 Q = queries.load("retention")
 
@@ -57,6 +82,115 @@ MAX_KEEP = 2**63 - 1
 
 #: A purge's cutoff: an age (seconds, or a timedelta) or a timezone-aware moment.
 Cutoff: TypeAlias = float | int | timedelta | datetime
+
+#: What a retention policy bounds (``pgmem.retention_policies.target``).
+TARGETS = ("messages", "queue_history", "summaries", "retrieval_log", "vector_log")
+#: Rows per batch of a policy run (one transaction each). benchmarks/retention.py, 10,000 old entries with
+#: vectors purged while a writer adds to the same memory (2 shared cores): batch 250 / 1000 / 4000 purged
+#: 4,971 / 8,073 / 6,101 rows/s (the one-statement trim: 9,291) and kept the writer waiting at most
+#: 60 / 107 / 496 ms (trim: 768 ms, the whole purge). 1,000 keeps nearly trim's throughput with a lock held
+#: about a tenth of a second.
+DEFAULT_BATCH = 1000
+#: Largest batch of a policy run.
+MAX_POLICY_BATCH = 50_000
+#: Most message ids one forget call takes.
+MAX_FORGET_IDS = 100_000
+#: Largest max_count of a policy.
+MAX_COUNT = 2**62
+#: The scope of a policy over the whole namespace.
+ALL = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionPolicy:
+    """A row of ``pgmem.retention_policies``: ``target`` rows of ``scope`` (``"*"``: the namespace; else a
+    memory key, or a queue name for ``queue_history``) older than ``max_age`` go, and beyond the newest
+    ``max_count``."""
+
+    target: str
+    scope: str
+    max_age: timedelta | None
+    max_count: int | None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Forgotten:
+    """What :meth:`AsyncRetention.forget` removed: rows per table (``summaries_stale``: summaries marked
+    stale and emptied; ``brain_summaries``: BrainMemory summaries cleared), the memories that lost entries,
+    and the id of its audit row (``pgmem.forget_audit``)."""
+
+    audit_id: int
+    messages: int = 0
+    memory_entries: int = 0
+    embeddings: int = 0
+    embedding_outbox: int = 0
+    queue_items: int = 0
+    queue_archive: int = 0
+    retrieval_log: int = 0
+    summaries_stale: int = 0
+    brain_summaries: int = 0
+    memories: tuple[str, ...] = ()
+
+    def counts(self) -> dict[str, int]:
+        """The per-table counts, as the audit row stores them."""
+        return {name: getattr(self, name) for name in _COUNTED}
+
+
+_COUNTED = (
+    "messages",
+    "memory_entries",
+    "embeddings",
+    "embedding_outbox",
+    "queue_items",
+    "queue_archive",
+    "retrieval_log",
+    "summaries_stale",
+    "brain_summaries",
+)
+
+
+_BOUND: Any = object()  # a count pass's bound, read when the pass starts
+
+
+def _check_target(target: Any) -> str:
+    if target not in TARGETS:
+        raise InvalidInput(f"target must be one of {', '.join(TARGETS)}; got {target!r}")
+    return str(target)
+
+
+def _check_scope(scope: Any, target: str) -> str:
+    if scope == ALL:
+        return ALL
+    if target == "queue_history":
+        return check_queue(scope)
+    return check_key(scope, "memory key (or '*' for the whole namespace)")
+
+
+def _check_label(actor: Any) -> str | None:
+    if actor is None:
+        return None
+    if not isinstance(actor, str) or not actor:
+        raise InvalidInput(f"actor must be a non-empty string or None, got {actor!r}")
+    check_text(actor, "actor", "forget ")
+    return actor
+
+
+def _check_name(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidInput(f"{what} must be a non-empty string, got {value!r}")
+    check_text(value, what, "forget ")
+    return value
+
+
+def _age_seconds(max_age: Any) -> float | None:
+    if max_age is None:
+        return None
+    params = cutoff_params(max_age, "max_age")
+    if params["age"] is None:
+        raise InvalidInput("max_age must be an age (seconds or a timedelta), not a moment")
+    return float(params["age"])
 
 
 def cutoff_params(older_than: Any, what: str = "older_than") -> dict[str, Any]:
@@ -109,6 +243,17 @@ class Retention(Repository):
         self._schedule = threading.Lock()
         #: time.monotonic() at which the next sweep is due (0: at the first chance).
         self._next_sweep = 0.0
+
+    def _fetch(self, conn: Connection[Any], name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """Run a row-returning statement on ``conn``, inside a transaction this client opened (scoped to the
+        namespace), and fetch its rows. Not ``_rows``: the client's transaction block may run in pipeline
+        mode, where a cursor's result is known only once fetched."""
+        cur = conn.execute(Q[name], {"ns": self.namespace, **params})
+        return cur.fetchall()
+
+    def _count(self, conn: Connection[Any], name: str, params: dict[str, Any]) -> int:
+        rows = self._fetch(conn, name, params)
+        return int(rows[0][0]) if rows else 0
 
     def _removed(self, name: str, params: dict[str, Any], connection: Connection[Any] | None) -> int:
         return int(self._scalar(name, params, connection) or 0)
@@ -192,10 +337,258 @@ class Retention(Repository):
             self._client.vectors.changed(memory, connection)
         return removed
 
-    def namespaces(self, *, connection: Connection[Any] | None = None) -> list[str]:
-        """Every namespace holding something the purges remove (what ``pgmem retention`` visits when given
-        no namespace). An administrator's query: it reads each of those tables."""
-        return [str(row[0]) for row in self._rows("namespaces", {}, connection)]
+    # -- forgetting -------------------------------------------------------------------------------------
+
+    def forget(
+        self,
+        ids: Sequence[str] | None = None,
+        *,
+        memory: str | None = None,
+        sender: str | None = None,
+        subject: str | None = None,
+        actor: str | None = None,
+        connection: Connection[Any] | None = None,
+    ) -> Forgotten:
+        """Forget messages of the namespace everywhere, in one transaction: the messages, their entries in
+        every memory, their embeddings (and those still queued), the queue items and inbox deliveries
+        carrying them (live or archived), and the logged searches that returned them. Summaries that
+        covered them are marked stale and emptied (no longer served; rebuild them with
+        :meth:`AsyncSummaryRepository.recompute <pgmem._async.summaries.AsyncSummaryRepository.recompute>`),
+        a BrainMemory whose history held one loses its historical summary. Every process's FAISS cache drops
+        their vectors (the removal is logged and announced like any other). An audit row
+        (``pgmem.forget_audit``) records who (``current_user``, and ``actor``), when, the scope and the
+        counts — never content.
+
+        Give exactly one selector:
+
+        Args:
+            ids: these message ids.
+            memory: every message the memory holds (also out of the other memories that share them).
+            sender: every message whose ``sent_from`` is this.
+            subject: every message whose metadata holds ``{"subject": subject}`` (the top-level key
+                ``subject`` equal to this string).
+            actor: a label of who asked (stored in the audit row beside ``current_user``).
+            connection: run inside your transaction (the audit row commits with it).
+
+        Returns:
+            :class:`Forgotten`, the counts per table and the audit row's id.
+
+        Raises:
+            InvalidInput: no selector or more than one, an empty or mistyped one (a bare string as
+                ``ids``, a non-string id): nothing is deleted, no audit row is written.
+
+        Example:
+            >>> done = await client.retention.forget(sender="Alice", actor="ticket-4711")
+            >>> done.messages, done.embeddings
+            (12, 12)
+        """
+        given = [
+            name
+            for name, value in (("ids", ids), ("memory", memory), ("sender", sender), ("subject", subject))
+            if value is not None
+        ]
+        if len(given) != 1:
+            raise InvalidInput(
+                "forget takes exactly one of ids, memory, sender or subject"
+                + (f" (got {', '.join(given)})" if given else "")
+            )
+        label = _check_label(actor)
+        scope: dict[str, Any]
+        params: dict[str, Any]
+        if ids is not None:
+            if isinstance(ids, str | bytes) or not isinstance(ids, Sequence | set | frozenset):
+                raise InvalidInput(f"ids must be a list of message ids, got {type(ids).__name__}")
+            wanted = sorted({_check_name(i, "a message id") for i in ids})
+            if not wanted:
+                raise InvalidInput("ids is empty: nothing to forget")
+            if len(wanted) > MAX_FORGET_IDS:
+                raise InvalidInput(f"forget takes at most {MAX_FORGET_IDS} ids per call, got {len(wanted)}")
+            select, params, scope = "forget_select_ids", {"ids": wanted}, {"kind": "ids", "ids": wanted}
+        elif memory is not None:
+            check_key(memory)
+            select, params, scope = "forget_select_memory", {"memory": memory}, {"kind": "memory", "memory": memory}
+        elif sender is not None:
+            _check_name(sender, "sender")
+            select, params, scope = "forget_select_sender", {"sender": sender}, {"kind": "sender", "sender": sender}
+        else:
+            _check_name(subject, "subject")
+            select, params, scope = (
+                "forget_select_subject",
+                {"subject": subject},
+                {"kind": "subject", "subject": subject},
+            )
+        with translate():
+            with self._client.transaction(connection) as conn:
+                found = [str(row[0]) for row in self._fetch(conn, select, params)]
+                done = self._forget_ids(conn, found, stale=True)
+                audit = {"label": label, "scope": json.dumps(scope), "counts": json.dumps(done.counts())}
+                audit_id = self._count(conn, "audit", audit)
+        for name in done.memories:
+            self._client.vectors.changed(name, connection)
+        return Forgotten(**{**{f: getattr(done, f) for f in _COUNTED}, "memories": done.memories, "audit_id": audit_id})
+
+    def _forget_ids(self, conn: Connection[Any], ids: list[str], *, stale: bool) -> Forgotten:
+        """Remove every copy of the messages ``ids`` (locked by the caller) on ``conn``, inside its
+        transaction. ``stale``: mark the summaries that covered them stale (forget does; a retention policy
+        does not: a summary is what it keeps of the history it purges)."""
+        if not ids:
+            return Forgotten(audit_id=0)
+        p = {"ids": ids}
+        counts: dict[str, int] = {}
+        if stale:  # before the entries go: they say what each summary covered
+            counts["summaries_stale"] = self._count(conn, "forget_stale_summaries", p)
+            counts["brain_summaries"] = self._count(conn, "forget_brain_summaries", p)
+        for table in ("retrieval_log", "queue_items", "queue_archive"):
+            counts[table] = self._count(conn, f"forget_{table}", p)
+        entries = self._fetch(conn, "forget_entries", p)
+        counts["memory_entries"] = sum(int(n) for _, n in entries)
+        counts["embedding_outbox"] = self._count(conn, "forget_outbox", p)
+        counts["embeddings"] = self._count(conn, "forget_embeddings", p)
+        counts["messages"] = self._count(conn, "forget_messages", p)
+        return Forgotten(audit_id=0, memories=tuple(str(m) for m, _ in entries), **counts)
+
+    # -- policies ---------------------------------------------------------------------------------------
+
+    def set_policy(
+        self,
+        target: str,
+        *,
+        scope: str = ALL,
+        max_age: float | timedelta | None = None,
+        max_count: int | None = None,
+        connection: Connection[Any] | None = None,
+    ) -> RetentionPolicy:
+        """Create or replace the policy of ``target`` for ``scope``.
+
+        Args:
+            target: ``messages``, ``queue_history``, ``summaries``, ``retrieval_log`` or ``vector_log``.
+            scope: ``"*"`` (the whole namespace, its rows counted as one pool) or a memory key (a queue name
+                for ``queue_history``). For ``messages``, a memory's policy takes entries out of that memory
+                (a message shared with another memory stays, its row goes when nothing refers to it any
+                more); the namespace's policy forgets messages everywhere (as :meth:`forget`, summaries
+                kept), except those a queue still has to deliver. ``vector_log`` counts per memory and
+                always keeps each memory's newest revision.
+            max_age: rows older than this (seconds or a timedelta) go. Ages are measured from
+                ``created_at`` (messages, summaries), ``added_at`` (a memory's entries), ``acked_at`` (queue
+                history), ``logged_at`` (the logs).
+            max_count: only the newest this many stay (queue history: at least this many archived items;
+                an acknowledgement's items go together).
+
+        Raises:
+            InvalidInput: an unknown target, a bad scope, neither limit, a negative or mistyped one;
+                nothing is written.
+        """
+        target = _check_target(target)
+        scope = _check_scope(scope, target)
+        age = _age_seconds(max_age)
+        count = None if max_count is None else integer(max_count, "max_count", 0, MAX_COUNT)
+        if age is None and count is None:
+            raise InvalidInput("a retention policy needs max_age, max_count or both")
+        params = {"target": target, "scope": scope, "max_age": age, "max_count": count}
+        rows = self._rows("set_policy", params, connection)
+        return RetentionPolicy(*rows[0])
+
+    def policies(
+        self, target: str | None = None, *, connection: Connection[Any] | None = None
+    ) -> list[RetentionPolicy]:
+        """The namespace's policies (of ``target`` when given), by target then scope."""
+        if target is not None:
+            _check_target(target)
+        return [RetentionPolicy(*row) for row in self._rows("policies", {"target": target}, connection)]
+
+    def remove_policy(
+        self, target: str, *, scope: str = ALL, connection: Connection[Any] | None = None
+    ) -> bool:
+        """Remove the policy of ``target`` for ``scope``; False when there was none."""
+        target = _check_target(target)
+        scope = _check_scope(scope, target)
+        return bool(self._scalar("remove_policy", {"target": target, "scope": scope}, connection))
+
+    def run(
+        self, *, target: str | None = None, batch_size: int = DEFAULT_BATCH, actor: str | None = None
+    ) -> dict[str, int]:
+        """Apply the namespace's policies (of ``target`` when given) now. Returns the rows removed per
+        target (messages: messages forgotten by namespace policies plus entries taken out by memory ones).
+
+        Runs in batches of ``batch_size`` rows, each its own short transaction (never the caller's: a
+        policy may remove millions of rows), oldest first, rows held by a writer skipped (SKIP LOCKED) and
+        left for the next run. A run that removed something writes an audit row (kind ``policy``).
+
+        Raises:
+            InvalidInput: an unknown target, a bad batch size; nothing is deleted.
+        """
+        if target is not None:
+            _check_target(target)
+        integer(batch_size, "batch_size", 1, MAX_POLICY_BATCH)
+        label = _check_label(actor)
+        removed = dict.fromkeys(TARGETS if target is None else (target,), 0)
+        for policy in self.policies(target):
+            removed[policy.target] += self._apply(policy, batch_size)
+        if any(removed.values()):
+            scope = {"kind": "policy", "targets": sorted(removed)}
+            audit = {"label": label, "scope": json.dumps(scope), "counts": json.dumps(removed)}
+            self._scalar("audit", audit, None)
+        return removed
+
+    def _apply(self, policy: RetentionPolicy, limit: int) -> int:
+        age = None if policy.max_age is None else policy.max_age.total_seconds()
+        keep = policy.max_count
+        scoped = None if policy.scope == ALL else policy.scope
+        if policy.target == "vector_log":
+            return self._batches("vector_log_batch", {"memory": scoped, "age": age, "keep": keep, "limit": limit})
+        if policy.target == "messages" and scoped is None:
+            return self._forget_batches(age, keep, limit)
+        params: dict[str, Any]
+        batch, bound, params = {
+            "messages": ("entries_batch", "entries_bound", {"memory": scoped}),
+            "queue_history": ("archive_batch", "archive_bound", {"queue": scoped}),
+            "summaries": ("summaries_batch", "summaries_bound", {"memory": scoped}),
+            "retrieval_log": ("retrieval_log_batch", "retrieval_log_bound", {"memory": scoped}),
+        }[policy.target]
+        removed = 0
+        if age is not None:  # the age pass, then the count pass with the bound as it stands after it
+            removed += self._batches(batch, {**params, "age": age, "bound": None, "limit": limit})
+        if keep is not None:
+            upto = self._scalar(bound, {**params, "keep": keep}, None)
+            if upto is not None:
+                removed += self._batches(batch, {**params, "age": None, "bound": upto, "limit": limit})
+        if removed and policy.target == "messages" and scoped is not None:
+            self._client.vectors.changed(scoped, None)
+        return removed
+
+    def _batches(self, name: str, params: dict[str, Any]) -> int:
+        """Run the batch statement ``name`` (one statement: its own transaction) until a batch comes back
+        short."""
+        removed = 0
+        while True:
+            n = int(self._scalar(name, params, None) or 0)
+            removed += n
+            if n < params["limit"]:
+                return removed
+
+    def _forget_batches(self, age: float | None, keep: int | None, limit: int) -> int:
+        """The namespace's messages policy: batches of old messages forgotten everywhere (summaries kept)."""
+        removed = 0
+        passes: list[dict[str, Any]] = []
+        if age is not None:
+            passes.append({"age": age, "bound": None})
+        for params in passes if keep is None else [*passes, {"age": None, "bound": _BOUND}]:
+            if params["bound"] is _BOUND:
+                params["bound"] = self._scalar("messages_bound", {"keep": keep}, None)
+                if params["bound"] is None:
+                    continue
+            while True:
+                with translate():
+                    with self._client.transaction() as conn:
+                        batch = self._fetch(conn, "messages_batch", {**params, "limit": limit})
+                        ids = [str(row[0]) for row in batch]
+                        done = self._forget_ids(conn, ids, stale=False)
+                for name in done.memories:
+                    self._client.vectors.changed(name, None)
+                removed += done.messages
+                if len(ids) < limit:
+                    break
+        return removed
 
     # -- the sweep ----------------------------------------------------------------------------------------
 

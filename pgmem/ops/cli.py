@@ -122,14 +122,70 @@ def roles_create(
 
 @app.command("purge-brains")
 def purge_brains(dsn: DsnOption = None) -> None:
-    """Retention job: delete expired BrainMemory rows (every namespace) with their history and summaries."""
-    import pgmem
+    """Retention job: delete expired BrainMemory rows (every namespace: the tables' owner's DSN) with their
+    history and summaries."""
+    import pgmem.admin
 
-    purged = 0
-    with pgmem.connect(_dsn(dsn), min_size=0, max_size=1) as client:
-        for namespace in client.retention.namespaces():
-            purged += client.with_namespace(namespace).retention.purge_expired_brains()
+    with _owner_connection(dsn) as conn:
+        purged = sum(pgmem.admin.purge_expired(conn).values())
     console.print(f"purged {purged} expired brain{'' if purged == 1 else 's'}", highlight=False)
+
+
+def _owner_connection(dsn: str | None) -> Any:
+    """A plain autocommit connection as the DSN's own role (a client's pooled connections act as the
+    application role): what pgmem.admin's cross-namespace operations need, the tables' owner."""
+    import psycopg
+
+    from pgmem.errors import translate
+
+    resolved = _dsn(dsn)
+    with translate():
+        return psycopg.connect(resolved, autocommit=True)
+
+
+retention_app = typer.Typer(help="Retention policies (client.retention.set_policy).", no_args_is_help=True)
+app.add_typer(retention_app, name="retention")
+
+
+@retention_app.command("run")
+def retention_run(
+    dsn: DsnOption = None,
+    namespace: Annotated[
+        list[str] | None, typer.Option("--namespace", "-n", help="This namespace (repeatable).")
+    ] = None,
+    all_namespaces: Annotated[
+        bool, typer.Option("--all-namespaces", help="Every namespace with a policy (the tables' owner's DSN).")
+    ] = False,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Rows per transaction.")] = 1000,
+    actor: Annotated[str | None, typer.Option("--actor", help="Who runs it, for the audit row.")] = None,
+) -> None:
+    """Apply the retention policies now, in short batches; prints the rows removed per namespace and target."""
+    import pgmem
+    import pgmem.admin
+
+    if bool(namespace) == all_namespaces:
+        raise InvalidInput("give --namespace NS (repeatable) or --all-namespaces")
+    for ns in namespace or ():
+        check_namespace(ns)
+    if all_namespaces:
+        with _owner_connection(dsn) as conn:
+            removed = pgmem.admin.run_retention(conn, batch_size=batch_size, actor=actor)
+    else:
+        with pgmem.connect(_dsn(dsn), min_size=0, max_size=1) as client:
+            removed = {
+                ns: client.with_namespace(ns).retention.run(batch_size=batch_size, actor=actor)
+                for ns in namespace or ()
+            }
+    targets = sorted({t for counts in removed.values() for t in counts})
+    _print_table(
+        "removed",
+        [{"namespace": ns, **c} for ns, c in removed.items()],
+        {"namespace": "namespace", **{t: t for t in targets}},
+    )
+    total = sum(sum(c.values()) for c in removed.values())
+    console.print(
+        f"removed {total} rows in {len(removed)} namespace{'' if len(removed) == 1 else 's'}", highlight=False
+    )
 
 
 _AGE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$", re.IGNORECASE)
@@ -199,8 +255,13 @@ def purge(
         "retrieval log": "logged searches",
     }
     removed: dict[str, dict[str, int]] = {}
+    if not namespace:  # every namespace: an administrator's listing (the tables' owner's DSN)
+        import pgmem.admin
+
+        with _owner_connection(dsn) as conn:
+            namespace = pgmem.admin.namespaces(conn)
     with pgmem.connect(_dsn(dsn), min_size=0, max_size=1) as client:
-        for ns in namespace or client.retention.namespaces():
+        for ns in namespace:
             retention = client.with_namespace(ns).retention
             counts = removed[ns] = {}
             if (age := cutoffs["queue archive"]) is not None:

@@ -26,7 +26,7 @@ from sqlalchemy import (
     Text,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, DOUBLE_PRECISION, JSONB, TSVECTOR, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, DOUBLE_PRECISION, INTERVAL, JSONB, TSVECTOR, UUID
 
 SCHEMA = "pgmem"
 
@@ -368,6 +368,12 @@ summaries = Table(
     Column("summary_tokens", Integer, nullable=False),
     Column("tokenizer", Text, nullable=False, server_default=text("''"), comment="what counted the tokens"),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column(
+        "stale_at",
+        DateTime(timezone=True),
+        nullable=True,
+        comment="set when a message it covered was forgotten: content emptied, never served, recomputable",
+    ),
     PrimaryKeyConstraint("namespace", "memory", "id", name="summaries_pkey"),
     ForeignKeyConstraint(
         ["namespace", "memory"],
@@ -466,10 +472,64 @@ retrieval_log = Table(
     PrimaryKeyConstraint("namespace", "id", name="retrieval_log_pkey"),
     Index("retrieval_log_logged_idx", "namespace", "logged_at"),
     Index("retrieval_log_label_idx", "namespace", "label", "logged_at"),
+    # forget() finds the searches naming a message (migration 0006).
+    Index("retrieval_log_message_idx", "message_ids", postgresql_using="gin"),
     comment="Searches and what they returned (opt-in: PGMEM_RETRIEVAL_LOG=1); pgmem.retrieval_hits unnests it.",
 )
 
 # -- end of analytics ------------------------------------------------------------------------------------
+
+# -- retention policies and the forget audit (migration 0006): pgmem._async.retention -----------------------
+
+retention_policies = Table(
+    "retention_policies",
+    metadata,
+    Column("namespace", Text, nullable=False),
+    Column(
+        "scope",
+        Text,
+        nullable=False,
+        comment="'*': the whole namespace; else a memory key (a queue name for queue_history)",
+    ),
+    Column("target", Text, nullable=False, comment="messages | queue_history | summaries | retrieval_log | vector_log"),
+    Column("max_age", INTERVAL, nullable=True, comment="rows older than this go (NULL: no age limit)"),
+    Column("max_count", BigInteger, nullable=True, comment="only the newest this many stay (NULL: no count limit)"),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("namespace", "target", "scope", name="retention_policies_pkey"),
+    CheckConstraint(
+        "target IN ('messages', 'queue_history', 'summaries', 'retrieval_log', 'vector_log')",
+        name="retention_policies_target_check",
+    ),
+    CheckConstraint("max_age IS NOT NULL OR max_count IS NOT NULL", name="retention_policies_limit_check"),
+    CheckConstraint("max_age IS NULL OR max_age >= interval '0'", name="retention_policies_age_check"),
+    CheckConstraint("max_count IS NULL OR max_count >= 0", name="retention_policies_count_check"),
+    comment="Retention policies: how long (max_age) and how many (max_count) rows of a target a scope keeps; "
+    "client.retention.run() / pgmem retention run apply them.",
+)
+
+forget_audit = Table(
+    "forget_audit",
+    metadata,
+    Column("namespace", Text, nullable=False),
+    Column("id", BigInteger, Identity(always=False), nullable=False),
+    Column("at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("actor", Text, nullable=False, comment="current_user of the forgetting transaction"),
+    Column("label", Text, nullable=True, comment="the caller's actor= label (e.g. the person who asked)"),
+    Column(
+        "scope",
+        JSONB,
+        nullable=False,
+        comment='what was forgotten, never content: {"kind": "ids"|"memory"|"sender"|"subject"|"policy", ...}',
+    ),
+    Column("counts", JSONB, nullable=False, comment="rows removed (or summaries marked stale) per table"),
+    PrimaryKeyConstraint("namespace", "id", name="forget_audit_pkey"),
+    Index("forget_audit_at_idx", "namespace", "at"),
+    comment="One row per forget() and per retention run that removed rows: who, when, what scope, how many "
+    "rows. Never the content.",
+)
+
+# -- end of retention ---------------------------------------------------------------------------------
 
 # -- the key-value item store (migration 0002): LangGraph's BaseStore (pgmem.integrations.langgraph) ---------
 
@@ -545,6 +605,7 @@ __all__ = [
     "embedding_models",
     "embedding_outbox",
     "embeddings",
+    "forget_audit",
     "item_vectors",
     "items",
     "memory_models",
@@ -561,6 +622,7 @@ __all__ = [
     "metadata",
     "queue_archive_batches",
     "queue_items",
+    "retention_policies",
     "retrieval_log",
     "subscriptions",
 ]

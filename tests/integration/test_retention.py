@@ -7,6 +7,9 @@ Rows are made old by moving their timestamps back with plain SQL (instead of wai
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,8 +18,11 @@ import psycopg
 import pytest
 
 import pgmem
+import pgmem.admin
+import pgmem.errors
 from pgmem import Message
 from pgmem.cache import VectorCache
+from pgmem.summarizer import CompressionPolicy, OfflineSummarizer
 from tests.conftest import table_counts
 from tests.integration.cache_workers import same
 
@@ -307,3 +313,233 @@ def test_the_embedding_worker_keeps_the_vector_log_bounded(dsn: str, monkeypatch
             client.vectors.wait()  # the worker embedded the batch, then swept
         assert client.vectors.head_rev("m") == 50
         assert _log(dsn, "test") == [50]  # each run's sweep left only the memory's newest revision
+
+
+# -- retention policies (client.retention.set_policy / run) -------------------------------------------------
+
+
+def test_policies_are_set_listed_replaced_and_removed_per_namespace(client: pgmem.Client, dsn: str) -> None:
+    retention = client.retention
+    p = retention.set_policy("messages", max_age=timedelta(days=30))
+    assert (p.target, p.scope, p.max_age, p.max_count) == ("messages", "*", timedelta(days=30), None)
+    retention.set_policy("summaries", scope="role:Alice", max_count=100)
+    retention.set_policy("messages", max_age=3600, max_count=5)  # replaces the first one
+    listed = [(p.target, p.scope, p.max_age, p.max_count) for p in retention.policies()]
+    assert listed == [("messages", "*", timedelta(hours=1), 5), ("summaries", "role:Alice", None, 100)]
+    assert [p.target for p in retention.policies("summaries")] == ["summaries"]
+    assert client.with_namespace("other").retention.policies() == []
+    assert retention.remove_policy("summaries", scope="role:Alice") is True
+    assert retention.remove_policy("summaries", scope="role:Alice") is False
+    assert _count(dsn, "retention_policies", "test") == 1
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"target": "mesages", "max_age": 1},
+        {"target": "messages"},  # neither limit
+        {"target": "messages", "max_count": -1},
+        {"target": "messages", "max_count": 1.5},
+        {"target": "messages", "max_count": True},
+        {"target": "messages", "max_age": -5},
+        {"target": "messages", "max_age": "7d"},
+        {"target": "messages", "max_age": datetime(2026, 1, 1, tzinfo=UTC)},
+        {"target": "messages", "scope": "bad scope!", "max_age": 1},
+        {"target": "queue_history", "scope": "", "max_age": 1},
+    ],
+    ids=repr,
+)
+def test_bad_policies_raise_invalid_input_and_write_nothing(client: pgmem.Client, dsn: str, kwargs: Any) -> None:
+    with pytest.raises(pgmem.InvalidInput):
+        client.retention.set_policy(**kwargs)
+    assert _count(dsn, "retention_policies", "test") == 0
+    for bad in ({"target": "nope"}, {"batch_size": 0}, {"batch_size": 10**6}):
+        with pytest.raises(pgmem.InvalidInput):
+            client.retention.run(**bad)
+
+
+def _ids(client: pgmem.Client, memory: str) -> list[str]:
+    return [m.id for m in client.messages.last(memory)]
+
+
+def test_namespace_messages_policy_by_age_and_count_forgets_everywhere_but_pending_queue_items(
+    client: pgmem.Client, dsn: str
+) -> None:
+    client.vectors.enable("a")
+    client.messages.add_many("a", [Message(id=f"m{i}", content=f"note {i}") for i in range(10)])
+    client.messages.add_many("b", [Message(id=f"m{i}", content=f"note {i}") for i in range(3)])
+    client.queues.push("jobs", Message(id="m1", content="note 1"))  # still to deliver: kept
+    client.vectors.flush()
+    other = client.with_namespace("other")
+    other.messages.add_many("a", [Message(id=f"m{i}", content=f"note {i}") for i in range(10)])
+    _age(dsn, "messages", "created_at", "id IN ('m0', 'm1', 'm2', 'm3')")  # both namespaces
+    retention = client.retention
+    retention.set_policy("messages", max_age=3600)
+    assert retention.run() == {"messages": 3, "queue_history": 0, "summaries": 0, "retrieval_log": 0, "vector_log": 0}
+    assert _ids(client, "a") == ["m1", *[f"m{i}" for i in range(4, 10)]]
+    assert _ids(client, "b") == ["m1"]
+    assert _sql(dsn, "SELECT count(*) FROM pgmem.embeddings WHERE namespace = 'test'")[0][0] == 7
+    # by count: the newest 4 of the namespace stay (m1 again kept by its queue item)
+    retention.set_policy("messages", max_count=4)
+    assert retention.run(target="messages", batch_size=2) == {"messages": 2}
+    assert _ids(client, "a") == ["m1", "m6", "m7", "m8", "m9"]
+    assert other.messages.count("a") == 10
+    (scope, counts), *_ = _sql(dsn, "SELECT scope, counts FROM pgmem.forget_audit WHERE namespace = 'test' ORDER BY id")
+    assert scope["kind"] == "policy" and counts["messages"] == 3
+
+
+def test_a_memory_messages_policy_keeps_messages_other_memories_share(client: pgmem.Client, dsn: str) -> None:
+    client.messages.add_many("a", [Message(id=f"m{i}", content=f"note {i}") for i in range(6)])
+    client.messages.add_many("b", [Message(id="m0", content="note 0")])  # shared
+    retention = client.retention
+    retention.set_policy("messages", scope="a", max_count=2)
+    assert retention.run()["messages"] == 4
+    assert _ids(client, "a") == ["m4", "m5"]
+    assert _ids(client, "b") == ["m0"]  # the shared message stays, referenced by b
+    assert _count(dsn, "messages", "test") == 3  # m1-m3 had no other reference: gone
+    # by age (added_at)
+    _age(dsn, "memory_entries", "added_at", "memory = 'a' AND message_id = 'm4'")
+    retention.set_policy("messages", scope="a", max_age=3600)
+    assert retention.run()["messages"] == 1
+    assert _ids(client, "a") == ["m5"]
+
+
+def test_queue_history_policy_by_age_and_count(client: pgmem.Client, dsn: str) -> None:
+    q = client.queues
+    for queue in ("x", "y"):
+        for i in range(4):
+            q.push(queue, Message(content=f"{queue} {i}"))
+            q.ack(q.claim(queue))  # one archive row per item
+    _age(
+        dsn,
+        "queue_archive_batches",
+        "acked_at",
+        "queue = 'x' AND batch IN (SELECT min(batch) FROM pgmem.queue_archive_batches WHERE queue = 'x')",
+    )
+    retention = client.retention
+    retention.set_policy("queue_history", scope="x", max_age=3600)
+    assert retention.run()["queue_history"] == 1
+    retention.set_policy("queue_history", max_count=3)  # the namespace: the newest 3 items stay
+    assert retention.run()["queue_history"] == 4
+    left = _sql(dsn, "SELECT queue, count(*) FROM pgmem.queue_archive WHERE namespace = 'test' GROUP BY 1 ORDER BY 1")
+    assert left == [("y", 3)]
+    assert _count(dsn, "messages", "test") == 3  # the archived items' messages went with them
+
+
+def test_summaries_retrieval_log_and_vector_log_policies(dsn: str) -> None:
+    with pgmem.connect(dsn, namespace="test", retrieval_log=True) as client:
+        client.vectors.enable("m")
+        _vectors(client, "m", 12)
+        for i in range(6):
+            client.search(f"item {i}", memory="m", k=2)
+        client.summaries.compress("m", OfflineSummarizer(), CompressionPolicy(chunk=3, max_level=1))
+        assert len(client.summaries.list("m")) == 4
+        retention = client.retention
+        # summaries: by count (newest 3), then by age
+        retention.set_policy("summaries", scope="m", max_count=3)
+        assert retention.run()["summaries"] == 1
+        _age(dsn, "summaries", "created_at", "id IN (SELECT min(id) FROM pgmem.summaries)")
+        retention.set_policy("summaries", scope="m", max_age=3600, max_count=3)
+        assert retention.run()["summaries"] == 1
+        assert len(client.summaries.list("m")) == 2
+        # retrieval log: by age, then by count over the namespace
+        _age(dsn, "retrieval_log", "logged_at", "id IN (SELECT min(id) FROM pgmem.retrieval_log)")
+        retention.set_policy("retrieval_log", max_age=3600)
+        assert retention.run(target="retrieval_log") == {"retrieval_log": 1}
+        retention.set_policy("retrieval_log", max_count=2)
+        assert retention.run(target="retrieval_log") == {"retrieval_log": 3}
+        assert _count(dsn, "retrieval_log", "test") == 2
+        # vector log: by count per memory (newest 5 revisions), then by age (the head always stays)
+        assert _log(dsn, "test") == list(range(1, 13))
+        retention.set_policy("vector_log", max_count=5)
+        assert retention.run(target="vector_log", batch_size=3) == {"vector_log": 7}
+        assert _log(dsn, "test") == list(range(8, 13))
+        _age(dsn, "vector_log", "logged_at", "true")
+        retention.set_policy("vector_log", max_age=3600)
+        assert retention.run(target="vector_log") == {"vector_log": 4}
+        assert _log(dsn, "test") == [12]
+
+
+def test_a_run_in_many_batches_lets_a_concurrent_writer_progress(client: pgmem.Client, dsn: str) -> None:
+    """Each batch is its own short transaction: a writer adding to the very memory being purged (whose
+    vector-log row lock every batch takes) gets through between batches instead of waiting for the run."""
+    client.vectors.enable("a")
+    client.messages.add_many("a", [Message(id=f"old{i}", content=f"old note {i}") for i in range(3000)])
+    client.vectors.flush()
+    _age(dsn, "memory_entries", "added_at", "memory = 'a'")
+    client.retention.set_policy("messages", scope="a", max_age=3600)
+    running = threading.Event()
+    finished = threading.Event()
+    during: list[int] = []
+
+    def write() -> None:
+        with pgmem.connect(dsn, namespace="test", max_size=1) as writer:
+            running.wait(10)
+            i = 0
+            while not finished.is_set():
+                writer.messages.add("a", Message(id=f"new{i}", content=f"new note {i}"))
+                writer.vectors.flush()  # its vector joins the memory's log: the lock each batch takes
+                during.append(i)
+                i += 1
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    running.set()
+    removed = client.retention.run(batch_size=50)  # 60 batches
+    finished.set()
+    thread.join()
+    assert removed["messages"] == 3000
+    assert len(during) >= 3, during  # the writer got through while the run was going on
+    assert _ids(client, "a") == [f"new{i}" for i in range(len(during))]
+
+
+def test_cli_retention_run(dsn: str) -> None:
+    with pgmem.connect(dsn, namespace="alpha") as client:
+        client.messages.add_many("a", [Message(content=f"n{i}") for i in range(5)])
+        client.retention.set_policy("messages", scope="a", max_count=2)
+        client.with_namespace("beta").messages.add_many("a", [Message(content=f"n{i}") for i in range(5)])
+        client.with_namespace("beta").retention.set_policy("messages", scope="a", max_count=1)
+    cli = [sys.executable, "-m", "pgmem.ops.cli", "retention", "run", "--dsn", dsn]
+    out = subprocess.run([*cli, "-n", "alpha"], capture_output=True, text=True, check=True).stdout
+    assert "removed 3 rows in 1 namespace" in out
+    out = subprocess.run([*cli, "--all-namespaces"], capture_output=True, text=True, check=True).stdout
+    assert "removed 4 rows in 2 namespaces" in out  # alpha had nothing left to remove
+    bad = subprocess.run(cli, capture_output=True, text=True, check=False)
+    assert bad.returncode == 1 and "--all-namespaces" in bad.stderr
+
+
+# -- cross-tenant maintenance is an administrator's operation ------------------------------------------------
+
+
+def test_a_scoped_purge_of_expired_brains_never_touches_another_tenant(client: pgmem.Client, dsn: str) -> None:
+    """The issue's report: client.with_namespace("tenantC").brains.purge_expired() deleted tenant A's brain."""
+    client.with_namespace("tenantA").brains.dump("chat:1", history=[Message(content="a's talk")], ttl=1)
+    _sql(dsn, "UPDATE pgmem.brain_memories SET expires_at = now() - interval '1 hour'")
+    assert client.with_namespace("tenantC").brains.purge_expired() == 0
+    assert client.with_namespace("tenantC").retention.purge_expired_brains() == 0
+    assert _count(dsn, "brain_memories", "tenantA") == 1
+    # The administrator's purge of every namespace takes it, as the tables' owner.
+    with psycopg.connect(dsn, autocommit=True) as owner:
+        assert pgmem.admin.purge_expired(owner) == {"tenantA": 1}
+    assert _count(dsn, "brain_memories", "tenantA") == 0
+
+
+def test_cross_tenant_maintenance_refuses_a_role_that_does_not_own_the_tables(client: pgmem.Client, dsn: str) -> None:
+    client.with_namespace("tenantA").brains.dump("chat:1", history=[Message(content="a's talk")], ttl=1)
+    client.with_namespace("tenantA").retention.set_policy("messages", max_count=0)
+    _sql(dsn, "UPDATE pgmem.brain_memories SET expires_at = now() - interval '1 hour'")
+    before = table_counts(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET ROLE pgmem_app")  # the application role every client acts as
+        for admin_call in (pgmem.admin.purge_expired, pgmem.admin.run_retention, pgmem.admin.namespaces):
+            with pytest.raises(pgmem.errors.PermissionDenied):
+                admin_call(conn)
+    assert table_counts(dsn) == before
+
+
+async def test_the_async_admin_twins(aclient: pgmem.AsyncClient, dsn: str) -> None:
+    await aclient.with_namespace("tenantA").retention.set_policy("messages", scope="a", max_count=1)
+    await aclient.with_namespace("tenantA").messages.add_many("a", [Message(content=f"n{i}") for i in range(3)])
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as owner:
+        removed = await pgmem.admin.aio.run_retention(owner)
+    assert removed["tenantA"]["messages"] == 2
