@@ -110,6 +110,16 @@ SELECT coalesce((SELECT id FROM item),
        AS id,
        (SELECT count(*) FROM wake) AS woken;
 
+-- name: purge_idempotency_keys
+-- Forget the idempotency keys recorded more than %(age)s seconds ago (created_at has a BRIN index): a push
+-- sent again with one of them afterwards enqueues again. Returns how many were deleted.
+WITH gone AS (
+    DELETE FROM pgmem.idempotency_keys
+    WHERE namespace = %(ns)s AND created_at < now() - %(age)s * interval '1 second'
+    RETURNING 1
+)
+SELECT count(*) FROM gone;
+
 -- name: push_many
 -- A batch, one array per column; items are numbered in batch order. Returns the ids of the new items.
 -- Messages are stored in batch order (messages.sql add_many stores them in id order: see there).

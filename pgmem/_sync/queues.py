@@ -500,6 +500,19 @@ class QueueRepository(Repository):
         The same as :meth:`AsyncRetention.purge_queue_archive <pgmem._async.retention.AsyncRetention>`."""
         return self._client.retention.purge_queue_archive(older_than, queue=queue, connection=connection)
 
+    def purge_idempotency_keys(
+        self, older_than: float | timedelta, *, connection: Connection[Any] | None = None
+    ) -> int:
+        """Retention: forget the namespace's push idempotency keys older than ``older_than`` (seconds or a
+        timedelta); a push sent again with a forgotten key enqueues again. Keep them longer than any retry
+        of yours may come late. Returns how many were deleted.
+
+        Raises:
+            InvalidInput: ``older_than`` is not a duration of 0 to 366 days (nothing deleted).
+        """
+        age = seconds(older_than, "older_than", maximum=MAX_DELAY_SECONDS)
+        return int(self._scalar("purge_idempotency_keys", {"age": age}, connection) or 0)
+
     def clear(self, queue: str, *, connection: Connection[Any] | None = None) -> int:
         """Delete every live item of the queue (ready, leased and dead); return how many."""
         return int(self._scalar("clear_queue", {"queue": check_queue(queue)}, connection))
