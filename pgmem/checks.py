@@ -232,6 +232,8 @@ def check_message(message: Message, index: int | None = None) -> str:
             check_text(value, field, where)
     for name in message.send_to:
         check_text(name, "send_to", where)
+    if not isinstance(message.created_at, datetime):
+        raise InvalidInput(f"{where}created_at must be a datetime, not {type(message.created_at).__name__}")
     return where
 
 

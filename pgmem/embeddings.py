@@ -48,8 +48,26 @@ class Embedder(Protocol):
         ...
 
 
+#: The range a vector's squared length must fall in. pgvector computes cosine distance in float32: a
+#: squared length above float32's largest value overflows (``[1e38, 1e38, 0, 0]`` scored 0.0 against
+#: itself), and a zero one (or one whose squares underflow) divides by zero: every search then returned
+#: it with score NaN. Normalised vectors have 1.0.
+MIN_SQUARED_NORM = 1e-30
+MAX_SQUARED_NORM = 3.4e38
+
+
+def _bad_norm(squared: float) -> str | None:
+    if not squared >= MIN_SQUARED_NORM:  # also NaN
+        return "is zero (or so small that float32 cosine underflows): it has no direction to compare"
+    if squared > MAX_SQUARED_NORM:
+        return "is so long that its squared length overflows float32, in which pgvector computes cosine"
+    return None
+
+
 def check_vectors(vectors: Any, count: int, dimension: int, model: str) -> Vectors:
-    """Validate a provider's answer: ``count`` finite vectors of ``dimension``; return them as float32."""
+    """Validate a provider's answer: ``count`` finite vectors of ``dimension``, none of them zero or too
+    long for float32 cosine (see :data:`MAX_SQUARED_NORM`); return them as float32. Raises
+    :class:`EmbeddingError` naming the first bad one, so that nothing is written."""
     import numpy as np
 
     array = np.asarray(vectors, dtype=np.float32)
@@ -59,6 +77,12 @@ def check_vectors(vectors: Any, count: int, dimension: int, model: str) -> Vecto
         raise EmbeddingError(f"{model}: expected {dimension} dimensions, got {array.shape[1]}")
     if not np.isfinite(array).all():
         raise EmbeddingError(f"{model}: the provider returned NaN or infinite values")
+    wide = array.astype(np.float64)
+    squared = np.einsum("ij,ij->i", wide, wide)
+    bad = np.flatnonzero((squared < MIN_SQUARED_NORM) | (squared > MAX_SQUARED_NORM))
+    if bad.size:
+        reason = _bad_norm(float(squared[bad[0]]))
+        raise EmbeddingError(f"{model}: vector {int(bad[0])} {reason}")
     return array
 
 
@@ -72,10 +96,14 @@ def check_query_vector(vector: Any, dimension: int) -> Vectors:
         raise InvalidInput(f"not a vector: {exc}") from None
     if array.shape[0] != dimension:
         raise InvalidInput(f"query vector has {array.shape[0]} dimensions; the model has {dimension}")
-    # A dot product is finite only if every value is (and costs a third of isfinite().all() on 384
-    # values); a huge but finite vector can overflow it, so only a non-finite product is checked in full.
-    if not math.isfinite(float(np.dot(array, array))) and not np.isfinite(array).all():
+    # The squared length in float64, which no float32 input overflows: finite only if every value is (a
+    # third of the cost of isfinite().all() on 384 values), and checked against float32's range.
+    wide = array.astype(np.float64)
+    squared = float(np.dot(wide, wide))
+    if not math.isfinite(squared):
         raise InvalidInput("query vector contains NaN or infinite values")
+    if problem := _bad_norm(squared):
+        raise InvalidInput(f"query vector {problem}")
     return array
 
 
@@ -112,19 +140,30 @@ class HashingEmbedder:
         self.model = f"pgmem-hash-{dimension}"
 
     def _features(self, text: str) -> dict[int, float]:
-        features: dict[int, float] = {}
+        grams: list[tuple[str, str, float]] = []
         for word in _WORD_RE.findall(text.lower()):
             if word in _STOP_WORDS:
                 continue
-            grams = [("w", word, 1.0)]
+            grams.append(("w", word, 1.0))
             padded = f"#{word}#"
             grams += [("t", padded[i : i + 3], self.trigram_weight) for i in range(len(padded) - 2)]
-            for kind, gram, weight in grams:
-                digest = hashlib.blake2b(f"{kind}:{gram}".encode(), digest_size=8).digest()
-                value = int.from_bytes(digest, "little")
-                bucket = value % self.dimension
-                sign = 1.0 if (value >> 63) & 1 else -1.0
-                features[bucket] = features.get(bucket, 0.0) + sign * weight
+        if not grams:
+            # No word but stop words ("the a of"), none at all ("!!!"), or empty: the whole text's
+            # character trigrams, so every text has a direction (a zero vector scores NaN). "" is "^$".
+            padded = f"^{text.lower()}$"
+            grams = [("c", padded[i : i + 3], 1.0) for i in range(max(1, len(padded) - 2))]
+        features: dict[int, float] = {}
+        for kind, gram, weight in grams:
+            digest = hashlib.blake2b(f"{kind}:{gram}".encode("utf-8", "surrogatepass"), digest_size=8).digest()
+            value = int.from_bytes(digest, "little")
+            bucket = value % self.dimension
+            sign = 1.0 if (value >> 63) & 1 else -1.0
+            features[bucket] = features.get(bucket, 0.0) + sign * weight
+        if not any(features.values()):  # features that cancelled out: one bucket of the text's own
+            features = {
+                int.from_bytes(hashlib.blake2b(f"z:{text}".encode("utf-8", "surrogatepass")).digest()[:8], "little")
+                % self.dimension: 1.0
+            }
         return features
 
     def embed(self, texts: Sequence[str]) -> Vectors:

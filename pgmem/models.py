@@ -66,14 +66,20 @@ def _optional_text(value: Any, field: str) -> str | None:
     return None if value is None else _text(value, field)
 
 
+def aware(moment: datetime) -> datetime:
+    """``moment`` with a time zone: a naive one is taken as UTC (not as the database server's local time,
+    which is how PostgreSQL would read it into a ``timestamptz``)."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
 def _created_at(value: Any) -> datetime:
     if value is None:
         return datetime.now(UTC)
     if isinstance(value, datetime):
-        return value
+        return aware(value)
     if isinstance(value, str):
         try:
-            return datetime.fromisoformat(value.replace("Z", "+00:00") if value.endswith("Z") else value)
+            return aware(datetime.fromisoformat(value.replace("Z", "+00:00") if value.endswith("Z") else value))
         except ValueError:
             pass
     raise InvalidInput(f"Message.created_at must be a datetime or an ISO 8601 string, not {value!r:.80}")
@@ -110,7 +116,8 @@ class Message:
 
     ``cause_by`` and ``sent_from`` accept a class (stored as ``module.ClassName``) or a string;
     ``send_to`` accepts a name, a class or an iterable of them (default: broadcast, ``{"<all>"}``).
-    ``created_at`` accepts a datetime or an ISO 8601 string (default: now, UTC). A value of the wrong type
+    ``created_at`` accepts a datetime or an ISO 8601 string (default: now, UTC; one without a time zone
+    is UTC, whatever the database server's ``TimeZone``). A value of the wrong type
     raises :class:`pgmem.InvalidInput` (a ValueError) naming the field. Two messages are equal when their
     ids are equal; messages carrying MetaGPT's ignored id (``"0"``) are equal when their contents are.
     Attributes can be assigned; what is stored is checked again when it is written.

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pgmem.checks import check_message, dump_json, load_json
 from pgmem.errors import InvalidInput
-from pgmem.models import Message, is_pydantic_model, public_id, resolve_class, storage_id
+from pgmem.models import Message, aware, is_pydantic_model, public_id, resolve_class, storage_id
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -80,7 +80,7 @@ def encode(message: Message, index: int | None = None) -> tuple[Any, ...]:
         message.name,
         message.tool_call_id,
         message._source_class,
-        message.created_at,
+        aware(message.created_at),  # assigned after construction: still UTC when naive
     )
 
 

@@ -355,3 +355,115 @@ async def test_database_migrated_by_a_newer_pgmem_async(dsn: str) -> None:
         conn.execute("UPDATE pgmem.alembic_version SET version_num = '0099'")
     with pytest.raises(pgmem.SchemaTooNew):
         await pgmem.aconnect(dsn)
+
+
+# -- vectors: none that cosine cannot score ------------------------------------------------------------
+
+
+class _FixedEmbedder:
+    """Every text gets the same vector (a test's chosen bad one)."""
+
+    def __init__(self, vector: list[float], model: str) -> None:
+        self.vector = vector
+        self.dimension = len(vector)
+        self.model = model
+
+    def embed(self, texts: Any) -> Any:
+        import numpy as np
+
+        return np.array([self.vector] * len(texts), dtype=np.float32)
+
+    async def aembed(self, texts: Any) -> Any:
+        return self.embed(texts)
+
+
+def test_default_embedder_gives_every_text_a_direction(client: pgmem.Client) -> None:
+    """ "", "!!!" and "the a of" were zero vectors: stored, then returned by every search with score NaN."""
+    import numpy as np
+
+    from pgmem.embeddings import HashingEmbedder
+
+    texts = ["", "!!!", "the a of", "?", "a snake game", "the"]
+    vectors = HashingEmbedder().embed(texts)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    client.vectors.enable("m")
+    client.messages.add_many("m", [pgmem.Message(content=t) for t in texts])
+    report = client.vectors.flush()
+    assert not report.errors and report.remaining == 0
+    for query in texts:
+        hits = client.search(query, memory="m", k=len(texts))
+        assert len(hits) == len(texts)
+        assert all(math.isfinite(h.score) for h in hits), [(h.message.content, h.score) for h in hits]
+        assert hits[0].message.content == query and hits[0].score == pytest.approx(1.0, abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("vector", "reason"),
+    [([0.0, 0.0, 0.0, 0.0], "is zero"), ([1e-25, 0.0, 0.0, 0.0], "is zero"), ([1e38, 1e38, 0.0, 0.0], "overflows")],
+)
+def test_vectors_cosine_cannot_score_are_refused(
+    client: pgmem.Client, dsn: str, vector: list[float], reason: str
+) -> None:
+    """A zero vector, one whose float32 squares underflow, and [1e38, 1e38, 0, 0] (finite, but its squared
+    length overflows float32: it scored 0.0 against itself) are refused at write, from any embedder, and
+    as a query vector."""
+    client.vectors.enable("ok", _FixedEmbedder([1.0, 0.0, 0.0, 0.0], "fixed-ok"))
+    client.messages.add("ok", pgmem.Message(content="fine"))
+    assert not client.vectors.flush(_FixedEmbedder([1.0, 0.0, 0.0, 0.0], "fixed-ok")).errors
+    bad = _FixedEmbedder(vector, "fixed-bad")
+    client.vectors.enable("m", bad)
+    client.messages.add("m", pgmem.Message(content="x"))
+    report = client.vectors.flush(bad)
+    with psycopg.connect(dsn) as conn:
+        stored = conn.execute(
+            "SELECT count(*) FROM pgmem.embeddings e JOIN pgmem.embedding_models m ON m.id = e.model_id "
+            "WHERE m.name = 'fixed-bad'"
+        ).fetchone()
+        error = conn.execute("SELECT string_agg(last_error, ' ') FROM pgmem.embedding_outbox").fetchone()
+    assert stored == (0,)
+    assert error is not None and "EmbeddingError" in error[0] and reason in error[0], (report, error)
+    with pytest.raises(pgmem.InvalidInput, match=reason):
+        client.search(vector=vector, memory="ok", k=1)
+    with pytest.raises(pgmem.InvalidInput, match=reason):
+        client.search(vector=vector, k=1, embedder=_FixedEmbedder([1.0, 0.0, 0.0, 0.0], "fixed-ok"))
+    from pgmem.embeddings import check_vectors
+
+    with pytest.raises(pgmem.EmbeddingError, match=f"vector 1 .*{reason}"):
+        check_vectors([[1.0, 0.0, 0.0, 0.0], vector], 2, 4, "m")
+
+
+# -- naive created_at -----------------------------------------------------------------------------------
+
+
+def test_naive_created_at_is_utc_whatever_the_server_time_zone(dsn: str) -> None:
+    """A created_at without a time zone is UTC (documented on Message); it was read in the server
+    session's TimeZone (here UTC+14)."""
+    from datetime import UTC, datetime
+
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    far_east = make_conninfo(**{**conninfo_to_dict(dsn), "options": "-c TimeZone=Pacific/Kiritimati"})
+    naive = datetime(2026, 1, 1, 12, 0, 0)
+    with pgmem.connect(far_east, namespace="tz") as client:
+        late = pgmem.Message(id="late", content="assigned later")
+        late.created_at = naive  # attributes are checked again when written
+        client.messages.add_many(
+            "m",
+            [
+                pgmem.Message(id="naive", content="naive", created_at=naive),
+                pgmem.Message(id="iso", content="iso", created_at="2026-01-01T12:00:00"),
+                pgmem.Message(id="aware", content="aware", created_at=naive.replace(tzinfo=UTC)),
+                late,
+            ],
+        )
+        client.messages.add("one", pgmem.Message(id="single", content="one", created_at=naive))
+        got = {m.id: m.created_at for m in client.messages.last("m") + client.messages.last("one")}
+    assert set(got) == {"naive", "iso", "aware", "late", "single"}
+    assert all(value == naive.replace(tzinfo=UTC) for value in got.values()), got
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT DISTINCT to_char(created_at AT TIME ZONE 'UTC', 'HH24:MI') FROM pgmem.messages")
+        assert rows.fetchall() == [("12:00",)]
+    bad = pgmem.Message(content="x")
+    bad.created_at = "yesterday"  # type: ignore[assignment]
+    with pgmem.connect(dsn, namespace="tz") as client, pytest.raises(pgmem.InvalidInput, match="created_at"):
+        client.messages.add("m", bad)
