@@ -2,11 +2,14 @@
 
 Target (issue 20): 0 pushes lost, 0 duplicated; every client resumes on its own within 5 s of each kill
 (pgmem starts the server again: nothing else does); only typed errors (``pgmem.errors``) in between.
+And in one process: ``pgmem.connect()`` after a kill works (it raised a raw ``OperationalError`` forever:
+the embedded package caches its server object), and an open async client resumes by itself.
 The embedded server here is a private one, under a temporary ``PGMEM_HOME``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -34,6 +37,43 @@ RESUME_TARGET = 5.0
 
 def _postmaster_pid(home: Path) -> int:
     return int((server.pgdata_dir(home) / "postmaster.pid").read_text().split()[0])
+
+
+def test_same_process_after_a_kill(monkeypatch: pytest.MonkeyPatch) -> None:
+    home = Path(tempfile.mkdtemp(prefix="pgmem-kill1-"))
+    monkeypatch.setenv("PGMEM_HOME", str(home))
+    monkeypatch.delenv("PGMEM_DSN", raising=False)
+    try:
+        with pgmem.connect(namespace="kill") as client:
+            client.messages.add("m", pgmem.Message(content="before"))
+        os.kill(_postmaster_pid(home), signal.SIGKILL)
+        t0 = time.monotonic()
+        with pgmem.connect(namespace="kill") as client:  # starts the server again
+            assert client.messages.count("m") == 1
+        print(f"\nconnect() after a kill: {time.monotonic() - t0:.2f} s")
+
+        async def resume() -> float:
+            async with await pgmem.aconnect(namespace="kill", timeout=2) as aclient:
+                await aclient.messages.count("m")
+                os.kill(_postmaster_pid(home), signal.SIGKILL)
+                killed = time.monotonic()
+                await asyncio.sleep(0.5)  # the backends notice the postmaster is gone and exit
+                while True:
+                    try:
+                        assert await aclient.messages.count("m") == 1
+                        return time.monotonic() - killed
+                    except pgmem.PgmemError:  # typed, while the server comes back
+                        await asyncio.sleep(0.05)
+
+        took = asyncio.run(resume())
+        print(f"an open async client resumed {took:.2f} s after the kill")
+        assert took < RESUME_TARGET
+    finally:
+        try:
+            kill_tree(_postmaster_pid(home))
+        except (OSError, ValueError):
+            pass
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def test_three_kills_under_load(monkeypatch: pytest.MonkeyPatch) -> None:
