@@ -44,6 +44,7 @@ __all__ = [
     "connection_lost",
     "deadline",
     "idle_broken",
+    "paused",
     "verified",
     "verifying",
     "reads_only",
@@ -88,6 +89,23 @@ def deadline(seconds: float | None) -> Iterator[None]:
         yield
     finally:
         _DEADLINE.reset(token)
+
+
+@contextmanager
+def paused() -> Iterator[None]:
+    """Stop the current deadline's clock inside the block: for work that is not the database's (an
+    embedding provider called while a transaction holds its rows), which has timeouts of its own."""
+    end = _DEADLINE.get()
+    if end is None:
+        yield
+        return
+    left = end - time.monotonic()
+    token = _DEADLINE.set(None)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+        _DEADLINE.set(time.monotonic() + left)
 
 
 @contextmanager

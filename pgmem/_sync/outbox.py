@@ -21,6 +21,7 @@ from pgmem.errors import InvalidInput, redact, translate
 from pgmem.planning import statements
 from pgmem.planning.rows import EmbeddingModelRow, OutboxItemRow, PendingModelRow, PendingRow, PromotedRow
 from pgmem.planning.search import EmbeddingModel, model_of
+from pgmem.resilience import paused
 
 if TYPE_CHECKING:
     from pgmem._sync.client import Client
@@ -162,9 +163,9 @@ class EmbeddingOutbox(Repository):
                     return 0, None
                 ids = [r.message_id for r in claimed]
                 try:
-                    vectors = check_vectors(
-                        embedder.embed([r.content for r in claimed]), len(claimed), model.dimension, model.name
-                    )
+                    with paused():  # the provider's time is not the database call's (pgmem.resilience)
+                        embedded = embedder.embed([r.content for r in claimed])
+                    vectors = check_vectors(embedded, len(claimed), model.dimension, model.name)
                 except Exception as exc:  # noqa: BLE001 - whatever the provider raises leaves the batch queued
                     failure = redact(f"{type(exc).__name__}: {exc}")  # logged and stored: no API key
                 else:
