@@ -303,9 +303,9 @@ class AsyncItemRepository(AsyncRepository):
         Without ``query`` or ``vector``: newest ``updated_at`` first (``score`` None). With one (``query``
         is embedded with ``embedder``; ``vector`` is taken as is, ``embedder`` naming its model): the
         items with vectors of that model, best first, an item scoring as its best vector (cosine
-        similarity). A filtered search is exact when few items pass (``exact_limit``, default
-        ``8 * sqrt(item vectors)``, counted once per COUNT_TTL seconds), else an iterative HNSW scan with
-        the filters applied during the scan; a scan that comes back short is followed by the exact
+        similarity). A search (the namespace filters it, whatever else does) is exact when few items pass
+        (``exact_limit``, default ``8 * sqrt(item vectors)``, counted once per COUNT_TTL seconds), else an
+        iterative HNSW scan with the filters applied during the scan; a scan that comes back short is followed by the exact
         search, so every page holds ``limit`` items whenever that many match, at any ``offset``.
         ``vectors_per_item``: how many vectors an item usually has (the scan reads that many per hit).
         ``mode``: ``auto``, ``exact`` or ``ann``.
@@ -331,16 +331,15 @@ class AsyncItemRepository(AsyncRepository):
         params["q"] = check_query_vector(vector, model.dimension)
         if limit == 0:
             return []
-        filtered = bool(pre or shape or omit)
         n = (offset + limit) * max(1, int(vectors_per_item))
         strategy = mode
         if strategy == "auto":
             if n > MAX_EF_SEARCH:
                 strategy = "exact"
-            elif filtered:
-                strategy = await self._strategy(pre, shape, filter_params, omit, exact_limit, connection)
             else:
-                strategy = "ann"
+                # With no filter but the namespace too: the index holds every namespace's item vectors of
+                # the model, and a small namespace is searched exactly rather than walked for.
+                strategy = await self._strategy(pre, shape, filter_params, omit, exact_limit, connection)
         if strategy == "ann":
             params["n"] = n
             text = plan.search_statement("ann", bool(pre), shape, omit, refresh, model)
