@@ -136,15 +136,13 @@ def test_a_read_after_a_write_waits_for_the_replica(cluster: Cluster) -> None:
         with _connect(cluster, "ryw", replicas=[replica.dsn], replica_wait=5) as client:
             for i in range(5):
                 wrote = _put(client, "m", i)
-                started = time.monotonic()
                 hits = client.vectors.search(vector=_vector(i), memory="m", k=1)
-                waited = time.monotonic() - started
                 assert [h.message.id for h in hits] == [wrote]
             stats = client.replica_stats()
             assert stats is not None
             [seen] = stats.replicas
             assert (seen.reads, stats.primary, seen.skipped_lag) == (5, 0, 0)
-            assert seen.waited == 5 and waited >= 0.2
+            assert seen.waited == 5  # each read polled the replica until it had applied the write
             assert stats.position_checks == 5
             # Reads that follow reads do not ask the primary again.
             for _ in range(3):
@@ -167,19 +165,16 @@ def test_a_lagging_replica_is_skipped_for_the_primary(cluster: Cluster) -> None:
         _superuser(replica, "SELECT pg_wal_replay_pause()")
         try:
             wrote = _put(client, "m", 1)
-            started = time.monotonic()
             hits = client.vectors.search(vector=_vector(1), memory="m", k=1)
-            assert time.monotonic() - started >= 0.3
             assert [h.message.id for h in hits] == [wrote]  # read on the primary
             stats = client.replica_stats()
             assert stats is not None
             assert (stats.replicas[0].state, stats.replicas[0].skipped_lag, stats.primary) == ("lagging", 1, 1)
             # While it lags, reads do not wait for it again.
-            started = time.monotonic()
             assert client.vectors.search(vector=_vector(1), memory="m", k=1)
-            assert time.monotonic() - started < 0.3
             stats = client.replica_stats()
             assert stats is not None and (stats.replicas[0].skipped_lag, stats.primary) == (2, 2)
+            assert stats.replicas[0].waited == 0
         finally:
             _superuser(replica, "SELECT pg_wal_replay_resume()")
         cluster.wait_streaming()
