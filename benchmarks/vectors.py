@@ -36,6 +36,10 @@ Parts (every comparison interleaved in one loop, p50/p99 in µs):
      384-dimension vector spans a 384-dimension subspace, and sign bits of Gaussian projections estimate
      angles well (SimHash); a native 4,096-dimension model's coordinates are less even, so check recall on
      your own vectors (``OVERSAMPLE`` in pgmem/planning/search.py).
+  N. a tenant's share of one model's vectors: the corpus in twelve namespaces, four holding 50%, 10%, 1%
+     and 0.1% of it (seeded shuffle); ``client.search`` with no filter but the namespace against the raw
+     strategies (exact scan of the namespace's vectors, iterative HNSW scan) and the plain post-filtered
+     HNSW query (what pgmem ran before issue 20). Targets: k results, recall >= 0.95, <= 1.2x the better raw.
   K. keyword search (``client.messages.search_text``) on the 34k English lines and on 30k generated
      Chinese/Japanese messages (``cjk_corpus``: deterministic, seed 21): pgmem's BM25 over
      ``pgmem.fts_document`` against the statement it replaced (``english`` configuration, ``ts_rank_cd``)
@@ -542,6 +546,112 @@ def part_d(
     return out
 
 
+# -- part N: a tenant's share of a model's vectors -----------------------------------------------------------
+
+#: Part N's tenants under test and their shares of the model's vectors; eight others hold the rest.
+TENANT_SHARES = {"t50": 0.5, "t10": 0.1, "t1": 0.01, "t01": 0.001}
+
+
+def part_n(dsn: str, texts: list[str], vectors: np.ndarray, queries: np.ndarray, samples: int) -> list[dict[str, Any]]:
+    """One model's vectors (the corpus) in twelve namespaces, four of which hold 50%, 10%, 1% and 0.1% of
+    them; for each of those: ``client.search`` with no filter but the namespace against the raw
+    strategies over the model's index (exact scan of the namespace's vectors, iterative HNSW scan, and the
+    plain post-filtered HNSW query pgmem ran before), interleaved, with recall@10 against exact numpy."""
+    n = len(vectors)
+    order = np.random.default_rng(7).permutation(n)
+    layout: dict[str, np.ndarray] = {}
+    start = 0
+    for ns, share in TENANT_SHARES.items():
+        layout[ns] = np.sort(order[start : start + round(n * share)])
+        start += round(n * share)
+    for i, part in enumerate(np.array_split(order[start:], 8)):
+        layout[f"other{i}"] = np.sort(part)
+    embedder = LookupEmbedder(vectors)
+    with pgmem.connect(dsn, namespace="other0", embedder=embedder, max_size=2) as root:
+        model = root.vectors.model(embedder)
+        with psycopg.connect(dsn, autocommit=True) as conn:  # the index built once, after the load
+            conn.execute(sql.SQL("DROP INDEX pgmem.{}").format(sql.Identifier(model.index_name)))
+        for ns, rows in layout.items():
+            client = root.with_namespace(ns)
+            client.messages.add_many("m", [Message(id=f"r{i}", content=f"{i}|{texts[i]}") for i in rows])
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            register_vector(conn)
+            for ns, rows in layout.items():
+                conn.execute(
+                    "INSERT INTO pgmem.embeddings (namespace, model_id, message_id, embedding)"
+                    " SELECT %s, %s, 'r' || v.i, v.e FROM unnest(%s::int[], %s::vector[]) AS v(i, e)",
+                    (ns, model.id, [int(i) for i in rows], list(vectors[rows])),
+                    binary=True,
+                )
+            conn.execute(model.index_ddl(concurrently=False))
+            conn.execute("VACUUM ANALYZE")
+        vec = "e.embedding::vector(384)"
+        cols = (
+            "m.seq, m.id, m.content, m.instruct_content, m.role, m.cause_by, m.sent_from, m.send_to, m.metadata,"
+            " m.tool_calls, m.name, m.tool_call_id, m.message_class, m.created_at, h.d"
+        )
+        exact_sql = (
+            f"SELECT {cols} FROM (SELECT e.message_id, e.embedding <=> %(q)s AS d FROM pgmem.embeddings e"
+            f" WHERE e.namespace = %(ns)s AND e.model_id = {model.id} ORDER BY d LIMIT 10) h"
+            " JOIN pgmem.messages m ON m.namespace = %(ns)s AND m.id = h.message_id ORDER BY h.d"
+        )
+        ann_sql = (
+            f"WITH h AS MATERIALIZED (SELECT e.message_id, {vec} <=> %(q)s AS d FROM pgmem.embeddings e"
+            f" WHERE e.namespace = %(ns)s AND e.model_id = {model.id} ORDER BY {vec} <=> %(q)s LIMIT 10)"
+            f" SELECT {cols} FROM h JOIN pgmem.messages m ON m.namespace = %(ns)s AND m.id = h.message_id ORDER BY h.d"
+        )
+        out = []
+        for ns, share in TENANT_SHARES.items():
+            rows = layout[ns]
+            client = root.with_namespace(ns)
+            truth = {j: [f"r{rows[i]}" for i in raw_numpy(vectors[rows], queries[j])] for j in range(100)}
+            with (
+                psycopg.connect(dsn, autocommit=True) as exact,
+                psycopg.connect(dsn, autocommit=True) as iterative,
+                psycopg.connect(dsn, autocommit=True) as plain,
+            ):
+                for conn in (exact, iterative, plain):
+                    register_vector(conn)
+                iterative.execute("SET hnsw.iterative_scan = relaxed_order")
+                plain.execute("SET hnsw.iterative_scan = off")
+                pick = iter(np.resize(np.arange(100), samples * 10))
+
+                def run(conn: psycopg.Connection[Any], query: str, j: int, ns: str = ns) -> list[str]:
+                    found = conn.execute(query, {"q": queries[j], "ns": ns}, binary=True, prepare=True).fetchall()
+                    return [r[1] for r in found]
+
+                t = timed_together(
+                    {
+                        "pgmem": lambda client=client: client.search(vector=queries[next(pick)], k=K),
+                        "raw exact": lambda: run(exact, exact_sql, next(pick)),
+                        "raw iterative HNSW": lambda: run(iterative, ann_sql, next(pick)),
+                        "raw post-filtered HNSW": lambda: run(plain, ann_sql, next(pick)),
+                    },
+                    iterations=samples,
+                )
+                results = {
+                    "pgmem": [[h.message.id for h in client.search(vector=queries[j], k=K)] for j in range(100)],
+                    "raw exact": [run(exact, exact_sql, j) for j in range(100)],
+                    "raw iterative HNSW": [run(iterative, ann_sql, j) for j in range(100)],
+                    "raw post-filtered HNSW": [run(plain, ann_sql, j) for j in range(100)],
+                }
+            best_raw = min(t["raw exact"]["p50_us"], t["raw iterative HNSW"]["p50_us"])
+            for name, found in results.items():
+                out.append(
+                    {
+                        "tenant holds": f"{share:.1%} ({len(rows)})",
+                        "system": name,
+                        "p50": t[name]["p50_us"],
+                        "p99": t[name]["p99_us"],
+                        "vs better raw": round(t[name]["p50_us"] / best_raw, 2),
+                        "min results": min(len(f) for f in found),
+                        "mean results": round(float(np.mean([len(f) for f in found])), 2),
+                        "recall@10": round(float(np.mean([recall(f, truth[j]) for j, f in enumerate(found)])), 3),
+                    }
+                )
+    return out
+
+
 # -- part E: every embedding size ---------------------------------------------------------------------------
 
 
@@ -896,11 +1006,11 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=400)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/vectors.json"))
-    parser.add_argument("--parts", default="A,B,C,D,E,K", help="which parts to run, e.g. D or A,B (default: all)")
+    parser.add_argument("--parts", default="A,B,C,D,E,K,N", help="which parts to run, e.g. D or A,B (default: all)")
     parser.add_argument("--busy", type=int, default=8, help="part A's loaded scenario: busy processes (0: skip it)")
     args = parser.parse_args()
     parts = {p.strip().upper() for p in args.parts.split(",") if p.strip()}
-    if unknown := parts - {"A", "B", "C", "D", "E", "K"}:
+    if unknown := parts - {"A", "B", "C", "D", "E", "K", "N"}:
         parser.error(f"unknown parts {sorted(unknown)}")
     samples = 100 if args.quick else args.samples
     texts, vectors, queries = load_data(0)
@@ -912,6 +1022,10 @@ def main() -> None:
         with bench_database(args.dsn, "_d") as dsn:
             results["D"] = part_d(dsn, texts, vectors, queries, 1000 if args.quick else 5000, samples)
             show("D. LangGraph PostgresStore vs pgmem", [results["D"]])
+    if "N" in parts:
+        with bench_database(args.dsn, "_n") as dsn:
+            results["N"] = part_n(dsn, texts, vectors, queries, samples)
+            show("N. a tenant's share of the model's vectors: search with no filter but the namespace", results["N"])
     if "E" in parts:
         with bench_database(args.dsn, "_e") as dsn:
             results["E"] = part_e(dsn, texts, vectors, queries, 3000 if args.quick else 10_000, samples)
