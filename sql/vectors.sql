@@ -264,6 +264,7 @@ SELECT pg_try_advisory_xact_lock(%(key)s) AS locked, set_config('lock_timeout', 
 -- Every registered model, and whether item vectors use it: `pgmem migrate` builds their missing HNSW
 -- indexes (pgmem.ops.migrate.build_model_indexes; with pgmem.admin on, item_vectors being under
 -- row-level security).
-SELECT m.id, m.name, m.dimension, m.kind, EXISTS (SELECT 1 FROM pgmem.item_vectors AS v WHERE v.model_id = m.id)
+SELECT m.id, m.name, m.dimension, m.kind,
+       EXISTS (SELECT 1 FROM pgmem.item_vectors AS v WHERE v.model_id = m.id) AS items
 FROM pgmem.embedding_models AS m
 ORDER BY m.id;

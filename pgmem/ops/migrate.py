@@ -110,7 +110,7 @@ def build_model_indexes(dsn: str) -> list[str]:
 
     from pgmem.planning import items as item_plan
     from pgmem.planning import statements
-    from pgmem.planning.rows import EmbeddingModelRow
+    from pgmem.planning.rows import EmbeddingModelRow, IndexedModelRow
     from pgmem.planning.search import model_of
 
     q = statements.load("vectors")
@@ -124,10 +124,10 @@ def build_model_indexes(dsn: str) -> list[str]:
         with conn.transaction():
             conn.execute("SELECT set_config('pgmem.admin', 'on', true)")  # item_vectors: row-level security
             rows = conn.execute(q["indexed_models"]).fetchall()
-        for row in rows:
-            model = model_of(EmbeddingModelRow._make(row[:4]))
+        for found in map(IndexedModelRow._make, rows):
+            model = model_of(EmbeddingModelRow._make(found[:4]))
             wanted = [("embeddings", model.index_name)]
-            if row[4]:
+            if found.items:
                 wanted.append(("item_vectors", item_plan.index_name(model)))
             for table, name in wanted:
                 if valid(conn, name):

@@ -356,6 +356,16 @@ class EmbeddingModelRow(NamedTuple):
     kind: str
 
 
+class IndexedModelRow(NamedTuple):
+    """``indexed_models``: a registered model, and whether item vectors use it (``pgmem migrate``)."""
+
+    id: int
+    name: str
+    dimension: int
+    kind: str
+    items: bool
+
+
 class MemoryModelRow(NamedTuple):
     """``memory_models``: a model of a memory and its status there (``active``, ``building``)."""
 
