@@ -305,8 +305,9 @@ class AsyncItemRepository(AsyncRepository):
         items with vectors of that model, best first, an item scoring as its best vector (cosine
         similarity). A search (the namespace filters it, whatever else does) is exact when few items pass
         (``exact_limit``, default ``8 * sqrt(item vectors)``, counted once per COUNT_TTL seconds), else an
-        iterative HNSW scan with the filters applied during the scan; a scan that comes back short is followed by the exact
-        search, so every page holds ``limit`` items whenever that many match, at any ``offset``.
+        iterative HNSW scan with the filters applied during the scan; a scan that comes back short is
+        followed by the exact search, so every page holds ``limit`` items whenever that many match, at any
+        ``offset``.
         ``vectors_per_item``: how many vectors an item usually has (the scan reads that many per hit).
         ``mode``: ``auto``, ``exact`` or ``ann``.
         """
