@@ -3,9 +3,10 @@
 ``load OUT SECONDS INDEX``: push to the embedded server (``PGMEM_HOME``) for SECONDS, each push with an
 idempotency key and pushed again after any error until it succeeds; write what happened to OUT (JSON).
 
-``consume DSN NAMESPACE MODE WORK``: claim items one at a time and apply each one's effect (a row in
-``public.effects``), until the queue is empty. MODE ``atomic``: the effect and the ack in one transaction
-(the exactly-once consumer pattern); ``effect_then_ack``: the effect committed, then the ack.
+``consume DSN NAMESPACE MODE WORK MARKER``: claim items one at a time and apply each one's effect (a row
+in ``public.effects``), until the queue is empty; MARKER is created once the first item is claimed. MODE
+``atomic``: the effect and the ack in one transaction (the exactly-once consumer pattern);
+``effect_then_ack``: the effect committed, then the ack.
 """
 
 from __future__ import annotations
@@ -52,9 +53,9 @@ def load(out: str, seconds: float, index: int) -> None:
         json.dump({"pushed": n, "successes": successes, "errors": errors}, f)
 
 
-def consume(dsn: str, namespace: str, mode: str, work: float) -> None:
+def consume(dsn: str, namespace: str, mode: str, work: float, marker: str) -> None:
     with pgmem.connect(dsn, namespace=namespace, max_size=1) as client, psycopg.connect(dsn) as conn:
-        idle = 0
+        idle, working = 0, False
         while idle < 20:
             items = client.queues.claim(QUEUE, n=1, lease=2)
             if not items:
@@ -62,6 +63,9 @@ def consume(dsn: str, namespace: str, mode: str, work: float) -> None:
                 time.sleep(0.1)
                 continue
             idle = 0
+            if not working:  # tells the test this process is past its start-up: worth killing
+                open(marker, "w").close()  # noqa: SIM115 - a marker file
+                working = True
             item = items[0]
             if mode == "atomic":
                 try:
@@ -85,4 +89,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "load":
         load(sys.argv[2], float(sys.argv[3]), int(sys.argv[4]))
     else:
-        consume(sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5]))
+        consume(sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5]), sys.argv[6])
