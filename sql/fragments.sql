@@ -42,13 +42,17 @@ name, tool_call_id, message_class, created_at
 -- with ON CONFLICT (namespace, id) DO NOTHING: a message is stored once, the stored one is kept.
 INSERT INTO pgmem.messages (namespace, {{message_fields}})
 
+-- fragment: message_values
+-- The values of {{insert_message_head}} for one message: the parameters of rows.encode, named by
+-- INSERT_COLUMNS.
+%(ns)s, %(id)s, %(content)s, %(content_hash)s, %(instruct_content)s::jsonb, %(role)s,
+%(cause_by)s, %(sent_from)s, %(send_to)s::text[], %(metadata)s::jsonb, %(tool_calls)s::jsonb,
+%(name)s, %(tool_call_id)s, %(message_class)s, %(created_at)s
+
 -- fragment: insert_message
--- Store one message (the parameters of rows.encode, named by INSERT_COLUMNS) unless the namespace
--- already holds its id.
+-- Store one message unless the namespace already holds its id.
 {{insert_message_head}}
-VALUES (%(ns)s, %(id)s, %(content)s, %(content_hash)s, %(instruct_content)s::jsonb, %(role)s,
-        %(cause_by)s, %(sent_from)s, %(send_to)s::text[], %(metadata)s::jsonb, %(tool_calls)s::jsonb,
-        %(name)s, %(tool_call_id)s, %(message_class)s, %(created_at)s)
+VALUES ({{message_values}})
 ON CONFLICT (namespace, id) DO NOTHING
 
 -- fragment: register_memory

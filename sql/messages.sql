@@ -9,11 +9,23 @@
 -- reference it from the memory. Returns the entry's sequence number, or nothing when the memory already
 -- held the message; and whether the memory has embedding models.
 -- `settle`: the writers' shared lock on the memory (see the fragment settle_lock_key).
+-- `clash`: the id is stored with other content (content_hash), or was stored concurrently, seen by
+-- neither this statement's snapshot nor its insert (content unknown): the message is inserted again
+-- without ON CONFLICT, so the whole statement fails with a unique violation on messages_pkey and
+-- nothing is written (pgmem raises Conflict; the concurrent case passes when retried).
 -- Returns an AddedRow.
-WITH {{settle_shared}}, memory AS (
+WITH {{settle_shared}}, stored AS (
+    SELECT content_hash FROM pgmem.messages WHERE namespace = %(ns)s AND id = %(id)s
+), memory AS (
     {{register_memory}}
 ), message AS (
     {{insert_message}}
+    RETURNING 1
+), clash AS (
+    {{insert_message_head}}
+    SELECT {{message_values}}
+    WHERE EXISTS (SELECT 1 FROM stored WHERE content_hash <> %(content_hash)s)
+       OR NOT (EXISTS (SELECT 1 FROM stored) OR EXISTS (SELECT 1 FROM message))
 )
 INSERT INTO pgmem.memory_entries (namespace, memory, message_id, cause_by)
 SELECT %(ns)s, %(memory)s, %(id)s, %(cause_by)s FROM settle
@@ -28,6 +40,9 @@ RETURNING seq, {{memory_embeds}} AS embeds;
 -- Rows are inserted in id order, not batch order: two batches holding the same messages in different
 -- orders then take their row locks in one global order and cannot deadlock. The entries' sequence
 -- numbers are drawn in batch order first (`numbered`), so the memory still keeps the batch order.
+-- `clash`: as in add_one, for every message of the batch stored with other content (or stored
+-- concurrently), and for an id the batch repeats with other contents: the statement fails, nothing is
+-- written.
 WITH {{settle_shared}}, batch AS (
     SELECT *
     FROM unnest({{message_arrays}})
@@ -40,11 +55,29 @@ WITH {{settle_shared}}, batch AS (
     ORDER BY first.ord
 ), memory AS (
     {{register_memory}}
+), stored AS (
+    SELECT m.id, m.content_hash
+    FROM pgmem.messages AS m
+    WHERE m.namespace = %(ns)s AND m.id = ANY(%(id)b::text[])
 ), message AS (
     {{insert_message_head}}
     SELECT DISTINCT ON (id) {{message_from_batch}}
     FROM batch ORDER BY id, ord
     ON CONFLICT (namespace, id) DO NOTHING
+    RETURNING id
+), clash AS (
+    {{insert_message_head}}
+    SELECT DISTINCT ON (id) {{message_from_batch}}
+    FROM batch
+    WHERE id IN (
+        SELECT b.id
+        FROM batch AS b LEFT JOIN stored AS s ON s.id = b.id
+        WHERE CASE WHEN s.id IS NULL THEN b.id NOT IN (SELECT id FROM message)
+                   ELSE s.content_hash <> b.content_hash END
+        UNION ALL
+        SELECT id FROM batch GROUP BY id HAVING count(DISTINCT content_hash) > 1
+    )
+    ORDER BY id, ord
 ), entry AS (
     INSERT INTO pgmem.memory_entries (namespace, memory, message_id, cause_by, seq)
     SELECT %(ns)s, %(memory)s, id, cause_by, seq FROM numbered ORDER BY id
@@ -53,6 +86,15 @@ WITH {{settle_shared}}, batch AS (
 )
 SELECT count(*) AS added, {{memory_embeds}} AS embeds
 FROM entry;
+
+-- name: clashing_ids
+-- Which of the ids are stored with another content hash than the one given beside each (after add_many
+-- failed on one, to name it).
+SELECT m.id
+FROM pgmem.messages AS m
+JOIN unnest(%(ids)s::text[], %(hashes)s::bytea[]) AS g(id, content_hash) ON g.id = m.id
+WHERE m.namespace = %(ns)s AND m.content_hash <> g.content_hash
+ORDER BY m.id;
 
 -- name: last_k
 -- The last k messages of a memory, oldest first (k NULL: all). Walks memory_entries_order_key backwards.

@@ -467,3 +467,63 @@ def test_naive_created_at_is_utc_whatever_the_server_time_zone(dsn: str) -> None
     bad.created_at = "yesterday"  # type: ignore[assignment]
     with pgmem.connect(dsn, namespace="tz") as client, pytest.raises(pgmem.InvalidInput, match="created_at"):
         client.messages.add("m", bad)
+
+
+# -- a message id stored with other content ------------------------------------------------------------
+
+
+def test_re_adding_an_id_with_other_content_is_a_conflict(client: pgmem.Client, dsn: str) -> None:
+    """It returned True and the second memory then served the first content (errors.py promised Conflict)."""
+    assert client.messages.add("m1", pgmem.Message(id="n1", content="first"))
+    before = table_counts(dsn)
+    with pytest.raises(pgmem.Conflict, match="'n1' is already stored with other content"):
+        client.messages.add("m2", pgmem.Message(id="n1", content="second"))
+    with pytest.raises(pgmem.Conflict, match="n1"):
+        client.messages.add_many("m2", [pgmem.Message(id="new", content="x"), pgmem.Message(id="n1", content="2nd")])
+    with pytest.raises(pgmem.Conflict, match="repeated in the batch"):
+        client.messages.add_many("m3", [pgmem.Message(id="d", content="a"), pgmem.Message(id="d", content="b")])
+    with psycopg.connect(dsn) as conn:
+        with pytest.raises(pgmem.Conflict):
+            client.messages.add("m2", pgmem.Message(id="n1", content="second"), connection=conn)
+        conn.rollback()
+    assert table_counts(dsn) == before  # no memory m2 or m3, no message "new" or "d"
+    # The same id with the same content stays idempotent, in another memory too; other fields are the first's.
+    assert client.messages.add("m2", pgmem.Message(id="n1", content="first", role="other"))
+    assert not client.messages.add("m2", pgmem.Message(id="n1", content="first"))
+    assert client.messages.add_many("m3", [pgmem.Message(id="n1", content="first")] * 2) == 1
+    assert [(m.content, m.role) for m in client.messages.last("m2")] == [("first", "user")]
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_concurrent_adds_of_one_new_id(client: pgmem.Client, dsn: str, same: bool) -> None:
+    """A transaction holds an uncommitted message; another process's add of the same id waits for it, then
+    passes when the contents are the same and raises Conflict when they differ (the content is checked
+    against the row that won, not the snapshot that could not see it)."""
+    import threading
+
+    outcome: list[object] = []
+    with psycopg.connect(dsn) as holder:
+        holder.execute("SELECT set_config('pgmem.namespace', 'test', true)")
+        client.messages.add("m0", pgmem.Message(id="warm", content="w"))  # the pool is connected
+        holder_client = pgmem.connect(holder, namespace="test")
+        holder_client.messages.add("held", pgmem.Message(id="race", content="a"), connection=holder)
+
+        def other() -> None:
+            try:
+                outcome.append(client.messages.add("m", pgmem.Message(id="race", content="a" if same else "b")))
+            except pgmem.PgmemError as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join(1.0)
+        assert thread.is_alive()  # waiting on the uncommitted row
+        holder.commit()
+        thread.join(30)
+    assert len(outcome) == 1
+    if same:
+        assert outcome == [True]
+        assert [m.content for m in client.messages.last("m")] == ["a"]
+    else:
+        assert isinstance(outcome[0], pgmem.Conflict), outcome
+        assert client.messages.last("m") == []
