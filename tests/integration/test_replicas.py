@@ -283,3 +283,11 @@ def test_report_and_stats_read_from_a_replica(
     result = CliRunner().invoke(app, ["stats", "--dsn", cluster.primary.dsn])
     assert result.exit_code == 0, result.output
     assert _commits_rise(replica, before, 7) >= 7  # its seven queries
+
+
+def test_message_stats_read_from_a_replica(cluster: Cluster) -> None:
+    with _connect(cluster, "mstats", replicas=[cluster.replicas[0].dsn]) as client:
+        _put(client, "m", 2)
+        rows = client.messages.stats()
+        assert [(r.namespace, r.memory, r.messages) for r in rows] == [("mstats", "m", 1)]  # the write, seen
+        assert _reads(client) == [1]
