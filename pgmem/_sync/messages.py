@@ -34,6 +34,15 @@ Q = queries.load("messages")
 _loads = load_json
 
 
+def _clash(exc: Conflict) -> str | None:
+    """The detail of a unique violation on ``messages_pkey``: add_one and add_many raise it on purpose
+    when an id is stored with other content (or was stored concurrently); None for any other Conflict."""
+    cause = exc.__cause__
+    if isinstance(cause, pg_errors.UniqueViolation) and cause.diag.constraint_name == "messages_pkey":
+        return cause.diag.message_detail or "an id is already stored"
+    return None
+
+
 def _positive(value: int, name: str, *, allow_zero: bool = True) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < (0 if allow_zero else 1):
         raise InvalidInput(f"{name} must be an integer >= {0 if allow_zero else 1}, got {value!r}")
@@ -66,7 +75,11 @@ class MessageRepository(Repository):
 
     def add(self, memory: str, message: Message, *, connection: Connection[Any] | None = None) -> bool:
         """Add ``message`` to ``memory``; return False when the memory already held it (same id, or same
-        content for messages carrying MetaGPT's ignored id). One statement, one round trip."""
+        content for messages carrying MetaGPT's ignored id). One statement, one round trip.
+
+        A message is stored once per namespace: adding an id that is stored with other content raises
+        :class:`pgmem.Conflict` and writes nothing (the same id with the same content is idempotent; its
+        other fields are those stored first)."""
         check_key(memory)
         row = dict(zip(INSERT_COLUMNS, encode(message), strict=True))
         params = {"ns": self.namespace, "memory": memory, **row}
@@ -82,6 +95,16 @@ class MessageRepository(Repository):
                 # retried once on our own connection, reported when it runs in the caller's transaction.
                 if connection is not None or attempt == 2:
                     raise Conflict(f"message {message.id} was deleted concurrently; add it again") from exc
+            except Conflict as exc:
+                # Stored with other content, or stored concurrently (its content unknown to the statement):
+                # once more on our own connection, which then sees the stored row and decides.
+                if _clash(exc) is None:
+                    raise
+                if connection is not None or attempt == 2:
+                    raise Conflict(
+                        f"message id {message.id!r} is already stored with other content in namespace "
+                        f"{self.namespace!r}; nothing was written (give the new message another id)"
+                    ) from exc.__cause__
         if added is None:
             return False
         entry = AddedRow._make(added)
@@ -96,6 +119,8 @@ class MessageRepository(Repository):
         """Add messages in order, all or nothing, in one statement; return how many were new to the memory.
 
         Every message is validated before anything is sent: one bad message rejects the whole batch.
+        An id stored with other content, or repeated in the batch with other contents, raises
+        :class:`pgmem.Conflict` and writes nothing.
         """
         check_key(memory)
         batch = list(messages)
@@ -104,18 +129,41 @@ class MessageRepository(Repository):
         if not batch:
             return 0
         columns = batch_columns(batch)
-        with translate():
-            with self._client.connection(connection) as conn:
-                cur = scope.execute(
-                    conn, self.namespace, Q["add_many"], {"ns": self.namespace, "memory": memory, **columns}
-                )
-                row = cur.fetchone()
+        for attempt in (1, 2):
+            try:
+                with translate():
+                    with self._client.connection(connection) as conn:
+                        cur = scope.execute(
+                            conn, self.namespace, Q["add_many"], {"ns": self.namespace, "memory": memory, **columns}
+                        )
+                        row = cur.fetchone()
+                break
+            except Conflict as exc:  # as in add: once more on our own connection
+                if _clash(exc) is None:
+                    raise
+                if connection is not None or attempt == 2:
+                    ids = self._clashing_ids(columns, connection)
+                    raise Conflict(
+                        f"message ids stored with other content, or repeated in the batch with other contents: "
+                        f"{', '.join(ids) or 'unknown'}; nothing was written"
+                    ) from exc.__cause__
         if row is None:
             return 0
         result = AddedManyRow._make(row)
         if result.added and result.embeds:
             self._client.vectors.written(connection)
         return int(result.added)
+
+    def _clashing_ids(self, columns: dict[str, list[Any]], connection: Connection[Any] | None) -> list[str]:
+        """The ids that made add_many fail (the error names none: row-level security hides key values)."""
+        hashes: dict[str, set[bytes]] = {}
+        for message_id, digest in zip(columns["id"], columns["content_hash"], strict=True):
+            hashes.setdefault(message_id, set()).add(digest)
+        repeated = sorted(i for i, found in hashes.items() if len(found) > 1)
+        if repeated or connection is not None:  # the caller's transaction is aborted: nothing to ask
+            return repeated
+        params = {"ids": columns["id"], "hashes": columns["content_hash"]}
+        return [str(i) for i in self._column("clashing_ids", params, None)]
 
     def delete(
         self, memory: str, message: Message | str, *, connection: Connection[Any] | None = None
