@@ -43,6 +43,11 @@ def _clash(exc: Conflict) -> str | None:
     return None
 
 
+#: How often add_many runs again after finding only ids other writers stored at the same moment (each run
+#: sees those committed; batches of writers sharing many new ids can race again on others).
+_MAX_RACES = 10
+
+
 def _positive(value: int, name: str, *, allow_zero: bool = True) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < (0 if allow_zero else 1):
         raise InvalidInput(f"{name} must be an integer >= {0 if allow_zero else 1}, got {value!r}")
@@ -129,7 +134,7 @@ class MessageRepository(Repository):
         if not batch:
             return 0
         columns = batch_columns(batch)
-        for attempt in (1, 2):
+        for attempt in range(1, _MAX_RACES + 1):
             try:
                 with translate():
                     with self._client.connection(connection) as conn:
@@ -138,11 +143,11 @@ class MessageRepository(Repository):
                         )
                         row = cur.fetchone()
                 break
-            except Conflict as exc:  # as in add: once more on our own connection
+            except Conflict as exc:  # as in add: again on our own connection, while only races are found
                 if _clash(exc) is None:
                     raise
-                if connection is not None or attempt == 2:
-                    ids = self._clashing_ids(columns, connection)
+                ids = self._clashing_ids(columns, connection)
+                if ids or connection is not None or attempt == _MAX_RACES:
                     raise Conflict(
                         f"message ids stored with other content, or repeated in the batch with other contents: "
                         f"{', '.join(ids) or 'unknown'}; nothing was written"
