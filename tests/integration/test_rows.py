@@ -82,6 +82,7 @@ ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("messages", "stats"): MessageStatsRow._fields,
     **{("queues", name): QUEUE_ITEM_ROW for name in ("claim", "ack_claim", "take", "peek", "dead_letters")},
     ("queues", "push"): PushRow._fields,
+    ("queues", "push_once"): PushRow._fields,
     ("queues", "push_many"): PushManyRow._fields,
     ("queues", "nack"): NackRow._fields,
     ("queues", "depth"): DepthRow._fields,
