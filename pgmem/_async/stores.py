@@ -12,7 +12,7 @@ from psycopg import AsyncConnection
 
 from pgmem._async.base import AsyncRepository
 from pgmem.checks import check_text, dump_json, load_json
-from pgmem.errors import InvalidInput
+from pgmem.errors import InvalidInput, NotFound
 from pgmem.planning import statements
 from pgmem.planning.rows import LockedFileRow, StoreFileRow, StoreRow
 
@@ -90,7 +90,11 @@ class AsyncStoreRepository(AsyncRepository):
             "size": size,
             "chunk_ids": list(chunk_ids),
         }
-        await self._rows("upsert_file", params, connection)
+        try:
+            await self._rows("upsert_file", params, connection)
+        except NotFound as exc:
+            # Row-level security on memory_stores keeps the key out of PostgreSQL's message: name it here.
+            raise NotFound(f"no store {store!r} in namespace {self.namespace!r}: register it first") from exc
 
     async def delete_file(self, store: str, path: str, *, connection: AsyncConnection[Any] | None = None) -> None:
         """Forget that ``path`` was indexed (its chunks are removed from the memory by the caller)."""

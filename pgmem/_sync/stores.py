@@ -13,7 +13,7 @@ from psycopg import Connection
 
 from pgmem._sync.base import Repository
 from pgmem.checks import check_text, dump_json, load_json
-from pgmem.errors import InvalidInput
+from pgmem.errors import InvalidInput, NotFound
 from pgmem.planning import statements
 from pgmem.planning.rows import LockedFileRow, StoreFileRow, StoreRow
 
@@ -91,7 +91,11 @@ class StoreRepository(Repository):
             "size": size,
             "chunk_ids": list(chunk_ids),
         }
-        self._rows("upsert_file", params, connection)
+        try:
+            self._rows("upsert_file", params, connection)
+        except NotFound as exc:
+            # Row-level security on memory_stores keeps the key out of PostgreSQL's message: name it here.
+            raise NotFound(f"no store {store!r} in namespace {self.namespace!r}: register it first") from exc
 
     def delete_file(self, store: str, path: str, *, connection: Connection[Any] | None = None) -> None:
         """Forget that ``path`` was indexed (its chunks are removed from the memory by the caller)."""
