@@ -6,6 +6,7 @@ with the row type's fields. A new statement of several columns must say which ro
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 from psycopg import sql
 from psycopg.pq import ExecStatus
 
+from pgmem._sync.retention import RetentionPolicy
 from pgmem.planning import statements
 from pgmem.planning.rows import (
     QUEUE_ITEM_ROW,
@@ -51,6 +53,7 @@ from pgmem.planning.search import MESSAGE_COLUMNS
 
 MESSAGE = MessageRow._fields
 SUMMARY = SummaryRow._fields
+POLICY = tuple(field.name for field in dataclasses.fields(RetentionPolicy))
 
 #: (file, statement) -> the columns it returns: the fields of its row type.
 ROWS: dict[tuple[str, str], tuple[str, ...]] = {
@@ -88,7 +91,13 @@ ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("queues", "depth"): DepthRow._fields,
     ("queues", "publish"): PublishRow._fields,
     ("summaries", "unsummarized"): MESSAGE,
-    **{("summaries", name): SUMMARY for name in ("unrolled", "insert", "list", "frontier")},
+    **{
+        ("summaries", name): SUMMARY for name in ("unrolled", "insert", "list", "frontier", "range_children", "refresh")
+    },
+    ("summaries", "stale"): (*SUMMARY, "stale_at"),
+    ("summaries", "range_messages"): MESSAGE,
+    ("retention", "forget_entries"): ("memory", "count"),
+    **{("retention", name): POLICY for name in ("set_policy", "policies")},
     ("brains", "load"): BrainRow._fields,
     ("brains", "lock"): BrainLockRow._fields,
     ("brains", "history"): MESSAGE,
