@@ -211,10 +211,10 @@ def test_searches_refresh_statistics_taken_from_a_tiny_table(client: pgmem.Clien
 
     # Another process writes: its backends report their row counts to the statistics views when they exit
     # (a live backend may hold them back for up to 10 s).
+    with psycopg.connect(dsn, autocommit=True) as owner:  # a storage parameter is the owner's to set
+        for table in ("memory_entries", "messages", "embeddings"):
+            owner.execute(f"ALTER TABLE pgmem.{table} SET (autovacuum_enabled = off)")
     with pgmem.connect(dsn, namespace="test") as writer:
-        with writer.transaction() as conn:
-            for table in ("memory_entries", "messages", "embeddings"):
-                conn.execute(f"ALTER TABLE pgmem.{table} SET (autovacuum_enabled = off)")
         writer.vectors.enable("tiny")
         writer.messages.add("tiny", Message(id="t0", content="a lonely entry"))
         writer.vectors.flush()
