@@ -3,6 +3,8 @@
 -- pgmem.queue_archive_batches per statement and queue, the items in arrays (pgmem.queue_archive unnests it).
 -- A claimed item stays 'ready' with available_at = the end of its lease, so an item whose worker died
 -- becomes claimable again by itself; `attempts` counts claims and fences ack/nack/extend.
+-- A `wake` CTE casts pg_notify's void to text: Citus materialises a CTE's rows and cannot hold a void column
+-- (docs/scale-out.md, "Statements").
 -- The claiming queries (claim, ack_claim, take) take their LIMIT as {limit}, a literal the repository
 -- fills in: a prepared statement is planned once (generic plan) only when its plan does not depend on
 -- its parameters, and a LIMIT parameter is planned as 10% of the table (hash joins over sequential
@@ -76,7 +78,7 @@ WITH message AS (
     ON CONFLICT (namespace, queue, dedup_key) WHERE dedup_key IS NOT NULL AND status = 'ready' DO NOTHING
     RETURNING id
 ), wake AS (
-    SELECT pg_notify('pgmem_queue', pgmem.notify_tag(%(ns)s, %(queue)s)) FROM item
+    SELECT pg_notify('pgmem_queue', pgmem.notify_tag(%(ns)s, %(queue)s))::text AS sent FROM item
 )
 SELECT (SELECT id FROM item) AS id, (SELECT count(*) FROM wake) AS woken;
 
@@ -103,7 +105,7 @@ WITH new AS (
     ON CONFLICT (namespace, queue, dedup_key) WHERE dedup_key IS NOT NULL AND status = 'ready' DO NOTHING
     RETURNING id
 ), wake AS (
-    SELECT pg_notify('pgmem_queue', pgmem.notify_tag(%(ns)s, %(queue)s)) FROM item
+    SELECT pg_notify('pgmem_queue', pgmem.notify_tag(%(ns)s, %(queue)s))::text AS sent FROM item
 )
 SELECT coalesce((SELECT id FROM item),
                 (SELECT result FROM pgmem.idempotency_keys WHERE namespace = %(ns)s AND key = %(idempotency_key)s))
@@ -141,7 +143,7 @@ WITH batch AS (
     ON CONFLICT (namespace, queue, dedup_key) WHERE dedup_key IS NOT NULL AND status = 'ready' DO NOTHING
     RETURNING id
 ), wake AS (
-    SELECT pg_notify('pgmem_queue', pgmem.notify_tag(%(ns)s, %(queue)s)) WHERE EXISTS (SELECT 1 FROM item)
+    SELECT pg_notify('pgmem_queue', pgmem.notify_tag(%(ns)s, %(queue)s))::text AS sent WHERE EXISTS (SELECT 1 FROM item)
 )
 SELECT coalesce((SELECT array_agg(id ORDER BY id) FROM item), '{}') AS ids, (SELECT count(*) FROM wake) AS woken;
 
@@ -309,7 +311,7 @@ WITH {{settle_shared}}, memory AS (
     SELECT %(ns)s, 'inbox:' || subscriber, %(id)s, %(priority)s FROM target ORDER BY subscriber
     RETURNING queue
 ), wake AS (
-    SELECT pg_notify('pgmem_queue', pgmem.notify_tag(%(ns)s, queue)) FROM delivery
+    SELECT pg_notify('pgmem_queue', pgmem.notify_tag(%(ns)s, queue))::text AS sent FROM delivery
 )
 SELECT (SELECT seq FROM entry) AS seq, (SELECT array_agg(queue ORDER BY queue) FROM delivery) AS inboxes,
        (SELECT count(*) FROM wake) AS woken;

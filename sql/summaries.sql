@@ -20,7 +20,7 @@ s.tokenizer, s.created_at
 -- number until they commit (the fragment settle_shared); taking it exclusively waits for them, and while
 -- it is held nobody draws a number. Run in its own transaction: the lock is released at once.
 WITH settled AS MATERIALIZED (
-    SELECT pg_advisory_xact_lock({{settle_lock_key}})
+    SELECT pg_advisory_xact_lock({{settle_lock_key}})::text AS locked  -- void, cast: Citus materialises CTEs
 )
 SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence('pgmem.memory_entries', 'seq')::regclass), 0)
 FROM settled;

@@ -195,7 +195,7 @@ WITH done AS (
     FROM promoted WHERE m.namespace = %(ns)s AND m.key = promoted.memory
 )
 -- Caches of other processes drop their entries of a switched memory (revision -1 means "model changed").
-SELECT memory, pg_notify('pgmem_vectors', json_build_array(pgmem.notify_tag(%(ns)s, memory), -1)::text) AS notified
+SELECT memory, pg_notify('pgmem_vectors', json_build_array(pgmem.notify_tag(%(ns)s, memory), -1)::text)::text AS notified
 FROM promoted ORDER BY memory;
 
 -- name: memory_vectors
