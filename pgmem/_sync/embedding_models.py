@@ -33,8 +33,8 @@ log = logging.getLogger("pgmem.vectors")
 MODEL_LOCK_KEY = 0x70676D656D02
 #: Seconds between two tries of that lock by a process waiting for another's build.
 BUILD_POLL = 0.1
-#: Indexes a client without an owner DSN found missing (warned about once per process).
-_UNBUILT: set[str] = set()
+#: Indexes a client without an owner DSN found missing, per database (warned about once per process).
+_UNBUILT: set[tuple[str | None, str]] = set()
 
 
 class ModelRegistry(Repository):
@@ -167,8 +167,8 @@ class ModelRegistry(Repository):
             # connection of its own. A client of the application role alone leaves the index to the owner.
             owner = self._client.sessions.owner_conninfo
             if owner is None:
-                if name not in _UNBUILT:
-                    _UNBUILT.add(name)
+                if (self._client.conninfo, name) not in _UNBUILT:
+                    _UNBUILT.add((self._client.conninfo, name))
                     log.warning(
                         "index pgmem.%s is missing and this client's role may not create it: searches of model "
                         "%r stay exact (correct, slower) until the tables' owner runs `pgmem migrate`",
