@@ -47,6 +47,14 @@ def _clash(exc: Conflict) -> str | None:
 _MAX_RACES = 10
 
 
+def _listed(ids: list[str], shown: int = 10) -> str:
+    """The first `shown` ids, and how many there are in all when that is more (an error message stays short)."""
+    if not ids:
+        return "unknown"
+    head = ", ".join(ids[:shown])
+    return head if len(ids) <= shown else f"{head} … ({len(ids)} in all)"
+
+
 def _positive(value: int, name: str, *, allow_zero: bool = True) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < (0 if allow_zero else 1):
         raise InvalidInput(f"{name} must be an integer >= {0 if allow_zero else 1}, got {value!r}")
@@ -149,7 +157,7 @@ class AsyncMessageRepository(AsyncRepository):
                 if ids or connection is not None or attempt == _MAX_RACES:
                     raise Conflict(
                         f"message ids stored with other content, or repeated in the batch with other contents: "
-                        f"{', '.join(ids) or 'unknown'}; nothing was written"
+                        f"{_listed(ids)}; nothing was written"
                     ) from exc.__cause__
         if row is None:
             return 0

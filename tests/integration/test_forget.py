@@ -197,11 +197,10 @@ def test_forget_inside_the_callers_transaction_rolls_back_with_it(client: pgmem.
 def test_a_concurrent_reader_never_sees_a_half_forgotten_message(client: pgmem.Client, dsn: str) -> None:
     client.vectors.enable("a")
     ids = [f"m{i}" for i in range(1500)]
-    client.messages.add_many(
-        "a", [Message(id=i, content=f"note {i} subject u7", metadata={"subject": "u7"}) for i in ids]
-    )
-    client.messages.add_many("b", [Message(id=i, content=f"note {i}") for i in ids[:700]])
-    client.queues.push_many("jobs", [Message(id=i, content=f"note {i}") for i in ids[:300]])
+    notes = [Message(id=i, content=f"note {i} subject u7", metadata={"subject": "u7"}) for i in ids]
+    client.messages.add_many("a", notes)
+    client.messages.add_many("b", notes[:700])  # the same messages in a second memory: one row, two entries
+    client.queues.push_many("jobs", notes[:300])
     client.vectors.flush()
     seen: list[tuple[int, ...]] = []
     stop = threading.Event()

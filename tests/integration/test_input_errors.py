@@ -494,6 +494,17 @@ def test_re_adding_an_id_with_other_content_is_a_conflict(client: pgmem.Client, 
     assert [(m.content, m.role) for m in client.messages.last("m2")] == [("first", "user")]
 
 
+def test_a_conflict_names_the_first_ids_and_how_many(client: pgmem.Client, dsn: str) -> None:
+    """A batch of hundreds of clashing ids gives an error message of a readable length, not every id."""
+    client.messages.add_many("m1", [pgmem.Message(id=f"c{i:03}", content="first") for i in range(300)])
+    before = table_counts(dsn)
+    with pytest.raises(pgmem.Conflict) as raised:
+        client.messages.add_many("m2", [pgmem.Message(id=f"c{i:03}", content="second") for i in range(300)])
+    assert "c000, c001" in str(raised.value) and "(300 in all)" in str(raised.value)
+    assert len(str(raised.value)) < 300 and "c299" not in str(raised.value)
+    assert table_counts(dsn) == before
+
+
 @pytest.mark.parametrize("same", [True, False])
 def test_concurrent_adds_of_one_new_id(client: pgmem.Client, dsn: str, same: bool) -> None:
     """A transaction holds an uncommitted message; another process's add of the same id waits for it, then
