@@ -18,6 +18,6 @@ The async twins, same names, are in ``pgmem.admin.aio``.
 from __future__ import annotations
 
 from pgmem._async import admin as aio
-from pgmem._sync.admin import namespaces, purge_expired, run_retention
+from pgmem._sync.admin import namespaces, namespaces_with_pending, purge_expired, run_retention
 
-__all__ = ["aio", "namespaces", "purge_expired", "run_retention"]
+__all__ = ["aio", "namespaces", "namespaces_with_pending", "purge_expired", "run_retention"]

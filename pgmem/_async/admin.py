@@ -24,9 +24,10 @@ from pgmem._async.retention import DEFAULT_BATCH
 from pgmem._async.scope import admin_transaction
 from pgmem.planning import statements as queries
 
-__all__ = ["namespaces", "purge_expired", "run_retention"]
+__all__ = ["namespaces", "namespaces_with_pending", "purge_expired", "run_retention"]
 
 Q = queries.load("retention")
+VQ = queries.load("vectors")
 
 
 async def namespaces(conn: AsyncConnection[Any], *, with_policies: bool = False) -> list[str]:
@@ -38,6 +39,18 @@ async def namespaces(conn: AsyncConnection[Any], *, with_policies: bool = False)
     """
     async with admin_transaction(conn):
         cur = await conn.execute(Q["policy_namespaces" if with_policies else "namespaces"])
+        return [str(row[0]) for row in await cur.fetchall()]
+
+
+async def namespaces_with_pending(conn: AsyncConnection[Any]) -> list[str]:
+    """Every namespace with messages waiting for an embedding (``pgmem embed`` without ``--namespace``
+    walks them, embedding each through a client scoped to it).
+
+    Raises:
+        PermissionDenied: the connection's role does not own pgmem's tables.
+    """
+    async with admin_transaction(conn):
+        cur = await conn.execute(VQ["outbox_namespaces"])
         return [str(row[0]) for row in await cur.fetchall()]
 
 

@@ -86,10 +86,6 @@ class AsyncEmbeddingOutbox(AsyncRepository):
         rows = map(PendingRow._make, await self._rows("pending", {"memory": memory}, connection))
         return {str(r.model): int(r.queued) for r in rows}
 
-    async def namespaces_with_pending(self) -> list[str]:
-        """Every namespace with queued messages (an operator's backfill walks them: ``pgmem embed``)."""
-        return [str(name) for name in await self._column("outbox_namespaces", {}, None)]
-
     async def embed_pending(
         self,
         embedder: Embedder | None = None,

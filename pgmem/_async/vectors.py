@@ -146,10 +146,6 @@ class AsyncVectorRepository(AsyncRepository):
             count_remaining=count_remaining,
         )
 
-    async def namespaces_with_pending(self) -> list[str]:
-        """Every namespace with messages waiting for an embedding (``pgmem embed --all-namespaces``)."""
-        return await self.outbox.namespaces_with_pending()
-
     def written(self, connection: AsyncConnection[Any] | None) -> None:
         """Messages were added to a memory with models: embed them after commit, in the background."""
         self.outbox.written(connection)

@@ -25,9 +25,10 @@ from pgmem._sync.retention import DEFAULT_BATCH
 from pgmem._sync.scope import admin_transaction
 from pgmem.planning import statements as queries
 
-__all__ = ["namespaces", "purge_expired", "run_retention"]
+__all__ = ["namespaces", "namespaces_with_pending", "purge_expired", "run_retention"]
 
 Q = queries.load("retention")
+VQ = queries.load("vectors")
 
 
 def namespaces(conn: Connection[Any], *, with_policies: bool = False) -> list[str]:
@@ -39,6 +40,18 @@ def namespaces(conn: Connection[Any], *, with_policies: bool = False) -> list[st
     """
     with admin_transaction(conn):
         cur = conn.execute(Q["policy_namespaces" if with_policies else "namespaces"])
+        return [str(row[0]) for row in cur.fetchall()]
+
+
+def namespaces_with_pending(conn: Connection[Any]) -> list[str]:
+    """Every namespace with messages waiting for an embedding (``pgmem embed`` without ``--namespace``
+    walks them, embedding each through a client scoped to it).
+
+    Raises:
+        PermissionDenied: the connection's role does not own pgmem's tables.
+    """
+    with admin_transaction(conn):
+        cur = conn.execute(VQ["outbox_namespaces"])
         return [str(row[0]) for row in cur.fetchall()]
 
 

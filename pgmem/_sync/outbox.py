@@ -87,10 +87,6 @@ class EmbeddingOutbox(Repository):
         rows = map(PendingRow._make, self._rows("pending", {"memory": memory}, connection))
         return {str(r.model): int(r.queued) for r in rows}
 
-    def namespaces_with_pending(self) -> list[str]:
-        """Every namespace with queued messages (an operator's backfill walks them: ``pgmem embed``)."""
-        return [str(name) for name in self._column("outbox_namespaces", {}, None)]
-
     def embed_pending(
         self,
         embedder: Embedder | None = None,

@@ -147,10 +147,6 @@ class VectorRepository(Repository):
             count_remaining=count_remaining,
         )
 
-    def namespaces_with_pending(self) -> list[str]:
-        """Every namespace with messages waiting for an embedding (``pgmem embed --all-namespaces``)."""
-        return self.outbox.namespaces_with_pending()
-
     def written(self, connection: Connection[Any] | None) -> None:
         """Messages were added to a memory with models: embed them after commit, in the background."""
         self.outbox.written(connection)

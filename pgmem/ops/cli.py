@@ -447,6 +447,8 @@ def embed(
 ) -> None:
     """Fill missing embeddings: embed every queued message (e.g. after the provider was down).
 
+    Without --namespace, every namespace's: listing them takes the tables' owner's DSN.
+
     Uses the configured embedder (PGMEM_EMBEDDER); messages queued for other models are left queued and
     counted. Earlier backoffs are ignored: a backfill retries everything now.
     """
@@ -454,11 +456,14 @@ def embed(
 
     import pgmem
 
+    if namespace is None:  # every namespace: an administrator's listing (the tables' owner's DSN)
+        import pgmem.admin
+
+        with _owner_connection(dsn) as conn:
+            namespaces = pgmem.admin.namespaces_with_pending(conn)
+    else:
+        namespaces = [namespace]
     with pgmem.connect(_dsn(dsn), namespace=namespace or "default", min_size=0, max_size=2) as client:
-        if namespace is None:
-            namespaces = client.vectors.namespaces_with_pending()
-        else:
-            namespaces = [namespace]
         model = client.embedder.model
         totals = {ns: client.with_namespace(ns).vectors.pending() for ns in namespaces}
         todo = sum(p.get(model, 0) for p in totals.values())

@@ -531,10 +531,38 @@ def test_cross_tenant_maintenance_refuses_a_role_that_does_not_own_the_tables(cl
     before = table_counts(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SET ROLE pgmem_app")  # the application role every client acts as
-        for admin_call in (pgmem.admin.purge_expired, pgmem.admin.run_retention, pgmem.admin.namespaces):
+        for admin_call in (
+            pgmem.admin.purge_expired,
+            pgmem.admin.run_retention,
+            pgmem.admin.namespaces,
+            pgmem.admin.namespaces_with_pending,
+        ):
             with pytest.raises(pgmem.errors.PermissionDenied):
                 admin_call(conn)
     assert table_counts(dsn) == before
+
+
+def test_the_embedding_backfill_of_every_namespace_is_an_administrators_listing(dsn: str) -> None:
+    """A client saw every tenant's name through ``vectors.namespaces_with_pending()``; the listing is now
+    ``pgmem.admin``'s (the tables' owner), and ``pgmem embed`` without ``--namespace`` goes through it."""
+    with psycopg.connect(dsn, autocommit=True) as conn:  # a client on a caller's connection embeds nothing
+        for ns in ("tenantA", "tenantB"):
+            tenant = pgmem.Client(namespace=ns, connection=conn)
+            tenant.vectors.enable("notes")
+            tenant.messages.add_many("notes", [Message(content=f"{ns} note {i}") for i in range(3)])
+        assert pgmem.admin.namespaces_with_pending(conn) == ["tenantA", "tenantB"]
+    with pgmem.connect(dsn, namespace="tenantB") as b:
+        assert not hasattr(b.vectors, "namespaces_with_pending")
+        assert b.vectors.pending() == {b.embedder.model: 3}  # its own queue only
+    cli = [sys.executable, "-m", "pgmem.ops.cli", "embed", "--dsn", dsn]
+    out = subprocess.run(cli, capture_output=True, text=True, check=True).stdout
+    assert "6 embedded" in out and "0 still queued" in out, out
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert pgmem.admin.namespaces_with_pending(conn) == []
+    assert _sql(dsn, "SELECT namespace, count(*) FROM pgmem.embeddings GROUP BY 1 ORDER BY 1") == [
+        ("tenantA", 3),
+        ("tenantB", 3),
+    ]
 
 
 async def test_the_async_admin_twins(aclient: pgmem.AsyncClient, dsn: str) -> None:
