@@ -257,6 +257,21 @@ WITH hit AS (
 SELECT coalesce((SELECT sum(n) FROM hit), 0)
        - coalesce((SELECT sum(left_over) FROM rewritten), 0) AS removed;
 
+-- name: forget_store_files
+-- A file store's index of a file (pgmem.store_files) lists its chunks' message ids with the file's hash:
+-- a forgotten chunk leaves the list, and the hash becomes one no file has, so the store's next refresh
+-- re-indexes the file if it is still there (its chunks are read again from the file: forgetting cannot
+-- reach the file itself) and drops its remaining chunks if it is gone. Returns the files touched.
+WITH hit AS (
+    UPDATE pgmem.store_files AS f
+    SET chunk_ids = ARRAY(SELECT u.c FROM unnest(f.chunk_ids) WITH ORDINALITY AS u(c, i)
+                          WHERE u.c <> ALL(%(ids)s::text[]) ORDER BY u.i),
+        sha256 = decode(repeat('00', 32), 'hex')
+    WHERE f.namespace = %(ns)s AND f.chunk_ids && %(ids)s::text[]
+    RETURNING 1
+)
+SELECT count(*) FROM hit;
+
 -- name: forget_entries
 -- The forgotten messages' entries in every memory (the trigger memory_entries_removed logs their vectors
 -- leaving each memory and announces it: every process's FAISS cache drops them). One row per memory:

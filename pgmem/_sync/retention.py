@@ -118,8 +118,9 @@ class RetentionPolicy:
 @dataclass(frozen=True, slots=True)
 class Forgotten:
     """What :meth:`AsyncRetention.forget` removed: rows per table (``summaries_stale``: summaries marked
-    stale and emptied; ``brain_summaries``: BrainMemory summaries cleared), the memories that lost entries,
-    and the id of its audit row (``pgmem.forget_audit``)."""
+    stale and emptied; ``brain_summaries``: BrainMemory summaries cleared; ``store_files``: files of a file
+    store that had a forgotten chunk, re-indexed by the store's next refresh), the memories that lost
+    entries, and the id of its audit row (``pgmem.forget_audit``)."""
 
     audit_id: int
     messages: int = 0
@@ -131,6 +132,7 @@ class Forgotten:
     retrieval_log: int = 0
     summaries_stale: int = 0
     brain_summaries: int = 0
+    store_files: int = 0
     memories: tuple[str, ...] = ()
 
     def counts(self) -> dict[str, int]:
@@ -148,6 +150,7 @@ _COUNTED = (
     "retrieval_log",
     "summaries_stale",
     "brain_summaries",
+    "store_files",
 )
 
 
@@ -438,7 +441,7 @@ class Retention(Repository):
         if stale:  # before the entries go: they say what each summary covered
             counts["summaries_stale"] = self._count(conn, "forget_stale_summaries", p)
             counts["brain_summaries"] = self._count(conn, "forget_brain_summaries", p)
-        for table in ("retrieval_log", "queue_items", "queue_archive"):
+        for table in ("retrieval_log", "queue_items", "queue_archive", "store_files"):
             counts[table] = self._count(conn, f"forget_{table}", p)
         entries = self._fetch(conn, "forget_entries", p)
         counts["memory_entries"] = sum(int(n) for _, n in entries)

@@ -258,3 +258,39 @@ def test_the_cache_of_another_process_drops_forgotten_vectors(client: pgmem.Clie
         worker.stdin.close()
         worker.wait(timeout=30)
         worker.stdout.close()
+
+
+def test_a_file_stores_forgotten_chunks_are_read_again_from_the_file_or_dropped_with_it(
+    client: pgmem.Client, tmp_path: Path
+) -> None:
+    """A file store's index listed the forgotten chunks with the file's hash, so its refresh called the file
+    unchanged and served it without them for good. Now the file is re-indexed while it exists (forgetting
+    cannot reach the file itself), and its remaining chunks go when it is deleted."""
+    from pgmem.integrations.chatdev import FileMemoryStore, build_stores
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "alice.md").write_text("Alice's phone number is 555-0100.")
+    (docs / "bob.md").write_text("Bob prefers tea. " * 60)  # more than one chunk
+    config = [{"name": "docs", "type": "file", "config": {"file_sources": [{"path": str(docs)}]}}]
+    (store,) = build_stores(config, client=client).values()
+    assert isinstance(store, FileMemoryStore)
+    chunks = {Path(i.metadata["file_path"]).name: i for i in store.items()}
+    bob = [i for i in store.items() if i.metadata["file_name"] == "bob.md"]
+    assert len(bob) >= 2
+    done = client.retention.forget([chunks["alice.md"].id, bob[0].id])
+    assert done.store_files == 2 and done.messages == 2
+    assert store.files() == {str(docs / "alice.md"): 0, str(docs / "bob.md"): len(bob) - 1}
+    (docs / "alice.md").write_text("Alice moved; no number on file.")
+    (docs / "bob.md").unlink()
+    report = store.refresh()
+    assert report.updated == [str(docs / "alice.md")] and report.removed == [str(docs / "bob.md")]
+    assert [i.content_summary for i in store.items()] == ["Alice moved; no number on file."]
+    assert store.count_memories() == 1
+    # Unchanged on disk, a file whose chunk was forgotten is indexed again from the file.
+    (docs / "carol.md").write_text("Carol's note.")
+    store.refresh()
+    (carol,) = [i for i in store.items() if i.metadata["file_name"] == "carol.md"]
+    assert client.retention.forget([carol.id]).store_files == 1
+    assert store.refresh().updated == [str(docs / "carol.md")]
+    assert sorted(i.content_summary for i in store.items()) == ["Alice moved; no number on file.", "Carol's note."]
