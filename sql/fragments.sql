@@ -55,6 +55,44 @@ INSERT INTO pgmem.messages (namespace, {{message_fields}})
 VALUES ({{message_values}})
 ON CONFLICT (namespace, id) DO NOTHING
 
+-- fragment: message_once
+-- CTEs that store the message %(id)s once, for a statement that then refers to it (WITH ..., then this):
+-- `message` returns a row when it was new. `clash`: the id is stored with other content (content_hash),
+-- or was stored concurrently, seen by neither this statement's snapshot nor its insert (content unknown):
+-- the message is inserted again without ON CONFLICT, so the whole statement fails with a unique violation
+-- on messages_pkey and nothing is written (pgmem raises Conflict; the concurrent case passes when retried).
+stored AS (
+    SELECT content_hash FROM pgmem.messages WHERE namespace = %(ns)s AND id = %(id)s
+), message AS (
+    {{insert_message}}
+    RETURNING 1
+), clash AS (
+    {{insert_message_head}}
+    SELECT {{message_values}}
+    WHERE EXISTS (SELECT 1 FROM stored WHERE content_hash <> %(content_hash)s)
+       OR NOT (EXISTS (SELECT 1 FROM stored) OR EXISTS (SELECT 1 FROM message))
+)
+
+-- fragment: batch_clash
+-- As `clash` in the fragment message_once, for a batch unnested as `batch` ({{message_fields}}, ord), its
+-- stored rows `stored` (id, content_hash: read before the insert) and its insert `message` (RETURNING id): every
+-- message stored with other content (or stored concurrently), and an id the batch repeats with other
+-- contents, makes the statement fail (nothing written).
+clash AS (
+    {{insert_message_head}}
+    SELECT DISTINCT ON (id) {{message_from_batch}}
+    FROM batch
+    WHERE id IN (
+        SELECT b.id
+        FROM batch AS b LEFT JOIN stored AS s ON s.id = b.id
+        WHERE CASE WHEN s.id IS NULL THEN b.id NOT IN (SELECT id FROM message)
+                   ELSE s.content_hash <> b.content_hash END
+        UNION ALL
+        SELECT id FROM batch GROUP BY id HAVING count(DISTINCT content_hash) > 1
+    )
+    ORDER BY id, ord
+)
+
 -- fragment: register_memory
 -- Make sure the memory %(memory)s exists (nothing happens when it does).
 INSERT INTO pgmem.memories (namespace, key) VALUES (%(ns)s, %(memory)s)

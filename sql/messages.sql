@@ -9,24 +9,11 @@
 -- reference it from the memory. Returns the entry's sequence number, or nothing when the memory already
 -- held the message; and whether the memory has embedding models.
 -- `settle`: the writers' shared lock on the memory (see the fragment settle_lock_key).
--- `clash`: the id is stored with other content (content_hash), or was stored concurrently, seen by
--- neither this statement's snapshot nor its insert (content unknown): the message is inserted again
--- without ON CONFLICT, so the whole statement fails with a unique violation on messages_pkey and
--- nothing is written (pgmem raises Conflict; the concurrent case passes when retried).
+-- `clash` (the fragment message_once): the id stored with other content fails the statement (Conflict).
 -- Returns an AddedRow.
-WITH {{settle_shared}}, stored AS (
-    SELECT content_hash FROM pgmem.messages WHERE namespace = %(ns)s AND id = %(id)s
-), memory AS (
+WITH {{settle_shared}}, memory AS (
     {{register_memory}}
-), message AS (
-    {{insert_message}}
-    RETURNING 1
-), clash AS (
-    {{insert_message_head}}
-    SELECT {{message_values}}
-    WHERE EXISTS (SELECT 1 FROM stored WHERE content_hash <> %(content_hash)s)
-       OR NOT (EXISTS (SELECT 1 FROM stored) OR EXISTS (SELECT 1 FROM message))
-)
+), {{message_once}}
 INSERT INTO pgmem.memory_entries (namespace, memory, message_id, cause_by)
 SELECT %(ns)s, %(memory)s, %(id)s, %(cause_by)s FROM settle
 ON CONFLICT DO NOTHING
@@ -40,9 +27,8 @@ RETURNING seq, {{memory_embeds}} AS embeds;
 -- Rows are inserted in id order, not batch order: two batches holding the same messages in different
 -- orders then take their row locks in one global order and cannot deadlock. The entries' sequence
 -- numbers are drawn in batch order first (`numbered`), so the memory still keeps the batch order.
--- `clash`: as in add_one, for every message of the batch stored with other content (or stored
--- concurrently), and for an id the batch repeats with other contents: the statement fails, nothing is
--- written.
+-- `clash` (the fragment batch_clash): a message of the batch stored with other content (or stored
+-- concurrently), or an id the batch repeats with other contents, fails the statement: nothing is written.
 WITH {{settle_shared}}, batch AS (
     SELECT *
     FROM unnest({{message_arrays}})
@@ -65,20 +51,7 @@ WITH {{settle_shared}}, batch AS (
     FROM batch ORDER BY id, ord
     ON CONFLICT (namespace, id) DO NOTHING
     RETURNING id
-), clash AS (
-    {{insert_message_head}}
-    SELECT DISTINCT ON (id) {{message_from_batch}}
-    FROM batch
-    WHERE id IN (
-        SELECT b.id
-        FROM batch AS b LEFT JOIN stored AS s ON s.id = b.id
-        WHERE CASE WHEN s.id IS NULL THEN b.id NOT IN (SELECT id FROM message)
-                   ELSE s.content_hash <> b.content_hash END
-        UNION ALL
-        SELECT id FROM batch GROUP BY id HAVING count(DISTINCT content_hash) > 1
-    )
-    ORDER BY id, ord
-), entry AS (
+), {{batch_clash}}, entry AS (
     INSERT INTO pgmem.memory_entries (namespace, memory, message_id, cause_by, seq)
     SELECT %(ns)s, %(memory)s, id, cause_by, seq FROM numbered ORDER BY id
     ON CONFLICT DO NOTHING

@@ -65,12 +65,11 @@ done AS (
 )
 
 -- name: push
--- Store the message once, enqueue it (unless a ready item of the queue has the same dedup key), and
+-- Store the message once (an id stored with other content fails the statement: the fragment
+-- message_once), enqueue it (unless a ready item of the queue has the same dedup key), and
 -- wake waiting consumers: NOTIFY is sent at commit, with the transaction (the payload is the queue's
 -- pgmem.notify_tag, which tells another tenant nothing).
-WITH message AS (
-    {{insert_message}}
-), item AS (
+WITH {{message_once}}, item AS (
     INSERT INTO pgmem.queue_items (namespace, queue, message_id, priority, available_at, max_attempts,
                                    dedup_key)
     VALUES (%(ns)s, %(queue)s, %(id)s, %(priority)s, now() + %(delay)s * interval '1 second',
@@ -94,9 +93,7 @@ WITH new AS (
     SELECT %(ns)s, %(idempotency_key)s, id FROM new
     ON CONFLICT (namespace, key) DO NOTHING
     RETURNING result
-), message AS (
-    {{insert_message}}
-), item AS (
+), {{message_once}}, item AS (
     INSERT INTO pgmem.queue_items (id, namespace, queue, message_id, priority, available_at, max_attempts,
                                    dedup_key)
     SELECT result, %(ns)s, %(queue)s, %(id)s, %(priority)s, now() + %(delay)s * interval '1 second',
@@ -124,17 +121,23 @@ SELECT count(*) FROM gone;
 
 -- name: push_many
 -- A batch, one array per column; items are numbered in batch order. Returns the ids of the new items.
--- Messages are stored in batch order (messages.sql add_many stores them in id order: see there).
+-- Messages are stored in batch order (messages.sql add_many stores them in id order: see there); one
+-- stored with other content, or repeated with other contents, fails the statement (the fragment batch_clash).
 WITH batch AS (
     SELECT *
     FROM unnest({{message_arrays}}, %(dedup_key)b::text[])
          WITH ORDINALITY AS b({{message_fields}}, dedup_key, ord)
+), stored AS (
+    SELECT m.id, m.content_hash
+    FROM pgmem.messages AS m
+    WHERE m.namespace = %(ns)s AND m.id = ANY(%(id)b::text[])
 ), message AS (
     {{insert_message_head}}
     SELECT {{message_from_batch}}
     FROM batch ORDER BY ord
     ON CONFLICT (namespace, id) DO NOTHING
-), item AS (
+    RETURNING id
+), {{batch_clash}}, item AS (
     INSERT INTO pgmem.queue_items (namespace, queue, message_id, priority, available_at, max_attempts,
                                    dedup_key)
     SELECT %(ns)s, %(queue)s, id, %(priority)s, now() + %(delay)s * interval '1 second', %(max_attempts)s,
@@ -291,11 +294,10 @@ DELETE FROM pgmem.subscriptions WHERE namespace = %(ns)s AND subscriber = %(subs
 -- ('inbox:' || subscriber) of every subscriber it is addressed to, all in one statement: either the
 -- message and all its deliveries exist, or none. Addressed means: one of the subscriber's addresses is in
 -- send_to, or the message is a broadcast ('<all>') of an action the subscriber watches (watch NULL: any).
+-- An id stored with other content fails the statement (the fragment message_once).
 WITH {{settle_shared}}, memory AS (
     {{register_memory}}
-), message AS (
-    {{insert_message}}
-), entry AS (
+), {{message_once}}, entry AS (
     INSERT INTO pgmem.memory_entries (namespace, memory, message_id, cause_by)
     SELECT %(ns)s, %(memory)s, %(id)s, %(cause_by)s FROM settle
     ON CONFLICT DO NOTHING

@@ -33,9 +33,10 @@ Q = queries.load("messages")
 _loads = load_json
 
 
-def _clash(exc: Conflict) -> str | None:
-    """The detail of a unique violation on ``messages_pkey``: add_one and add_many raise it on purpose
-    when an id is stored with other content (or was stored concurrently); None for any other Conflict."""
+def message_clash(exc: Conflict) -> str | None:
+    """The detail of a unique violation on ``messages_pkey``: the statements that store a message once
+    (add, add_many, push, push_many, publish) raise it on purpose when an id is stored with other content
+    (or was stored concurrently); None for any other Conflict."""
     cause = exc.__cause__
     if isinstance(cause, pg_errors.UniqueViolation) and cause.diag.constraint_name == "messages_pkey":
         return cause.diag.message_detail or "an id is already stored"
@@ -44,10 +45,10 @@ def _clash(exc: Conflict) -> str | None:
 
 #: How often add_many runs again after finding only ids other writers stored at the same moment (each run
 #: sees those committed; batches of writers sharing many new ids can race again on others).
-_MAX_RACES = 10
+MAX_RACES = 10
 
 
-def _listed(ids: list[str], shown: int = 10) -> str:
+def listed_ids(ids: list[str], shown: int = 10) -> str:
     """The first `shown` ids, and how many there are in all when that is more (an error message stays short)."""
     if not ids:
         return "unknown"
@@ -110,7 +111,7 @@ class AsyncMessageRepository(AsyncRepository):
             except Conflict as exc:
                 # Stored with other content, or stored concurrently (its content unknown to the statement):
                 # once more on our own connection, which then sees the stored row and decides.
-                if _clash(exc) is None:
+                if message_clash(exc) is None:
                     raise
                 if connection is not None or attempt == 2:
                     raise Conflict(
@@ -141,7 +142,7 @@ class AsyncMessageRepository(AsyncRepository):
         if not batch:
             return 0
         columns = batch_columns(batch)
-        for attempt in range(1, _MAX_RACES + 1):
+        for attempt in range(1, MAX_RACES + 1):
             try:
                 with translate():
                     async with self._client.connection(connection) as conn:
@@ -151,13 +152,13 @@ class AsyncMessageRepository(AsyncRepository):
                         row = await cur.fetchone()
                 break
             except Conflict as exc:  # as in add: again on our own connection, while only races are found
-                if _clash(exc) is None:
+                if message_clash(exc) is None:
                     raise
                 ids = await self._clashing_ids(columns, connection)
-                if ids or connection is not None or attempt == _MAX_RACES:
+                if ids or connection is not None or attempt == MAX_RACES:
                     raise Conflict(
                         f"message ids stored with other content, or repeated in the batch with other contents: "
-                        f"{_listed(ids)}; nothing was written"
+                        f"{listed_ids(ids)}; nothing was written"
                     ) from exc.__cause__
         if row is None:
             return 0

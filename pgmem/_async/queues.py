@@ -19,8 +19,9 @@ from psycopg.pq import TransactionStatus
 from pgmem._acompat import ALock
 from pgmem._async import scope
 from pgmem._async.base import AsyncRepository
+from pgmem._async.messages import MAX_RACES, listed_ids, message_clash
 from pgmem.checks import MAX_BATCH, check_key
-from pgmem.errors import InvalidInput, LeaseLost, translate
+from pgmem.errors import Conflict, InvalidInput, LeaseLost, translate
 from pgmem.models import Message, any_to_str
 from pgmem.planning import notify
 from pgmem.planning import statements as queries
@@ -200,6 +201,7 @@ class AsyncQueueRepository(AsyncRepository):
 
         Raises:
             InvalidInput: a bad queue name, priority, delay, key or message (nothing written).
+            Conflict: the message's id is stored with other content (nothing written; as ``messages.add``).
             CommitUnknown: the connection was lost with the push in flight (no idempotency key).
             Timeout: the push did not finish within the client's timeout (it committed entirely or not at
                 all; with an idempotency key, pushing again is safe).
@@ -211,7 +213,9 @@ class AsyncQueueRepository(AsyncRepository):
             check_key(idempotency_key, "idempotency key")
         row = dict(zip(INSERT_COLUMNS, encode(message), strict=True))
         name, extra = ("push", {}) if idempotency_key is None else ("push_once", {"idempotency_key": idempotency_key})
-        rows = await self._rows(name, {**params, **row, "dedup_key": dedup_key, **extra}, connection)
+        rows = await self._storing_once(
+            name, {**params, **row, "dedup_key": dedup_key, **extra}, connection, message_id=row["id"]
+        )
         pushed = PushRow._make(rows[0])
         return PushResult(pushed.id, pushed.id is not None)
 
@@ -227,7 +231,8 @@ class AsyncQueueRepository(AsyncRepository):
         connection: AsyncConnection[Any] | None = None,
     ) -> list[int]:
         """Enqueue messages in order in one statement, all or nothing; return the ids of the new items
-        (items skipped for their dedup key have none)."""
+        (items skipped for their dedup key have none). An id stored with other content, or repeated in the
+        batch with other contents, raises :class:`pgmem.Conflict` naming them, and nothing is written."""
         params = self._push_params(queue, priority, delay, max_attempts)
         batch = list(messages)
         if len(batch) > MAX_BATCH:
@@ -241,8 +246,44 @@ class AsyncQueueRepository(AsyncRepository):
         if not batch:
             return []
         columns = batch_columns(batch)
-        rows = await self._rows("push_many", {**params, **columns, "dedup_key": keys}, connection)
+        params = {**params, **columns, "dedup_key": keys}
+        rows = await self._storing_once("push_many", params, connection, columns=columns)
         return list(PushManyRow._make(rows[0]).ids)
+
+    async def _storing_once(
+        self,
+        name: str,
+        params: dict[str, Any],
+        connection: AsyncConnection[Any] | None,
+        *,
+        message_id: str | None = None,
+        columns: dict[str, list[Any]] | None = None,
+    ) -> list[tuple[Any, ...]]:
+        """Run a statement that stores its messages once (push, push_many, publish): an id stored with
+        other content fails it (:class:`Conflict`, nothing written), as in ``messages.add``. A failure on an
+        id stored concurrently (its content unknown to the statement) runs it again on our own connection,
+        which then sees the stored row and decides. ``message_id``: the one message's; ``columns``: a batch's.
+        """
+        for attempt in range(1, MAX_RACES + 1):
+            try:
+                return await self._rows(name, params, connection)
+            except Conflict as exc:
+                if message_clash(exc) is None:
+                    raise
+                if columns is None:
+                    if connection is not None or attempt == 2:
+                        raise Conflict(
+                            f"message id {message_id!r} is already stored with other content in namespace "
+                            f"{self.namespace!r}; nothing was written (give the new message another id)"
+                        ) from exc.__cause__
+                    continue
+                found = await self._client.messages._clashing_ids(columns, connection)
+                if found or connection is not None or attempt == MAX_RACES:
+                    raise Conflict(
+                        "message ids stored with other content, or repeated in the batch with other contents: "
+                        f"{listed_ids(found)}; nothing was written"
+                    ) from exc.__cause__
+        raise AssertionError("unreachable: the last attempt raises")
 
     # -- consuming ------------------------------------------------------------------------------------
 
@@ -551,11 +592,12 @@ class AsyncQueueRepository(AsyncRepository):
     ) -> Delivery:
         """Add ``message`` to ``memory`` (e.g. the team's shared environment) and deliver it to the inbox
         of every subscriber it is addressed to, in one statement: the message and all its deliveries
-        exist, or none do. Publishing a message the memory already holds delivers nothing again."""
+        exist, or none do. Publishing a message the memory already holds delivers nothing again; one whose
+        id is stored with other content raises :class:`pgmem.Conflict` (nothing written)."""
         check_key(memory)
         row = dict(zip(INSERT_COLUMNS, encode(message), strict=True))
         params = {"memory": memory, "priority": integer(priority, "priority", MIN_PRIORITY, MAX_PRIORITY), **row}
-        rows = await self._rows("publish", params, connection)
+        rows = await self._storing_once("publish", params, connection, message_id=row["id"])
         published = PublishRow._make(rows[0])
         return Delivery(published.seq, list(published.inboxes or []))
 

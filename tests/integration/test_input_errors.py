@@ -538,3 +538,75 @@ def test_concurrent_adds_of_one_new_id(client: pgmem.Client, dsn: str, same: boo
     else:
         assert isinstance(outcome[0], pgmem.Conflict), outcome
         assert client.messages.last("m") == []
+
+
+# -- the same rule for the writes of queues: push, push_many, publish --------------------------------
+
+
+def _queue_writes(client: pgmem.Client) -> dict[str, Any]:
+    """Each queue write of one message (or a batch holding it), as a function of the message."""
+    client.queues.subscribe("bob", addresses=["Bob"])
+    return {
+        "push": lambda m: client.queues.push("jobs", m),
+        "push with an idempotency key": lambda m: client.queues.push("jobs", m, idempotency_key=f"k-{m.content}"),
+        "push_many": lambda m: client.queues.push_many("jobs", [pgmem.Message(id="fresh", content="f"), m]),
+        "publish": lambda m: client.queues.publish("env", m),
+    }
+
+
+@pytest.mark.parametrize("write", ["push", "push with an idempotency key", "push_many", "publish"])
+def test_a_queue_write_of_an_id_stored_with_other_content_is_a_conflict(
+    client: pgmem.Client, dsn: str, write: str
+) -> None:
+    """A push of an id already stored enqueued the stored message, so its consumer got the first content."""
+    run = _queue_writes(client)[write]
+    client.messages.add("m1", pgmem.Message(id="n1", content="first", send_to={"Bob"}))
+    before = table_counts(dsn)
+    with pytest.raises(pgmem.Conflict, match="n1"):
+        run(pgmem.Message(id="n1", content="second", send_to={"Bob"}))
+    assert table_counts(dsn) == before  # no item, no delivery, no message "fresh", no idempotency key
+    # The same id with the same content is the stored message, enqueued again.
+    run(pgmem.Message(id="n1", content="first", send_to={"Bob"}))
+    queue = "inbox:bob" if write == "publish" else "jobs"
+    assert [i.message.content for i in client.queues.peek(queue, 10) if i.message.id == "n1"] == ["first"]
+
+
+def test_a_batch_push_repeating_an_id_with_other_contents_is_a_conflict(client: pgmem.Client, dsn: str) -> None:
+    before = table_counts(dsn)
+    with pytest.raises(pgmem.Conflict, match="repeated in the batch.*: d;"):
+        client.queues.push_many("jobs", [pgmem.Message(id="d", content="a"), pgmem.Message(id="d", content="b")])
+    assert table_counts(dsn) == before
+    assert len(client.queues.push_many("jobs", [pgmem.Message(id="d", content="a")] * 2)) == 2
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_concurrent_pushes_of_one_new_id(client: pgmem.Client, dsn: str, same: bool) -> None:
+    """As for add: a push waiting on another transaction's uncommitted message of the same id enqueues
+    when the contents are the same and raises Conflict when they differ."""
+    import threading
+
+    outcome: list[object] = []
+    client.queues.push("warm", pgmem.Message(id="warm", content="w"))  # the pool is connected
+    with psycopg.connect(dsn) as holder:
+        holder_client = pgmem.connect(holder, namespace="test")
+        holder_client.queues.push("jobs", pgmem.Message(id="race", content="a"), connection=holder)
+
+        def other() -> None:
+            try:
+                outcome.append(client.queues.push("jobs", pgmem.Message(id="race", content="a" if same else "b")))
+            except pgmem.PgmemError as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join(1.0)
+        assert thread.is_alive()  # waiting on the uncommitted row
+        holder.commit()
+        thread.join(30)
+    assert len(outcome) == 1
+    contents = [i.message.content for i in client.queues.peek("jobs", 10)]
+    if same:
+        assert outcome[0].created and contents == ["a", "a"]  # type: ignore[attr-defined]
+    else:
+        assert isinstance(outcome[0], pgmem.Conflict), outcome
+        assert contents == ["a"]
