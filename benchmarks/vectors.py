@@ -548,6 +548,9 @@ def part_d(
 
 # -- part N: a tenant's share of a model's vectors -----------------------------------------------------------
 
+#: What pgmem sends in each statement's round trip to scope it to a namespace (row-level security reads it).
+SET_NAMESPACE = "SELECT set_config('pgmem.namespace', %(ns)s, true)"
+
 #: Part N's tenants under test and their shares of the model's vectors; eight others hold the rest.
 TENANT_SHARES = {"t50": 0.5, "t10": 0.1, "t1": 0.01, "t01": 0.001}
 
@@ -556,7 +559,9 @@ def part_n(dsn: str, texts: list[str], vectors: np.ndarray, queries: np.ndarray,
     """One model's vectors (the corpus) in twelve namespaces, four of which hold 50%, 10%, 1% and 0.1% of
     them; for each of those: ``client.search`` with no filter but the namespace against the raw
     strategies over the model's index (exact scan of the namespace's vectors, iterative HNSW scan, and the
-    plain post-filtered HNSW query pgmem ran before), interleaved, with recall@10 against exact numpy."""
+    plain post-filtered HNSW query pgmem ran before), interleaved, with recall@10 against exact numpy. The
+    two strategies run twice: as the superuser (no row-level security, no namespace to set) and as the
+    application role with the namespace set in the statement's round trip, the footing pgmem runs on."""
     n = len(vectors)
     order = np.random.default_rng(7).permutation(n)
     layout: dict[str, np.ndarray] = {}
@@ -609,10 +614,15 @@ def part_n(dsn: str, texts: list[str], vectors: np.ndarray, queries: np.ndarray,
                 psycopg.connect(dsn, autocommit=True) as exact,
                 psycopg.connect(dsn, autocommit=True) as iterative,
                 psycopg.connect(dsn, autocommit=True) as plain,
+                psycopg.connect(dsn, autocommit=True) as exact_app,
+                psycopg.connect(dsn, autocommit=True) as iterative_app,
             ):
-                for conn in (exact, iterative, plain):
+                for conn in (exact, iterative, plain, exact_app, iterative_app):
                     register_vector(conn)
-                iterative.execute("SET hnsw.iterative_scan = relaxed_order")
+                for conn in (exact_app, iterative_app):
+                    conn.execute("SET ROLE pgmem_app")  # row-level security applies, as to pgmem
+                for conn in (iterative, iterative_app):
+                    conn.execute("SET hnsw.iterative_scan = relaxed_order")
                 plain.execute("SET hnsw.iterative_scan = off")
                 pick = iter(np.resize(np.arange(100), samples * 10))
 
@@ -620,11 +630,20 @@ def part_n(dsn: str, texts: list[str], vectors: np.ndarray, queries: np.ndarray,
                     found = conn.execute(query, {"q": queries[j], "ns": ns}, binary=True, prepare=True).fetchall()
                     return [r[1] for r in found]
 
+                def run_app(conn: psycopg.Connection[Any], query: str, j: int, ns: str = ns) -> list[str]:
+                    # The application role's footing: the namespace set in the statement's round trip.
+                    with conn.pipeline():
+                        conn.execute(SET_NAMESPACE, {"ns": ns}, prepare=True)
+                        cur = conn.execute(query, {"q": queries[j], "ns": ns}, binary=True, prepare=True)
+                    return [r[1] for r in cur.fetchall()]
+
                 t = timed_together(
                     {
                         "pgmem": lambda client=client: client.search(vector=queries[next(pick)], k=K),
                         "raw exact": lambda: run(exact, exact_sql, next(pick)),
                         "raw iterative HNSW": lambda: run(iterative, ann_sql, next(pick)),
+                        "raw exact, app role": lambda: run_app(exact_app, exact_sql, next(pick)),
+                        "raw iterative HNSW, app role": lambda: run_app(iterative_app, ann_sql, next(pick)),
                         "raw post-filtered HNSW": lambda: run(plain, ann_sql, next(pick)),
                     },
                     iterations=samples,
@@ -633,9 +652,12 @@ def part_n(dsn: str, texts: list[str], vectors: np.ndarray, queries: np.ndarray,
                     "pgmem": [[h.message.id for h in client.search(vector=queries[j], k=K)] for j in range(100)],
                     "raw exact": [run(exact, exact_sql, j) for j in range(100)],
                     "raw iterative HNSW": [run(iterative, ann_sql, j) for j in range(100)],
+                    "raw exact, app role": [run_app(exact_app, exact_sql, j) for j in range(100)],
+                    "raw iterative HNSW, app role": [run_app(iterative_app, ann_sql, j) for j in range(100)],
                     "raw post-filtered HNSW": [run(plain, ann_sql, j) for j in range(100)],
                 }
             best_raw = min(t["raw exact"]["p50_us"], t["raw iterative HNSW"]["p50_us"])
+            best_app = min(t["raw exact, app role"]["p50_us"], t["raw iterative HNSW, app role"]["p50_us"])
             for name, found in results.items():
                 out.append(
                     {
@@ -644,6 +666,7 @@ def part_n(dsn: str, texts: list[str], vectors: np.ndarray, queries: np.ndarray,
                         "p50": t[name]["p50_us"],
                         "p99": t[name]["p99_us"],
                         "vs better raw": round(t[name]["p50_us"] / best_raw, 2),
+                        "vs better raw, app role": round(t[name]["p50_us"] / best_app, 2),
                         "min results": min(len(f) for f in found),
                         "mean results": round(float(np.mean([len(f) for f in found])), 2),
                         "recall@10": round(float(np.mean([recall(f, truth[j]) for j, f in enumerate(found)])), 3),

@@ -3,7 +3,8 @@
 How a vector search runs (one statement, one round trip):
 
 * ``exact`` — when the filters keep at most ``exact_limit`` rows (counted once and remembered for a few
-  seconds; default ``8 * sqrt(stored vectors)``, where the two strategies cost the same), the candidate
+  seconds; default ``8 * sqrt(stored vectors)``, where the two strategies cost the same, ``20 * sqrt(...)``
+  for a search restricted by its namespace alone, whose exact scan is cheaper per row), the candidate
   rows (the memory's entries, the namespace's messages that pass the filters, or with no other filter
   the namespace's vectors of the model) are fetched and their distances computed exactly (no index). This
   is what makes a filter that keeps 1% of the rows return ``k`` results with full recall.

@@ -134,9 +134,11 @@ def test_a_reused_id_with_other_content_is_another_message(client: pgmem.Client)
     assert ours.find_news([first, second, Message(id=first.id, content="v3")]) == upstream.find_news(
         [first, second, Message(id=first.id, content="v3")]
     )
-    # The core repository keeps its own rule: one row per id, the first content kept.
+    # The core repository keeps its own rule: one row per id; another content under a stored id is a
+    # Conflict and writes nothing (the facade above stores MetaGPT's messages under content-derived ids).
     client.messages.add("core", pgmem.Message(id="same", content="v1"))
-    client.messages.add("core", pgmem.Message(id="same", content="v2"))
+    with pytest.raises(pgmem.Conflict):
+        client.messages.add("core", pgmem.Message(id="same", content="v2"))
     assert [m.content for m in client.messages.last("core")] == ["v1"]
 
 
