@@ -15,6 +15,11 @@
 m.id, m.content, m.instruct_content::text, m.role, m.cause_by, m.sent_from, m.send_to,
 m.metadata::text, m.tool_calls::text, m.name, m.tool_call_id, m.message_class, m.created_at
 
+-- fragment: message_column_names
+-- The names of {{message_columns}}' columns, to select them again from a CTE that returned them.
+id, content, instruct_content, role, cause_by, sent_from, send_to, metadata, tool_calls, name,
+tool_call_id, message_class, created_at
+
 -- fragment: message_fields
 -- The stored fields of a message (pgmem.planning.rows.INSERT_COLUMNS, in that order): the column list
 -- of its INSERT after `namespace`, and the names of a batch's unnest.

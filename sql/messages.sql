@@ -211,21 +211,25 @@ SELECT count(*) FROM entry;
 
 -- name: delete_newest
 -- Remove and return the newest message of a memory. SKIP LOCKED: two processes popping at once take
--- two different messages instead of one waiting for the other and finding its row gone.
+-- two different messages instead of one waiting for the other and finding its row gone. The message is
+-- read by the entry's DELETE, before `orphan` may delete it: the statement returns it whether its CTEs
+-- share one snapshot (PostgreSQL) or run one after another (Citus). delete_at_position(_from_end) and
+-- delete_oldest do the same.
 WITH newest AS (
     SELECT namespace, memory, message_id, seq FROM pgmem.memory_entries
     WHERE namespace = %(ns)s AND memory = %(memory)s
     ORDER BY seq DESC LIMIT 1
     FOR UPDATE SKIP LOCKED
 ), entry AS (
-    DELETE FROM pgmem.memory_entries AS e USING newest
-    WHERE e.namespace = newest.namespace AND e.memory = newest.memory AND e.message_id = newest.message_id
-    RETURNING e.message_id, e.seq
+    DELETE FROM pgmem.memory_entries AS e
+    USING newest JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = newest.message_id
+    WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND e.message_id = newest.message_id
+    RETURNING e.message_id, e.seq, {{message_columns}}
 ), orphan AS (
     {{delete_orphans}}
 )
-SELECT entry.seq, {{message_columns}}
-FROM entry JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = entry.message_id;
+SELECT seq, {{message_column_names}}
+FROM entry;
 
 -- name: clear
 -- Empty a memory; messages no other memory refers to are deleted with it. Returns the entries removed.
@@ -316,14 +320,15 @@ WITH target AS (
     ORDER BY seq ASC OFFSET %(offset)s LIMIT 1
     FOR UPDATE
 ), entry AS (
-    DELETE FROM pgmem.memory_entries AS e USING target
+    DELETE FROM pgmem.memory_entries AS e
+    USING target JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = target.message_id
     WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND e.message_id = target.message_id
-    RETURNING e.message_id, e.seq
+    RETURNING e.message_id, e.seq, {{message_columns}}
 ), orphan AS (
     {{delete_orphans}}
 )
-SELECT entry.seq, {{message_columns}}
-FROM entry JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = entry.message_id;
+SELECT seq, {{message_column_names}}
+FROM entry;
 
 -- name: delete_at_position_from_end
 -- delete_at_position counted from the newest entry (offset 0: the newest), for negative positions.
@@ -334,14 +339,15 @@ WITH target AS (
     ORDER BY seq DESC OFFSET %(offset)s LIMIT 1
     FOR UPDATE
 ), entry AS (
-    DELETE FROM pgmem.memory_entries AS e USING target
+    DELETE FROM pgmem.memory_entries AS e
+    USING target JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = target.message_id
     WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND e.message_id = target.message_id
-    RETURNING e.message_id, e.seq
+    RETURNING e.message_id, e.seq, {{message_columns}}
 ), orphan AS (
     {{delete_orphans}}
 )
-SELECT entry.seq, {{message_columns}}
-FROM entry JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = entry.message_id;
+SELECT seq, {{message_column_names}}
+FROM entry;
 
 -- name: delete_oldest
 -- Remove and return the oldest %(n)s messages of a memory, oldest first. SKIP LOCKED, as delete_newest:
@@ -352,14 +358,15 @@ WITH oldest AS (
     ORDER BY seq ASC LIMIT %(n)s
     FOR UPDATE SKIP LOCKED
 ), entry AS (
-    DELETE FROM pgmem.memory_entries AS e USING oldest
+    DELETE FROM pgmem.memory_entries AS e
+    USING oldest JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = oldest.message_id
     WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND e.message_id = oldest.message_id
-    RETURNING e.message_id, e.seq
+    RETURNING e.message_id, e.seq, {{message_columns}}
 ), orphan AS (
     {{delete_orphans}}
 )
-SELECT entry.seq, {{message_columns}}
-FROM entry JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = entry.message_id
+SELECT seq, {{message_column_names}}
+FROM entry
 ORDER BY entry.seq;
 
 -- name: move_oldest

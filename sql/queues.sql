@@ -85,7 +85,9 @@ SELECT (SELECT id FROM item) AS id, (SELECT count(*) FROM wake) AS woken;
 -- push with an idempotency key: the key is recorded with the item's id, taken from the items' sequence
 -- first, in the same statement (ON CONFLICT DO NOTHING). A key recorded before (a push sent again after
 -- its connection was lost) enqueues nothing, and the id is the first push's. Two pushes of one key at the
--- same moment: the second waits for the first to commit and enqueues nothing.
+-- same moment: the second waits for the first to commit and enqueues nothing. The first push's id is read
+-- only when this one recorded nothing: whether the CTEs share a snapshot (PostgreSQL) or run one after
+-- another (Citus), a new key whose item a dedup key skipped returns no id.
 WITH new AS (
     SELECT nextval(pg_get_serial_sequence('pgmem.queue_items', 'id')) AS id
 ), recorded AS (
@@ -105,7 +107,8 @@ WITH new AS (
     SELECT pg_notify('pgmem_queue', pgmem.notify_tag(%(ns)s, %(queue)s))::text AS sent FROM item
 )
 SELECT coalesce((SELECT id FROM item),
-                (SELECT result FROM pgmem.idempotency_keys WHERE namespace = %(ns)s AND key = %(idempotency_key)s))
+                (SELECT result FROM pgmem.idempotency_keys
+                 WHERE namespace = %(ns)s AND key = %(idempotency_key)s AND NOT EXISTS (SELECT 1 FROM recorded)))
        AS id,
        (SELECT count(*) FROM wake) AS woken;
 
