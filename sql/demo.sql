@@ -20,7 +20,7 @@ SELECT regexp_replace(src.cause_by, '^.*\.', '') AS from_action,
        round(percentile_cont(0.5) WITHIN GROUP (
            ORDER BY extract(epoch FROM m.created_at - src.created_at))::numeric, 3) AS median_delay_s
 FROM {{entry_messages}}
-JOIN pgmem.messages AS src ON src.namespace = m.namespace AND src.id = m.metadata ->> 'reply_to'
+JOIN pgmem.messages AS src ON src.namespace = %(ns)s AND src.id = m.metadata ->> 'reply_to'
 WHERE e.namespace = %(ns)s AND e.memory = %(memory)s
 GROUP BY 1, 2
 ORDER BY min(e.seq);
@@ -47,7 +47,7 @@ ORDER BY queue;
 SELECT q.queue, m.sent_from, regexp_replace(m.cause_by, '^.*\.', '') AS action, q.attempts,
        q.last_error AS reason
 FROM pgmem.queue_items AS q
-JOIN pgmem.messages AS m ON m.namespace = q.namespace AND m.id = q.message_id
+JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = q.message_id
 WHERE q.namespace = %(ns)s AND q.status = 'dead'
 ORDER BY q.id;
 

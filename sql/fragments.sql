@@ -123,9 +123,10 @@ EXISTS (SELECT 1 FROM pgmem.memory_models WHERE namespace = %(ns)s AND memory = 
 settle AS MATERIALIZED (SELECT pg_advisory_xact_lock_shared({{settle_lock_key}})::text AS locked)
 
 -- fragment: entry_messages
--- A memory's entries (alias e) joined with their messages (alias m).
+-- A memory's entries (alias e) joined with their messages (alias m), both of the namespace %(ns)s: every
+-- table reference names the namespace literally (a distributed planner routes on it; docs/scale-out.md).
 pgmem.memory_entries AS e
-JOIN pgmem.messages AS m ON m.namespace = e.namespace AND m.id = e.message_id
+JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = e.message_id
 
 -- fragment: delete_orphans
 -- A CTE body: delete the messages of `entry` that nothing refers to any more. `entry` is a CTE of the

@@ -129,7 +129,7 @@ scope AS ({{bm25_entries}}),
 hit AS MATERIALIZED (
     SELECT e.seq, m.id, {{bm25_hit}}
     FROM q, pgmem.messages AS m
-    JOIN pgmem.memory_entries AS e ON e.namespace = m.namespace AND e.message_id = m.id
+    JOIN pgmem.memory_entries AS e ON e.namespace = %(ns)s AND e.message_id = m.id
     WHERE m.namespace = %(ns)s AND e.memory = %(memory)s AND m.tsv @@ pgmem.fts_query(%(query)s)
 ),
 {{bm25}}
@@ -246,10 +246,10 @@ SELECT count(*) FROM entry;
 SELECT key FROM pgmem.memories WHERE namespace = %(ns)s ORDER BY key;
 
 -- name: stats
--- Message counts by namespace, memory, role and action (all namespaces when %(ns)s is NULL).
+-- Message counts of the namespace by memory, role and action.
 SELECT e.namespace, e.memory, m.role, m.cause_by, count(*) AS messages
 FROM {{entry_messages}}
-WHERE %(ns)s::text IS NULL OR e.namespace = %(ns)s::text
+WHERE e.namespace = %(ns)s
 GROUP BY 1, 2, 3, 4
 ORDER BY 1, 2, 3, 4;
 

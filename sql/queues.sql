@@ -252,7 +252,7 @@ FROM (SELECT count(*) AS n, count(*) FILTER (WHERE available_at <= now()) AS cla
 -- name: dead_letters
 SELECT {{queue_item_row}}
 FROM pgmem.queue_items AS q
-JOIN pgmem.messages AS m ON m.namespace = q.namespace AND m.id = q.message_id
+JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = q.message_id
 WHERE q.namespace = %(ns)s AND q.queue = %(queue)s AND q.status = 'dead'
 ORDER BY q.died_at, q.id
 LIMIT %(limit)s;
@@ -279,7 +279,7 @@ SELECT count(*) FROM gone;
 -- The live items of a queue in claim order, without claiming them (MessageQueue.dump).
 SELECT {{queue_item_row}}
 FROM pgmem.queue_items AS q
-JOIN pgmem.messages AS m ON m.namespace = q.namespace AND m.id = q.message_id
+JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = q.message_id
 WHERE q.namespace = %(ns)s AND q.queue = %(queue)s AND q.status = 'ready'
 ORDER BY q.priority, q.id
 LIMIT %(limit)s;
@@ -333,7 +333,7 @@ WITH candidate AS (
 ), done AS (
     -- The items as this claim leaves them: attempted once more, and no lease (they are acknowledged).
     DELETE FROM pgmem.queue_items AS q USING candidate
-    WHERE q.namespace = candidate.namespace AND q.id = candidate.id
+    WHERE q.namespace = %(ns)s AND q.id = candidate.id
     RETURNING q.namespace, q.id, q.queue, q.priority, q.attempts + 1 AS attempts, q.max_attempts,
               q.enqueued_at, q.available_at, NULL::timestamptz AS lease_until, q.dedup_key, q.message_id
 ), archived AS (
@@ -346,5 +346,5 @@ WITH candidate AS (
 )
 SELECT {{queue_item_row}}
 FROM done AS q
-JOIN pgmem.messages AS m ON m.namespace = q.namespace AND m.id = q.message_id
+JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = q.message_id
 ORDER BY q.priority, q.id;

@@ -172,7 +172,7 @@ WITH hit AS (
     SELECT DISTINCT s.memory, s.id
     FROM pgmem.memory_entries AS e
     JOIN pgmem.summaries AS s
-      ON s.namespace = e.namespace AND s.memory = e.memory AND e.seq BETWEEN s.first_seq AND s.last_seq
+      ON s.namespace = %(ns)s AND s.memory = e.memory AND e.seq BETWEEN s.first_seq AND s.last_seq
     WHERE e.namespace = %(ns)s AND e.message_id = ANY(%(ids)s::text[]) AND s.stale_at IS NULL
 ), marked AS (
     UPDATE pgmem.summaries AS s SET stale_at = now(), content = ''

@@ -82,7 +82,7 @@ SELECT {{summary_columns}}
 FROM pgmem.summaries AS s
 WHERE s.namespace = %(ns)s AND s.memory = %(memory)s AND s.stale_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM pgmem.summaries AS p
-                  WHERE p.namespace = s.namespace AND p.memory = s.memory AND p.level = s.level + 1
+                  WHERE p.namespace = %(ns)s AND p.memory = s.memory AND p.level = s.level + 1
                     AND s.first_seq BETWEEN p.first_seq AND p.last_seq AND p.stale_at IS NULL)
 ORDER BY s.first_seq, s.level DESC;
 

@@ -83,7 +83,7 @@ SELECT o.message_id, m.content
 FROM pgmem.embedding_outbox o
 CROSS JOIN LATERAL (
     SELECT m.content FROM pgmem.messages m
-    WHERE m.namespace = o.namespace AND m.id = o.message_id
+    WHERE m.namespace = %(ns)s AND m.id = o.message_id
     FOR KEY SHARE SKIP LOCKED
 ) AS m
 WHERE o.namespace = %(ns)s AND o.model_id = %(model)s AND o.available_at <= now()
@@ -134,10 +134,10 @@ SELECT m.name AS model, count(*) AS queued
 FROM pgmem.embedding_outbox o
 JOIN pgmem.embedding_models m ON m.id = o.model_id
 WHERE o.namespace = %(ns)s
-  AND EXISTS (SELECT 1 FROM pgmem.messages g WHERE g.namespace = o.namespace AND g.id = o.message_id)
+  AND EXISTS (SELECT 1 FROM pgmem.messages g WHERE g.namespace = %(ns)s AND g.id = o.message_id)
   AND (%(memory)s::text IS NULL OR EXISTS (
         SELECT 1 FROM pgmem.memory_entries me
-        WHERE me.namespace = o.namespace AND me.memory = %(memory)s AND me.message_id = o.message_id))
+        WHERE me.namespace = %(ns)s AND me.memory = %(memory)s AND me.message_id = o.message_id))
 GROUP BY m.name
 ORDER BY m.name;
 
@@ -154,7 +154,7 @@ WHERE EXISTS (SELECT 1 FROM pgmem.embedding_outbox o WHERE o.namespace = %(ns)s 
 -- Outbox rows whose message was deleted before it was embedded (the outbox has no foreign key).
 DELETE FROM pgmem.embedding_outbox o
 WHERE o.namespace = %(ns)s
-  AND NOT EXISTS (SELECT 1 FROM pgmem.messages m WHERE m.namespace = o.namespace AND m.id = o.message_id);
+  AND NOT EXISTS (SELECT 1 FROM pgmem.messages m WHERE m.namespace = %(ns)s AND m.id = o.message_id);
 
 -- name: outbox_namespaces
 SELECT DISTINCT namespace FROM pgmem.embedding_outbox ORDER BY namespace;
@@ -178,7 +178,7 @@ WITH done AS (
     FROM pgmem.memory_models mm
     WHERE mm.namespace = %(ns)s AND mm.status = 'building'
       AND NOT EXISTS (SELECT 1 FROM pgmem.embedding_outbox o
-                      JOIN pgmem.memory_entries me ON me.namespace = o.namespace AND me.message_id = o.message_id
+                      JOIN pgmem.memory_entries me ON me.namespace = %(ns)s AND me.message_id = o.message_id
                       WHERE o.namespace = %(ns)s AND o.model_id = mm.model_id AND me.memory = mm.memory)
       AND coalesce((SELECT i.indisvalid FROM pg_index i
                     WHERE i.indexrelid = to_regclass('pgmem.embeddings_hnsw_m' || mm.model_id)), false)
@@ -204,8 +204,8 @@ FROM promoted ORDER BY memory;
 -- pgvector's binary form (vector_send), which numpy reads in one call.
 SELECT mem.vec_rev AS rev, e.message_id, vector_send(coalesce(e.embedding, e.embedding_half::vector)) AS vector
 FROM pgmem.memories mem
-LEFT JOIN pgmem.memory_entries me ON me.namespace = mem.namespace AND me.memory = mem.key
-LEFT JOIN pgmem.embeddings e ON e.namespace = me.namespace AND e.model_id = %(model)s AND e.message_id = me.message_id
+LEFT JOIN pgmem.memory_entries me ON me.namespace = %(ns)s AND me.memory = mem.key
+LEFT JOIN pgmem.embeddings e ON e.namespace = %(ns)s AND e.model_id = %(model)s AND e.message_id = me.message_id
 WHERE mem.namespace = %(ns)s AND mem.key = %(memory)s
 ORDER BY me.seq;
 

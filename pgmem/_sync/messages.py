@@ -493,13 +493,12 @@ class MessageRepository(Repository):
         params = {"prefix": prefix, "nonempty": bool(nonempty)}
         return self._column("list_memories_matching", params, connection)
 
-    def stats(
-        self, *, all_namespaces: bool = False, connection: Connection[Any] | None = None
-    ) -> list[MessageStatsRow]:
-        """Message counts by (namespace, memory, role, action): ``(namespace, memory, role, cause_by,
+    def stats(self, *, connection: Connection[Any] | None = None) -> list[MessageStatsRow]:
+        """Message counts of the namespace by (memory, role, action): ``(namespace, memory, role, cause_by,
         messages)`` tuples. Read from a replica when the client has replicas (after the client's writes, one
-        that has them: see :mod:`pgmem._async.replicas`)."""
-        params = {"ns": None if all_namespaces else self.namespace}
+        that has them: see :mod:`pgmem._async.replicas`). Every namespace's counts are the owner's to read,
+        in the ``pgmem.role_activity`` and ``pgmem.action_activity`` views."""
+        params: dict[str, Any] = {}
         replicas = self._client.replicas
         if connection is None and replicas is not None:
             rows = replicas.run(lambda conn: self._rows("stats", params, conn))
