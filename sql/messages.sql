@@ -60,6 +60,37 @@ WITH {{settle_shared}}, batch AS (
 SELECT count(*) AS added, {{memory_embeds}} AS embeds
 FROM entry;
 
+-- name: append
+-- Append messages new to the namespace (their writers mint fresh ids: the framework adapters, whose every
+-- add appends), in batch order, all or nothing, in one statement. Unlike add_many nothing is looked up:
+-- the rows are inserted without ON CONFLICT, so an id already stored (or repeated in the batch) fails the
+-- statement with a unique violation on messages_pkey and nothing is written. The batch travels as one
+-- JSON array of objects keyed by the stored fields (pgmem.planning.rows.json_rows, INSERT_COLUMNS): one
+-- text parameter, where add_many's fourteen binary arrays cost the client more to send than the server to
+-- store for a batch of one. Returns an AddedManyRow.
+WITH {{settle_shared}}, batch AS (
+    SELECT *
+    FROM ROWS FROM (json_to_recordset(%(rows)s::json) AS (
+             id text, content text, content_hash bytea, instruct_content jsonb, role text, cause_by text,
+             sent_from text, send_to text[], metadata jsonb, tool_calls jsonb, name text, tool_call_id text,
+             message_class text, created_at timestamptz))
+         WITH ORDINALITY AS b({{message_fields}}, ord)
+), memory AS (
+    {{register_memory}}
+), message AS (
+    {{insert_message_head}}
+    SELECT %(ns)s, {{message_fields}} FROM batch
+), entry AS (
+    INSERT INTO pgmem.memory_entries (namespace, memory, message_id, cause_by, seq)
+    SELECT %(ns)s, %(memory)s, batch.id, batch.cause_by,
+           nextval(pg_get_serial_sequence('pgmem.memory_entries', 'seq'))
+    FROM batch CROSS JOIN settle
+    ORDER BY batch.ord
+    RETURNING 1
+)
+SELECT count(*) AS added, {{memory_embeds}} AS embeds
+FROM entry;
+
 -- name: clashing_ids
 -- Which of the ids are stored with another content hash than the one given beside each (after add_many
 -- failed on one, to name it).

@@ -180,7 +180,7 @@ class PgmemChatStore(BaseChatStore):
         client = self._adapter.sync_client()
         with client.transaction() as conn:
             client.messages.clear(memory, connection=conn)
-            client.messages.add_many(memory, batch, connection=conn)
+            client.messages.append(memory, batch, connection=conn)
 
     def get_messages(self, key: str) -> list[ChatMessage]:
         memory = memory_key(ACTIVE, key, "chat key")
@@ -188,7 +188,7 @@ class PgmemChatStore(BaseChatStore):
 
     def add_message(self, key: str, message: ChatMessage) -> None:
         memory = memory_key(ACTIVE, key, "chat key")
-        self._adapter.sync_client().messages.add_many(memory, _to_stored(key, memory, ACTIVE, [message]))
+        self._adapter.sync_client().messages.append(memory, _to_stored(key, memory, ACTIVE, [message]))
 
     def delete_messages(self, key: str) -> list[ChatMessage] | None:
         """Delete every message of ``key`` and return them (None when it had none)."""
@@ -222,7 +222,7 @@ class PgmemChatStore(BaseChatStore):
         client = self._adapter.async_client
         async with client.transaction() as conn:
             await client.messages.clear(memory, connection=conn)
-            await client.messages.add_many(memory, batch, connection=conn)
+            await client.messages.append(memory, batch, connection=conn)
 
     async def aget_messages(self, key: str) -> list[ChatMessage]:
         memory = memory_key(ACTIVE, key, "chat key")
@@ -231,7 +231,7 @@ class PgmemChatStore(BaseChatStore):
     async def async_add_message(self, key: str, message: ChatMessage) -> None:
         memory = memory_key(ACTIVE, key, "chat key")
         batch = _to_stored(key, memory, ACTIVE, [message])
-        await self._adapter.acall(lambda c: c.messages.add_many(memory, batch))
+        await self._adapter.acall(lambda c: c.messages.append(memory, batch))
 
     async def adelete_messages(self, key: str) -> list[ChatMessage] | None:
         memory = memory_key(ACTIVE, key, "chat key")
@@ -319,7 +319,7 @@ class PgmemDBChatStore(AsyncDBChatStore):
         memory, prefix = self._memory(key, status)
         batch = _to_stored(key, memory, prefix, messages)
         if batch:
-            await self._adapter.acall(lambda c: c.messages.add_many(memory, batch))
+            await self._adapter.acall(lambda c: c.messages.append(memory, batch))
 
     async def set_messages(
         self, key: str, messages: list[ChatMessage], status: MessageStatus = MessageStatus.ACTIVE
@@ -335,14 +335,14 @@ class PgmemDBChatStore(AsyncDBChatStore):
                 with c.transaction() as conn:
                     c.messages.clear(active, connection=conn)
                     c.messages.clear(archived, connection=conn)
-                    c.messages.add_many(memory, batch, connection=conn)
+                    c.messages.append(memory, batch, connection=conn)
 
             await self._adapter.acall(replace)
             return
         async with client.transaction() as conn:
             await client.messages.clear(active, connection=conn)
             await client.messages.clear(archived, connection=conn)
-            await client.messages.add_many(memory, batch, connection=conn)
+            await client.messages.append(memory, batch, connection=conn)
 
     async def delete_message(self, key: str, idx: int) -> ChatMessage | None:
         """Delete and return the ACTIVE message at position ``idx`` (negative: from the end)."""
