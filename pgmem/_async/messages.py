@@ -181,8 +181,8 @@ class AsyncMessageRepository(AsyncRepository):
 
         For writers that mint a fresh id for every message (the framework adapters, whose every add
         appends): nothing is looked up first and the batch travels as one JSON text, which makes it
-        cheaper than :meth:`add_many` (a LangChain add of one message: 0.84x its time, of ten 0.87x;
-        benchmarks/README.md). Every message is validated before anything is sent. An id already stored in the namespace, or repeated in the batch, raises
+        cheaper than :meth:`add_many` (benchmarks/README.md, "Framework adapters"). Every message is
+        validated before anything is sent. An id already stored in the namespace, or repeated in the batch, raises
         :class:`pgmem.Conflict` and writes nothing (:meth:`add_many` would skip a message the memory holds,
         or compare its content).
         """
