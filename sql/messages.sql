@@ -316,18 +316,21 @@ ORDER BY mem.key;
 -- one JSON array in text: one value to parse instead of a row (and a Message) per entry. The array is
 -- joined as text (string_agg), not built as a jsonb value first (jsonb_agg then ::text), which made
 -- reading 1,000 LangChain messages 1.25x slower than langchain-postgres (benchmarks/integrations.py).
-SELECT '[' || COALESCE(string_agg(({{message_payload}})::text, ',' ORDER BY e.seq), '') || ']'
+-- Each entry's message is probed by its id (the fragment entry_payload): O(k log n), whatever the
+-- namespace holds.
+SELECT '[' || COALESCE(string_agg(p.payload, ',' ORDER BY e.seq), '') || ']'
 FROM (SELECT seq, message_id FROM pgmem.memory_entries
       WHERE namespace = %(ns)s AND memory = %(memory)s
       ORDER BY seq DESC LIMIT %(k)s) AS e
-JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = e.message_id;
+CROSS JOIN LATERAL ({{entry_payload}}) AS p;
 
 -- name: payloads_page
 -- The payloads of the entries of the memory %(memory)s, merged in sequence order with those of the memory
 -- %(merged)s (NULL: none), from position %(offset)s, at most %(limit)s (NULL: all), as one JSON array in
 -- text. Each memory is read in index order (memory_entries_order_key) and the planner merges the two
--- (Merge Append), so a page reads only offset + limit entries of each.
-SELECT '[' || COALESCE(string_agg(({{message_payload}})::text, ',' ORDER BY e.seq), '') || ']'
+-- (Merge Append), so a page reads only offset + limit entries of each, and probes their messages by id
+-- (the fragment entry_payload).
+SELECT '[' || COALESCE(string_agg(p.payload, ',' ORDER BY e.seq), '') || ']'
 FROM (SELECT seq, message_id
       FROM ((SELECT seq, message_id FROM pgmem.memory_entries
              WHERE namespace = %(ns)s AND memory = %(memory)s ORDER BY seq)
@@ -335,7 +338,7 @@ FROM (SELECT seq, message_id
             (SELECT seq, message_id FROM pgmem.memory_entries
              WHERE namespace = %(ns)s AND memory = %(merged)s ORDER BY seq)) AS both_memories
       ORDER BY seq OFFSET %(offset)s LIMIT %(limit)s) AS e
-JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = e.message_id;
+CROSS JOIN LATERAL ({{entry_payload}}) AS p;
 
 -- name: delete_at_position
 -- Remove and return the message at a 0-based position of a memory (as a Python list's pop(i)); its row
