@@ -60,6 +60,37 @@ WITH {{settle_shared}}, batch AS (
 SELECT count(*) AS added, {{memory_embeds}} AS embeds
 FROM entry;
 
+-- name: append
+-- Append messages new to the namespace (their writers mint fresh ids: the framework adapters, whose every
+-- add appends), in batch order, all or nothing, in one statement. Unlike add_many nothing is looked up:
+-- the rows are inserted without ON CONFLICT, so an id already stored (or repeated in the batch) fails the
+-- statement with a unique violation on messages_pkey and nothing is written. The batch travels as one
+-- JSON array of objects keyed by the stored fields (pgmem.planning.rows.json_rows, INSERT_COLUMNS): one
+-- text parameter, where add_many's fourteen binary arrays cost the client more to send than the server to
+-- store for a batch of one. Returns an AddedManyRow.
+WITH {{settle_shared}}, batch AS (
+    SELECT *
+    FROM ROWS FROM (json_to_recordset(%(rows)s::json) AS (
+             id text, content text, content_hash bytea, instruct_content jsonb, role text, cause_by text,
+             sent_from text, send_to text[], metadata jsonb, tool_calls jsonb, name text, tool_call_id text,
+             message_class text, created_at timestamptz))
+         WITH ORDINALITY AS b({{message_fields}}, ord)
+), memory AS (
+    {{register_memory}}
+), message AS (
+    {{insert_message_head}}
+    SELECT %(ns)s, {{message_fields}} FROM batch
+), entry AS (
+    INSERT INTO pgmem.memory_entries (namespace, memory, message_id, cause_by, seq)
+    SELECT %(ns)s, %(memory)s, batch.id, batch.cause_by,
+           nextval(pg_get_serial_sequence('pgmem.memory_entries', 'seq'))
+    FROM batch CROSS JOIN settle
+    ORDER BY batch.ord
+    RETURNING 1
+)
+SELECT count(*) AS added, {{memory_embeds}} AS embeds
+FROM entry;
+
 -- name: clashing_ids
 -- Which of the ids are stored with another content hash than the one given beside each (after add_many
 -- failed on one, to name it).
@@ -289,18 +320,21 @@ ORDER BY mem.key;
 -- one JSON array in text: one value to parse instead of a row (and a Message) per entry. The array is
 -- joined as text (string_agg), not built as a jsonb value first (jsonb_agg then ::text), which made
 -- reading 1,000 LangChain messages 1.25x slower than langchain-postgres (benchmarks/integrations.py).
-SELECT '[' || COALESCE(string_agg(({{message_payload}})::text, ',' ORDER BY e.seq), '') || ']'
+-- Each entry's message is probed by its id (the fragment entry_payload): O(k log n), whatever the
+-- namespace holds.
+SELECT '[' || COALESCE(string_agg(p.payload, ',' ORDER BY e.seq), '') || ']'
 FROM (SELECT seq, message_id FROM pgmem.memory_entries
       WHERE namespace = %(ns)s AND memory = %(memory)s
       ORDER BY seq DESC LIMIT %(k)s) AS e
-JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = e.message_id;
+CROSS JOIN LATERAL ({{entry_payload}}) AS p;
 
 -- name: payloads_page
 -- The payloads of the entries of the memory %(memory)s, merged in sequence order with those of the memory
 -- %(merged)s (NULL: none), from position %(offset)s, at most %(limit)s (NULL: all), as one JSON array in
 -- text. Each memory is read in index order (memory_entries_order_key) and the planner merges the two
--- (Merge Append), so a page reads only offset + limit entries of each.
-SELECT '[' || COALESCE(string_agg(({{message_payload}})::text, ',' ORDER BY e.seq), '') || ']'
+-- (Merge Append), so a page reads only offset + limit entries of each, and probes their messages by id
+-- (the fragment entry_payload).
+SELECT '[' || COALESCE(string_agg(p.payload, ',' ORDER BY e.seq), '') || ']'
 FROM (SELECT seq, message_id
       FROM ((SELECT seq, message_id FROM pgmem.memory_entries
              WHERE namespace = %(ns)s AND memory = %(memory)s ORDER BY seq)
@@ -308,7 +342,7 @@ FROM (SELECT seq, message_id
             (SELECT seq, message_id FROM pgmem.memory_entries
              WHERE namespace = %(ns)s AND memory = %(merged)s ORDER BY seq)) AS both_memories
       ORDER BY seq OFFSET %(offset)s LIMIT %(limit)s) AS e
-JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = e.message_id;
+CROSS JOIN LATERAL ({{entry_payload}}) AS p;
 
 -- name: delete_at_position
 -- Remove and return the message at a 0-based position of a memory (as a Python list's pop(i)); its row

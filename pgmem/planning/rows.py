@@ -117,6 +117,43 @@ def batch_columns(messages: list[Message]) -> dict[str, list[Any]]:
     return columns
 
 
+_json_str = json.encoder.encode_basestring  # a JSON string literal, non-ASCII kept as is (C)
+# One message as a JSON object keyed by INSERT_COLUMNS: the JSON values are written by json_rows.
+_JSON_ROW = "{" + ",".join(f'"{name}":%s' for name in INSERT_COLUMNS) + "}"
+
+
+def json_rows(messages: list[Message]) -> str:
+    """Validate a batch and write it as one JSON array of objects keyed by ``INSERT_COLUMNS``, for
+    ``json_to_recordset`` (messages.sql ``append``): one text parameter.
+
+    The jsonb fields are embedded as :func:`encode` dumped them (their exact-round-trip rewrites kept),
+    ``content_hash`` as bytea's hex input (``\\x…``), ``created_at`` in ISO 8601."""
+    out = []
+    for index, message in enumerate(messages):
+        (id_, content, digest, instruct, role, cause_by, sent_from, send_to, metadata, tool_calls, name,
+         tool_call_id, message_class, created_at) = encode(message, index)  # fmt: skip
+        out.append(
+            _JSON_ROW
+            % (
+                _json_str(id_),
+                _json_str(content),
+                f'"\\\\x{digest.hex()}"',
+                "null" if instruct is None else instruct,
+                _json_str(role),
+                _json_str(cause_by),
+                _json_str(sent_from),
+                "[" + ",".join(map(_json_str, send_to)) + "]",
+                metadata,
+                "null" if tool_calls is None else tool_calls,
+                "null" if name is None else _json_str(name),
+                "null" if tool_call_id is None else _json_str(tool_call_id),
+                "null" if message_class is None else _json_str(message_class),
+                _json_str(created_at.isoformat()),
+            )
+        )
+    return "[" + ",".join(out) + "]"
+
+
 class MessageRow(NamedTuple):
     """A message as statements return it: ``<seq>, {{message_columns}}`` (sql/fragments.sql).
 

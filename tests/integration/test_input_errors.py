@@ -61,6 +61,8 @@ def test_bad_message_is_rejected_and_nothing_written(
     good = [pgmem.Message(content=f"good {i}") for i in range(10)]
     with pytest.raises(pgmem.InvalidInput, match="message 5"):
         client.messages.add_many("m", good[:5] + [message] + good[5:])
+    with pytest.raises(pgmem.InvalidInput, match="message 5"):
+        client.messages.append("m", good[:5] + [message] + good[5:])
     with pytest.raises(pgmem.InvalidInput):
         client.queues.push("q", message)
     with pytest.raises(pgmem.InvalidInput):
@@ -79,6 +81,11 @@ def test_limits_are_inclusive(client: pgmem.Client) -> None:
     stored = client.messages.last("limits")
     assert len(stored[0].content) == pgmem.MAX_CONTENT_BYTES
     assert len(stored[2].metadata["k"]) == pgmem.MAX_JSON_BYTES - 8
+    fresh = [pgmem.Message(content=m.content, role=m.role, metadata=m.metadata) for m in at_limit]
+    assert client.messages.append("limits", fresh) == 3
+    assert [(m.content, m.role, m.metadata) for m in client.messages.last("limits", 3)] == [
+        (m.content, m.role, m.metadata) for m in at_limit
+    ]
 
 
 def test_invalid_message_last_in_a_large_batch(client: pgmem.Client, dsn: str) -> None:
@@ -103,6 +110,7 @@ def test_bad_memory_key(client: pgmem.Client, dsn: str, key: str) -> None:
     for call in (
         lambda: client.messages.add(key, pgmem.Message(content="x")),
         lambda: client.messages.add_many(key, [pgmem.Message(content="x")]),
+        lambda: client.messages.append(key, [pgmem.Message(content="x")]),
         lambda: client.messages.last(key),
         lambda: client.messages.clear(key),
         lambda: client.queues.push(key, pgmem.Message(content="x")),
@@ -457,8 +465,9 @@ def test_naive_created_at_is_utc_whatever_the_server_time_zone(dsn: str) -> None
             ],
         )
         client.messages.add("one", pgmem.Message(id="single", content="one", created_at=naive))
+        client.messages.append("one", [pgmem.Message(id="appended", content="two", created_at=naive)])
         got = {m.id: m.created_at for m in client.messages.last("m") + client.messages.last("one")}
-    assert set(got) == {"naive", "iso", "aware", "late", "single"}
+    assert set(got) == {"naive", "iso", "aware", "late", "single", "appended"}
     assert all(value == naive.replace(tzinfo=UTC) for value in got.values()), got
     with psycopg.connect(dsn) as conn:
         rows = conn.execute("SELECT DISTINCT to_char(created_at AT TIME ZONE 'UTC', 'HH24:MI') FROM pgmem.messages")

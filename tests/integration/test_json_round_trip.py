@@ -126,3 +126,20 @@ def test_json_at_the_depth_limit_round_trips(client: pgmem.Client) -> None:
     value = _nested(MAX_JSON_DEPTH - 1, -0.0)  # metadata={"d": value}: MAX_JSON_DEPTH levels
     assert client.messages.add("m", pgmem.Message(id="deep", content="x", metadata={"d": value}))
     assert same(client.messages.last("m")[0].metadata, {"d": value})
+
+
+CONTENT = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"), max_size=40)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=JSON, content=CONTENT, name=TEXT)
+def test_random_messages_round_trip_through_append_exactly(
+    client: pgmem.Client, value: Any, content: str, name: str
+) -> None:
+    """messages.append sends its batch as one JSON document (json_to_recordset): the values, texts
+    included, come back as add stores them."""
+    message = pgmem.Message(content=content, name=name, metadata={"v": value}, tool_calls=[{"v": value}])
+    assert client.messages.append("random", [message]) == 1
+    back = client.messages.get_message(message.id)
+    assert back.content == content and back.name == name
+    assert same(back.metadata, {"v": value}) and same(back.tool_calls, [{"v": value}])

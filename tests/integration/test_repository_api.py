@@ -65,6 +65,52 @@ def test_add_and_add_many_return_values_and_order(client: pgmem.Client) -> None:
     assert sorted(repo.memories()) == ["m", "other"]
 
 
+def test_append_stores_new_messages_in_order(client: pgmem.Client, dsn: str) -> None:
+    """append: every field round-trips as through add; the messages are ordinary rows (searchable, in
+    the memory's order after what add_many put there); a stored or repeated id writes nothing."""
+    repo = client.messages
+    created = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+    full = pgmem.Message(
+        content='héllo 🌍 "quoted" \\ back\nslash\ttab',
+        instruct_content=Design(modules=["a"], notes="n"),
+        role="assistant",
+        cause_by=WriteCode,
+        sent_from="Alice",
+        send_to={"Bob", "Carol"},
+        metadata={"nested": {"list": [1, 2.5, None, True], "big": 1e300, "z": -0.0}, "__pgmem__": 1},
+        tool_calls=[{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        name="tool-name",
+        tool_call_id="call_0",
+        created_at=created,
+    )
+    first = pgmem.Message(content="first")
+    assert repo.add_many("m", [first]) == 1
+    assert repo.append("m", [full, *msgs("second runs", "third")]) == 3
+    assert repo.append("m", []) == 0
+    got = repo.last("m")
+    assert [m.content for m in got] == ["first", full.content, "second runs", "third"]
+    back = repo.get_message(full.id)
+    assert back.model_dump(exclude={"instruct_content"}) == full.model_dump(exclude={"instruct_content"})
+    assert back.instruct_content == full.instruct_content
+    assert back.metadata["nested"]["big"] == 1e300 and str(back.metadata["nested"]["z"]) == "-0.0"
+    assert [m.content for m in repo.search_text("m", "run")] == ["second runs"]
+    assert [m.content for m in repo.by_action("m", WriteCode)] == [full.content]
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT content_hash = sha256(convert_to(content, 'UTF8')) FROM pgmem.messages WHERE id = %s",
+            [full.id],
+        ).fetchone()
+    assert row == (True,)
+
+    before = repo.count("m"), len(repo.memories())
+    for batch in ([pgmem.Message(content="new"), full], [first], [*msgs("x")] * 2):
+        with pytest.raises(pgmem.Conflict, match="nothing was written"):
+            repo.append("m", batch)
+        with pytest.raises(pgmem.Conflict):
+            repo.append("elsewhere", batch)  # stored in another memory of the namespace: still not new
+    assert (repo.count("m"), len(repo.memories())) == before
+
+
 def test_reads(client: pgmem.Client) -> None:
     repo = client.messages
     repo.add_many(
@@ -169,6 +215,8 @@ async def test_async_twin(aclient: pgmem.AsyncClient) -> None:
     a, b, c = msgs("alpha runs", "beta", "gamma", cause_by="Act")
     assert await repo.add("m", a) is True
     assert await repo.add_many("m", [b, c]) == 2
+    assert await repo.append("m", msgs("delta")) == 1
+    assert (await repo.delete_newest("m")).content == "delta"  # type: ignore[union-attr]
     assert [m.content for m in await repo.last("m", 2)] == ["beta", "gamma"]
     assert len(await repo.by_action("m", "Act")) == 3
     assert [m.content for m in await repo.search_text("m", "run")] == ["alpha runs"]

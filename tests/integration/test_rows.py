@@ -59,6 +59,7 @@ POLICY = tuple(field.name for field in dataclasses.fields(RetentionPolicy))
 ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("messages", "add_one"): AddedRow._fields,
     ("messages", "add_many"): AddedManyRow._fields,
+    ("messages", "append"): AddedManyRow._fields,
     **{
         ("messages", name): MESSAGE
         for name in (

@@ -152,12 +152,12 @@ class PgmemChatMessageHistory(BaseChatMessageHistory):
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         batch = self._stored(messages)
         if batch:
-            self._adapter.sync_client().messages.add_many(self._memory, batch)
+            self._adapter.sync_client().messages.append(self._memory, batch)
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
         batch = self._stored(messages)
         if batch:
-            await self._adapter.acall(lambda c: c.messages.add_many(self._memory, batch))
+            await self._adapter.acall(lambda c: c.messages.append(self._memory, batch))
 
     def clear(self) -> None:
         self._adapter.sync_client().messages.clear(self._memory)

@@ -142,7 +142,7 @@ class PgmemSession(SessionABC):
     async def add_items(self, items: list[Any]) -> None:
         batch = self._stored(items)
         if batch:
-            await self._mutate(lambda c: c.messages.add_many(self._memory, batch))
+            await self._mutate(lambda c: c.messages.append(self._memory, batch))
 
     async def pop_item(self) -> Any | None:
         """Remove and return the newest item (None when the session is empty)."""
