@@ -58,13 +58,15 @@ def _blocks(text: str) -> tuple[dict[str, str], dict[str, str]]:
 
 def _expand(text: str, pieces: dict[str, str], where: str, seen: tuple[str, ...] = ()) -> str:
     def include(match: re.Match[str]) -> str:
+        start = match.string.rfind("\n", 0, match.start()) + 1
+        if "--" in match.string[start : match.start()]:
+            return match.group(0)  # in a comment: named, not included (a fragment's lines would leave it)
         name = match.group(1)
         if name not in pieces:
             raise ValueError(f"{where} includes an unknown fragment {{{{{name}}}}}")
         if name in seen:
             raise ValueError(f"fragment {name!r} includes itself ({' -> '.join((*seen, name))})")
         body = _expand(pieces[name], pieces, f"fragment {name!r}", (*seen, name))
-        start = match.string.rfind("\n", 0, match.start()) + 1
         line = match.string[start : match.start()]
         return body.replace("\n", "\n" + line[: len(line) - len(line.lstrip())])
 
