@@ -631,6 +631,86 @@ def test_filtered_pages_are_exact_at_any_depth(client: pgmem.Client) -> None:
     assert [i.key for i in through_store] == _brute(vectors, vectors["k0003"], in_g3)[100:110]
 
 
+def test_equality_filters_on_any_field_name_and_value(client: pgmem.Client) -> None:
+    """Equality filters are containment of ``{field: value}`` (built client-side): field names that need
+    escaping and every JSON type match exactly what they matched as ``jsonb_build_object``, in searches
+    with and without a query, exact and by the index."""
+    rng = random.Random(3)
+    fields = ["plain", 'quo"te', "back\\slash", "uni é ☃", "__pgmem__", "a.b"]
+    values: list[Any] = ["x", 7, 2.5, True, None, [1, "two"], {"n": {"m": [1]}}, "7", 0]
+    vectors: dict[str, list[float]] = {}
+    writes = []
+    for i in range(120):
+        key = f"k{i:03d}"
+        vectors[key] = [rng.gauss(0, 1) for _ in range(8)]
+        value = {f: values[(i + j) % len(values)] for j, f in enumerate(fields)}
+        writes.append({"path": ("p", f"g{i % 2}"), "key": key, "value": value, "texts": [("v", key)]})
+
+    class Lookup:
+        model, dimension = "lookup-8", 8
+
+        def embed(self, texts: list[str]) -> list[list[float]]:
+            return [vectors[t] for t in texts]
+
+        async def aembed(self, texts: list[str]) -> list[list[float]]:
+            return self.embed(texts)
+
+    embedder: Any = Lookup()
+    client.items.put_many(writes, embedder=embedder)
+    query = [rng.gauss(0, 1) for _ in range(8)]
+    for field in fields:
+        for value in values:
+            want = {w["key"] for w in writes if w["value"][field] == value and type(w["value"][field]) is type(value)}
+            for flt in ({field: value}, {field: {"$eq": value}}):
+                listed = client.items.search(("p",), filter=flt, limit=200)
+                assert {h.key for h in listed} == want, (field, value)
+                for mode in ("exact", "ann"):
+                    hits = client.items.search(
+                        ("p",), filter=flt, vector=query, embedder=embedder, limit=200, mode=mode
+                    )
+                    assert {h.key for h in hits} <= want and (mode == "ann" or {h.key for h in hits} == want)
+
+
+def test_an_index_search_walks_the_index_whatever_the_planner_estimates(client: pgmem.Client) -> None:
+    """Under row-level security the planner estimates a prefix from defaults (one row for a prefix that
+    holds every item); the index strategy still walks the HNSW index instead of scoring every item."""
+    from pgmem._sync import scope
+    from pgmem.planning import items as plan
+
+    rng = random.Random(5)
+    dims = 16
+
+    class Random:
+        model, dimension = "random-16", dims
+
+        def embed(self, texts: list[str]) -> list[list[float]]:
+            return [[rng.gauss(0, 1) for _ in range(dims)] for _ in texts]
+
+        async def aembed(self, texts: list[str]) -> list[list[float]]:
+            return self.embed(texts)
+
+    embedder: Any = Random()
+    for start in range(0, 3000, 500):
+        client.items.put_many(
+            [
+                {"path": ("docs",), "key": f"k{i}", "value": {"n": i}, "texts": [("t", "x")]}
+                for i in range(start, start + 500)
+            ],
+            embedder=embedder,
+        )
+    model = client.items.model(embedder)
+    with client.connection() as conn:
+        conn.execute("ANALYZE pgmem.items, pgmem.item_vectors")
+        for shape, extra in (((), {}), ((("fk0", "$gte"),), {"fk0": "n", "fv0": "0"})):
+            text = plan.search_statement("ann", True, shape, False, False, model)
+            params = {"ns": "test", "limit": 10, "offset": 0, "n": 10, "q": embedder.embed(["q"])[0], **extra}
+            params |= plan.path_params(("docs",))
+            rows = scope.execute(conn, "test", "EXPLAIN " + text, params).fetchall()
+            shown = "\n".join(r[0] for r in rows)
+            assert plan.index_name(model) in shown, shown
+            assert "Seq Scan on items" not in shown, shown
+
+
 async def test_pgmem_namespaces_are_tenants(dsn: str) -> None:
     with pgmem.connect(dsn, namespace="tenant-a") as a, pgmem.connect(dsn, namespace="tenant-b") as b:
         PgmemStore(a).put(("shared",), "k", {"who": "a"})
@@ -687,7 +767,8 @@ def test_search_statements_return_item_hit_rows(dsn: str) -> None:
             for refresh in (False, True):
                 text = plan.search_statement(kind, True, shape, True, refresh, model if kind != "list" else None)
                 params = {
-                    "ns": "x", "prefix": ["a"], "prefix_end": ["a\x01"], "fk0": "a", "fv0": '"b"', "fk1": "c",
+                    "ns": "x", "prefix": ["a"], "prefix_end": ["a\x01"], "fk0": "a", "fv0": '"b"', "fc0": '{"a":"b"}',
+                    "fk1": "c",
                     "fv1": "1", "limit": 1, "offset": 0, "q": "[1,2,3]", "n": 1,
                 }  # fmt: skip
                 cur = conn.execute(text, params)
