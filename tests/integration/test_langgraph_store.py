@@ -711,6 +711,47 @@ def test_an_index_search_walks_the_index_whatever_the_planner_estimates(client: 
             assert "Seq Scan on items" not in shown, shown
 
 
+@pytest.mark.parametrize("given", [False, True], ids=["pool", "caller's autocommit connection"])
+def test_a_batch_failing_on_the_server_writes_nothing(client: pgmem.Client, dsn: str, given: bool) -> None:
+    """The namespace, the item upserts and their vectors go in one round trip, one implicit transaction:
+    a failure in the last statement undoes the first (a trigger makes one vector fail)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE FUNCTION public.boom() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$BEGIN IF NEW.field = 'boom' THEN RAISE EXCEPTION 'boom'; END IF; RETURN NEW; END$$"
+        )
+        conn.execute(
+            "CREATE TRIGGER boom BEFORE INSERT ON pgmem.item_vectors FOR EACH ROW EXECUTE FUNCTION public.boom()"
+        )
+
+    class Ones:
+        model, dimension = "ones-4", 4
+
+        def embed(self, texts: list[str]) -> list[list[float]]:
+            return [[1.0, 1.0, 1.0, 1.0] for _ in texts]
+
+        async def aembed(self, texts: list[str]) -> list[list[float]]:
+            return self.embed(texts)
+
+    embedder: Any = Ones()
+    client.items.put(("a",), "before", {"n": 0}, texts=[("ok", "t")], embedder=embedder)
+    counts = table_counts(dsn)
+    writes: list[Any] = [
+        {"path": ("a",), "key": "before", "value": {"n": 1}, "texts": [("ok", "t")]},
+        {"path": ("a",), "key": "k1", "value": {"n": 1}, "texts": [("ok", "t")]},
+        {"path": ("a",), "key": "k2", "value": {"n": 2}, "texts": [("boom", "t")]},
+    ]
+    with psycopg.connect(dsn, autocommit=True) as own:
+        own.execute("SET ROLE pgmem_app")
+        with pytest.raises(psycopg.errors.RaiseException, match="boom"):  # not translated: any error
+            client.items.put_many(writes, embedder=embedder, connection=own if given else None)
+        assert table_counts(dsn) == counts
+        got = client.items.get(("a",), "before")
+        assert got is not None and got.value == {"n": 0}
+        client.items.put_many(writes[:2], embedder=embedder, connection=own if given else None)  # usable again
+    assert {h.key for h in client.items.search(("a",))} == {"before", "k1"}
+
+
 async def test_pgmem_namespaces_are_tenants(dsn: str) -> None:
     with pgmem.connect(dsn, namespace="tenant-a") as a, pgmem.connect(dsn, namespace="tenant-b") as b:
         PgmemStore(a).put(("shared",), "k", {"who": "a"})
