@@ -42,6 +42,10 @@ WRITE_ATTEMPTS = 8
 #: pages are searched exactly.
 MAX_EF_SEARCH = 1000
 
+#: How many of the namespace's newest items a search without a query reads first (at least 20 per item of
+#: ``offset + limit``), before it sorts every item that passes its filters.
+RECENT_WALK = 1000
+
 #: ``list[ItemHitRow]`` (the repository's ``list_paths`` etc. keep builtins readable in the class body).
 Hits = list[ItemHitRow]
 
@@ -349,8 +353,18 @@ class AsyncItemRepository(AsyncRepository):
         refresh = bool(refresh_ttl)
         omit = bool(omit_expired)
         if query is None and vector is None:
-            text = plan.search_statement("list", bool(pre), shape, omit, refresh)
-            return [ItemHitRow._make(r) for r in await self._hits(text, params, None, connection)]
+            if limit == 0:
+                return []
+            # The newest items first (a bounded walk of the namespace's updated_at index); when fewer than
+            # a page of them pass, every item that does is sorted (the rows found are that page's first).
+            params["walk"] = max(RECENT_WALK, 20 * (offset + limit))
+            text = plan.search_statement("recent", bool(pre), shape, omit, refresh)
+            rows = await self._hits(text, params, None, connection)
+            if len(rows) < limit:
+                rows = await self._hits(
+                    plan.search_statement("list", bool(pre), shape, omit, refresh), params, None, connection
+                )
+            return [ItemHitRow._make(r) for r in rows]
         if embedder is None:
             raise InvalidInput("a search by query or vector needs the embedder (its model) of the items' vectors")
         model = await self.model(embedder)

@@ -752,6 +752,35 @@ def test_a_batch_failing_on_the_server_writes_nothing(client: pgmem.Client, dsn:
     assert {h.key for h in client.items.search(("a",))} == {"before", "k1"}
 
 
+def test_searches_without_a_query_are_exact_past_the_newest_items(
+    client: pgmem.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search without a query reads the namespace's newest items first (a bounded walk, ties included)
+    and sorts every passing item when they hold less than a page: pages equal a full sort either way."""
+    import pgmem._sync.items
+
+    monkeypatch.setattr(pgmem._sync.items, "RECENT_WALK", 1)  # the walk: 20 * (offset + limit) items
+    keys = [f"k{i:03d}" for i in range(300)]
+    rng = random.Random(11)
+    rng.shuffle(keys)
+    # three batches, one updated_at each: 98 old items with x = 1, then 200 and 2 newer ones with x = 0 (a
+    # walk of 60 items ends inside the 200 ties)
+    for part, x in ((keys[:98], 1), (keys[98:298], 0), (keys[298:], 0)):
+        client.items.put_many([{"path": ("t", k[-1]), "key": k, "value": {"x": x}} for k in part])
+    with client.connection() as conn:  # the walk then goes through the index (a backward scan: ties cut)
+        conn.execute("ANALYZE pgmem.items")
+
+    def by_path(part: list[str]) -> list[str]:  # ties of updated_at: by path, then key
+        return sorted(part, key=lambda k: (k[-1], k))
+
+    newest_first = by_path(keys[298:]) + by_path(keys[98:298]) + by_path(keys[:98])
+    for flt, want in ((None, newest_first), ({"x": 1}, by_path(keys[:98])), ({"x": 0}, newest_first[:202])):
+        for limit, offset in ((3, 0), (1, 2), (10, 40), (7, 195), (200, 0)):
+            page = client.items.search(("t",), filter=flt, limit=limit, offset=offset)
+            assert [h.key for h in page] == want[offset : offset + limit], (flt, limit, offset)
+    assert [h.key for h in client.items.search(("t", "7"), limit=5)] == [k for k in newest_first if k[-1] == "7"][:5]
+
+
 async def test_pgmem_namespaces_are_tenants(dsn: str) -> None:
     with pgmem.connect(dsn, namespace="tenant-a") as a, pgmem.connect(dsn, namespace="tenant-b") as b:
         PgmemStore(a).put(("shared",), "k", {"who": "a"})
@@ -804,13 +833,15 @@ def test_search_statements_return_item_hit_rows(dsn: str) -> None:
     model = EmbeddingModel(1, "m", 3, "vector")
     shape = (("fk0", "$eq"), ("fk1", "$gt"))
     with psycopg.connect(dsn) as conn:
-        for kind in ("list", "exact", "ann"):
+        for kind in ("list", "recent", "exact", "ann"):
             for refresh in (False, True):
-                text = plan.search_statement(kind, True, shape, True, refresh, model if kind != "list" else None)
+                text = plan.search_statement(
+                    kind, True, shape, True, refresh, model if kind in ("exact", "ann") else None
+                )
                 params = {
                     "ns": "x", "prefix": ["a"], "prefix_end": ["a\x01"], "fk0": "a", "fv0": '"b"', "fc0": '{"a":"b"}',
                     "fk1": "c",
-                    "fv1": "1", "limit": 1, "offset": 0, "q": "[1,2,3]", "n": 1,
+                    "fv1": "1", "limit": 1, "offset": 0, "q": "[1,2,3]", "n": 1, "walk": 1,
                 }  # fmt: skip
                 cur = conn.execute(text, params)
                 assert tuple(c.name for c in cur.description or ()) == ItemHitRow._fields
