@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, LiteralString
 
 from psycopg import AsyncConnection
-from psycopg.pq import TransactionStatus
+from psycopg.pq import PipelineStatus, TransactionStatus
 
 from pgmem._acompat import AEvent, aevent_wait
 from pgmem._async import scope
@@ -42,8 +42,22 @@ WRITE_ATTEMPTS = 8
 #: pages are searched exactly.
 MAX_EF_SEARCH = 1000
 
+#: How many of the namespace's newest items a search without a query reads first (at least 20 per item of
+#: ``offset + limit``), before it sorts every item that passes its filters.
+RECENT_WALK = 1000
+
 #: ``list[ItemHitRow]`` (the repository's ``list_paths`` etc. keep builtins readable in the class body).
 Hits = list[ItemHitRow]
+
+
+def _idle_autocommit(conn: AsyncConnection[Any]) -> bool:
+    """Whether statements on ``conn`` would run in an implicit transaction of their own: autocommit, no
+    transaction open, no pipeline open (a caller's pipeline may hold statements of its own)."""
+    return (
+        conn.autocommit
+        and conn.info.transaction_status == TransactionStatus.IDLE
+        and conn.pgconn.pipeline_status == PipelineStatus.OFF
+    )
 
 
 class AsyncItemRepository(AsyncRepository):
@@ -194,20 +208,39 @@ class AsyncItemRepository(AsyncRepository):
         for attempt in range(1, attempts + 1):
             try:
                 with translate():
-                    async with self._client.transaction(connection) as conn:
+                    async with self._client.connection(connection) as conn:
                         if vectors:
                             await self._client.sessions.ready(conn)
-                        async with conn.pipeline():
-                            if deletes:
-                                await conn.execute(Q["delete"], delete_params)
-                            if upserts:
-                                await conn.execute(Q["upsert"], upsert_params)
-                                await conn.execute(Q["replace_vectors"], vector_params)
+                        if _idle_autocommit(conn):
+                            # One round trip: the namespace and the writes go in one pipeline, whose Sync ends
+                            # the implicit transaction holding them all (committed together, or not at all).
+                            # BEGIN ... COMMIT took three (measured: put of one item 3 -> 1 round trip).
+                            async with conn.pipeline():
+                                await conn.execute(scope.SET_NAMESPACE, {"ns": self.namespace})
+                                await self._write(conn, deletes, upserts, delete_params, upsert_params, vector_params)
+                        else:
+                            async with self._client.transaction(conn), conn.pipeline():
+                                await self._write(conn, deletes, upserts, delete_params, upsert_params, vector_params)
                 return
             except Conflict as exc:
                 if attempt == attempts or getattr(exc.__cause__, "sqlstate", None) not in ("40P01", "40001"):
                     raise
                 await aevent_wait(AEvent(), random.uniform(0, 0.005 * attempt))
+
+    @staticmethod
+    async def _write(
+        conn: AsyncConnection[Any],
+        deletes: list[Any],
+        upserts: list[Any],
+        delete_params: dict[str, Any],
+        upsert_params: dict[str, Any],
+        vector_params: dict[str, Any],
+    ) -> None:
+        if deletes:
+            await conn.execute(Q["delete"], delete_params)
+        if upserts:
+            await conn.execute(Q["upsert"], upsert_params)
+            await conn.execute(Q["replace_vectors"], vector_params)
 
     async def sweep(self, *, connection: AsyncConnection[Any] | None = None) -> int:
         """Delete the namespace's expired items with their vectors; return how many."""
@@ -320,8 +353,18 @@ class AsyncItemRepository(AsyncRepository):
         refresh = bool(refresh_ttl)
         omit = bool(omit_expired)
         if query is None and vector is None:
-            text = plan.search_statement("list", bool(pre), shape, omit, refresh)
-            return [ItemHitRow._make(r) for r in await self._hits(text, params, None, connection)]
+            if limit == 0:
+                return []
+            # The newest items first (a bounded walk of the namespace's updated_at index); when fewer than
+            # a page of them pass, every item that does is sorted (the rows found are that page's first).
+            params["walk"] = max(RECENT_WALK, 20 * (offset + limit))
+            text = plan.search_statement("recent", bool(pre), shape, omit, refresh)
+            rows = await self._hits(text, params, None, connection)
+            if len(rows) < limit:
+                rows = await self._hits(
+                    plan.search_statement("list", bool(pre), shape, omit, refresh), params, None, connection
+                )
+            return [ItemHitRow._make(r) for r in rows]
         if embedder is None:
             raise InvalidInput("a search by query or vector needs the embedder (its model) of the items' vectors")
         model = await self.model(embedder)

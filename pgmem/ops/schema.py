@@ -551,8 +551,10 @@ items = Table(
     Index("items_id_key", "namespace", "id", unique=True),
     Index("items_updated_idx", "namespace", "updated_at"),
     Index("items_expires_idx", "namespace", "expires_at", postgresql_where=text("expires_at IS NOT NULL")),
-    # Equality filters of a search (``value @> {"field": v}`` beside the exact comparison) find their items
-    # through this index instead of reading every item of the namespace.
+    # For equality filters of a search (``value @> {"field": v}``) read by a role that bypasses row-level
+    # security. pgmem's application role cannot use it: under RLS a qual whose operator is not leakproof
+    # (jsonb @>) is never an index condition, so its searches test the filter on every item of the
+    # namespace, and this index is only written (found 2026-11-24; dropping it needs a migration).
     Index("items_value_idx", "value", postgresql_using="gin", postgresql_ops={"value": "jsonb_path_ops"}),
     CheckConstraint("cardinality(path) >= 1", name="items_path_check"),
     comment="Key-value items (client.items): a JSON value at (path, key), with an optional TTL.",

@@ -631,6 +631,156 @@ def test_filtered_pages_are_exact_at_any_depth(client: pgmem.Client) -> None:
     assert [i.key for i in through_store] == _brute(vectors, vectors["k0003"], in_g3)[100:110]
 
 
+def test_equality_filters_on_any_field_name_and_value(client: pgmem.Client) -> None:
+    """Equality filters are containment of ``{field: value}`` (built client-side): field names that need
+    escaping and every JSON type match exactly what they matched as ``jsonb_build_object``, in searches
+    with and without a query, exact and by the index."""
+    rng = random.Random(3)
+    fields = ["plain", 'quo"te', "back\\slash", "uni é ☃", "__pgmem__", "a.b"]
+    values: list[Any] = ["x", 7, 2.5, True, None, [1, "two"], {"n": {"m": [1]}}, "7", 0]
+    vectors: dict[str, list[float]] = {}
+    writes = []
+    for i in range(120):
+        key = f"k{i:03d}"
+        vectors[key] = [rng.gauss(0, 1) for _ in range(8)]
+        value = {f: values[(i + j) % len(values)] for j, f in enumerate(fields)}
+        writes.append({"path": ("p", f"g{i % 2}"), "key": key, "value": value, "texts": [("v", key)]})
+
+    class Lookup:
+        model, dimension = "lookup-8", 8
+
+        def embed(self, texts: list[str]) -> list[list[float]]:
+            return [vectors[t] for t in texts]
+
+        async def aembed(self, texts: list[str]) -> list[list[float]]:
+            return self.embed(texts)
+
+    embedder: Any = Lookup()
+    client.items.put_many(writes, embedder=embedder)
+    query = [rng.gauss(0, 1) for _ in range(8)]
+    for field in fields:
+        for value in values:
+            want = {w["key"] for w in writes if w["value"][field] == value and type(w["value"][field]) is type(value)}
+            for flt in ({field: value}, {field: {"$eq": value}}):
+                listed = client.items.search(("p",), filter=flt, limit=200)
+                assert {h.key for h in listed} == want, (field, value)
+                for mode in ("exact", "ann"):
+                    hits = client.items.search(
+                        ("p",), filter=flt, vector=query, embedder=embedder, limit=200, mode=mode
+                    )
+                    assert {h.key for h in hits} <= want and (mode == "ann" or {h.key for h in hits} == want)
+
+
+def test_an_index_search_walks_the_index_whatever_the_planner_estimates(client: pgmem.Client) -> None:
+    """Under row-level security the planner estimates a prefix from defaults (one row for a prefix that
+    holds every item); the index strategy still walks the HNSW index instead of scoring every item."""
+    from pgmem._sync import scope
+    from pgmem.planning import items as plan
+
+    rng = random.Random(5)
+    dims = 16
+
+    class Random:
+        model, dimension = "random-16", dims
+
+        def embed(self, texts: list[str]) -> list[list[float]]:
+            return [[rng.gauss(0, 1) for _ in range(dims)] for _ in texts]
+
+        async def aembed(self, texts: list[str]) -> list[list[float]]:
+            return self.embed(texts)
+
+    embedder: Any = Random()
+    for start in range(0, 3000, 500):
+        client.items.put_many(
+            [
+                {"path": ("docs",), "key": f"k{i}", "value": {"n": i}, "texts": [("t", "x")]}
+                for i in range(start, start + 500)
+            ],
+            embedder=embedder,
+        )
+    model = client.items.model(embedder)
+    with client.connection() as conn:
+        conn.execute("ANALYZE pgmem.items, pgmem.item_vectors")
+        for shape, extra in (((), {}), ((("fk0", "$gte"),), {"fk0": "n", "fv0": "0"})):
+            text = plan.search_statement("ann", True, shape, False, False, model)
+            params = {"ns": "test", "limit": 10, "offset": 0, "n": 10, "q": embedder.embed(["q"])[0], **extra}
+            params |= plan.path_params(("docs",))
+            rows = scope.execute(conn, "test", "EXPLAIN " + text, params).fetchall()
+            shown = "\n".join(r[0] for r in rows)
+            assert plan.index_name(model) in shown, shown
+            assert "Seq Scan on items" not in shown, shown
+
+
+@pytest.mark.parametrize("given", [False, True], ids=["pool", "caller's autocommit connection"])
+def test_a_batch_failing_on_the_server_writes_nothing(client: pgmem.Client, dsn: str, given: bool) -> None:
+    """The namespace, the item upserts and their vectors go in one round trip, one implicit transaction:
+    a failure in the last statement undoes the first (a trigger makes one vector fail)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE FUNCTION public.boom() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$BEGIN IF NEW.field = 'boom' THEN RAISE EXCEPTION 'boom'; END IF; RETURN NEW; END$$"
+        )
+        conn.execute(
+            "CREATE TRIGGER boom BEFORE INSERT ON pgmem.item_vectors FOR EACH ROW EXECUTE FUNCTION public.boom()"
+        )
+
+    class Ones:
+        model, dimension = "ones-4", 4
+
+        def embed(self, texts: list[str]) -> list[list[float]]:
+            return [[1.0, 1.0, 1.0, 1.0] for _ in texts]
+
+        async def aembed(self, texts: list[str]) -> list[list[float]]:
+            return self.embed(texts)
+
+    embedder: Any = Ones()
+    client.items.put(("a",), "before", {"n": 0}, texts=[("ok", "t")], embedder=embedder)
+    counts = table_counts(dsn)
+    writes: list[Any] = [
+        {"path": ("a",), "key": "before", "value": {"n": 1}, "texts": [("ok", "t")]},
+        {"path": ("a",), "key": "k1", "value": {"n": 1}, "texts": [("ok", "t")]},
+        {"path": ("a",), "key": "k2", "value": {"n": 2}, "texts": [("boom", "t")]},
+    ]
+    with psycopg.connect(dsn, autocommit=True) as own:
+        own.execute("SET ROLE pgmem_app")
+        with pytest.raises(psycopg.errors.RaiseException, match="boom"):  # not translated: any error
+            client.items.put_many(writes, embedder=embedder, connection=own if given else None)
+        assert table_counts(dsn) == counts
+        got = client.items.get(("a",), "before")
+        assert got is not None and got.value == {"n": 0}
+        client.items.put_many(writes[:2], embedder=embedder, connection=own if given else None)  # usable again
+    assert {h.key for h in client.items.search(("a",))} == {"before", "k1"}
+
+
+def test_searches_without_a_query_are_exact_past_the_newest_items(
+    client: pgmem.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search without a query reads the namespace's newest items first (a bounded walk, ties included)
+    and sorts every passing item when they hold less than a page: pages equal a full sort either way."""
+    import pgmem._sync.items
+
+    monkeypatch.setattr(pgmem._sync.items, "RECENT_WALK", 1)  # the walk: 20 * (offset + limit) items
+    keys = [f"k{i:03d}" for i in range(300)]
+    rng = random.Random(11)
+    rng.shuffle(keys)
+    # three batches, one updated_at each: 98 old items with x = 1, then 200 and 2 newer ones with x = 0 (a
+    # walk of 60 items ends inside the 200 ties)
+    for part, x in ((keys[:98], 1), (keys[98:298], 0), (keys[298:], 0)):
+        client.items.put_many([{"path": ("t", k[-1]), "key": k, "value": {"x": x}} for k in part])
+    with client.connection() as conn:  # the walk then goes through the index (a backward scan: ties cut)
+        conn.execute("ANALYZE pgmem.items")
+
+    def by_path(part: list[str]) -> list[str]:  # ties of updated_at: by path, then key
+        return sorted(part, key=lambda k: (k[-1], k))
+
+    newest_first = by_path(keys[298:]) + by_path(keys[98:298]) + by_path(keys[:98])
+    for flt, want in ((None, newest_first), ({"x": 1}, by_path(keys[:98])), ({"x": 0}, newest_first[:202])):
+        for limit, offset in ((3, 0), (1, 2), (10, 40), (7, 195), (200, 0)):
+            page = client.items.search(("t",), filter=flt, limit=limit, offset=offset)
+            assert [h.key for h in page] == want[offset : offset + limit], (flt, limit, offset)
+    assert [h.key for h in client.items.search(("t", "7"), limit=5)] == [k for k in newest_first if k[-1] == "7"][:5]
+
+
 async def test_pgmem_namespaces_are_tenants(dsn: str) -> None:
     with pgmem.connect(dsn, namespace="tenant-a") as a, pgmem.connect(dsn, namespace="tenant-b") as b:
         PgmemStore(a).put(("shared",), "k", {"who": "a"})
@@ -683,12 +833,15 @@ def test_search_statements_return_item_hit_rows(dsn: str) -> None:
     model = EmbeddingModel(1, "m", 3, "vector")
     shape = (("fk0", "$eq"), ("fk1", "$gt"))
     with psycopg.connect(dsn) as conn:
-        for kind in ("list", "exact", "ann"):
+        for kind in ("list", "recent", "exact", "ann"):
             for refresh in (False, True):
-                text = plan.search_statement(kind, True, shape, True, refresh, model if kind != "list" else None)
+                text = plan.search_statement(
+                    kind, True, shape, True, refresh, model if kind in ("exact", "ann") else None
+                )
                 params = {
-                    "ns": "x", "prefix": ["a"], "prefix_end": ["a\x01"], "fk0": "a", "fv0": '"b"', "fk1": "c",
-                    "fv1": "1", "limit": 1, "offset": 0, "q": "[1,2,3]", "n": 1,
+                    "ns": "x", "prefix": ["a"], "prefix_end": ["a\x01"], "fk0": "a", "fv0": '"b"', "fc0": '{"a":"b"}',
+                    "fk1": "c",
+                    "fv1": "1", "limit": 1, "offset": 0, "q": "[1,2,3]", "n": 1, "walk": 1,
                 }  # fmt: skip
                 cur = conn.execute(text, params)
                 assert tuple(c.name for c in cur.description or ()) == ItemHitRow._fields
