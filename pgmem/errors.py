@@ -177,6 +177,13 @@ def check_conninfo(dsn: str) -> str:
     return dsn
 
 
+def _described(exc: psycopg.Error) -> str:
+    """The server's message of ``exc`` and its SQLSTATE (the driver's text when it has none)."""
+    primary = exc.diag.message_primary if isinstance(exc, psycopg.DatabaseError) else None
+    text = primary or str(exc).strip()
+    return f"{text} (SQLSTATE {exc.sqlstate})" if exc.sqlstate else text
+
+
 @contextmanager
 def translate() -> Iterator[None]:
     """Translate driver errors raised inside the block into pgmem's exception tree."""
@@ -212,3 +219,10 @@ def translate() -> Iterator[None]:
         raise ConnectionFailed(redact(str(exc))) from exc
     except psycopg.InterfaceError as exc:
         raise ClientClosed(f"the connection is closed: {exc}") from exc
+    except (pg_errors.DataError, pg_errors.IntegrityError) as exc:
+        # A value the database refused (out of range, a check or not-null constraint): the caller's input.
+        raise InvalidInput(f"the database refused a value: {redact(_described(exc))}") from exc
+    except psycopg.Error as exc:
+        # Anything else the server or the driver raised (an error raised by a function or trigger, a
+        # statement it cannot run): still one of pgmem's errors, its cause chained.
+        raise PgmemError(f"the database refused the operation: {redact(_described(exc))}") from exc

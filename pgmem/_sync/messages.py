@@ -110,9 +110,12 @@ class MessageRepository(Repository):
                         cur = scope.execute(conn, self.namespace, Q["add_one"], params)
                         added = cur.fetchone()
                 break
-            except pg_errors.ForeignKeyViolation as exc:
-                # A concurrent delete removed the message row between our insert and the entry's check;
-                # retried once on our own connection, reported when it runs in the caller's transaction.
+            except NotFound as exc:
+                # A concurrent delete removed the message row between our insert and the entry's check (the
+                # foreign key's violation, translated); retried once on our own connection, reported when it
+                # runs in the caller's transaction.
+                if not isinstance(exc.__cause__, pg_errors.ForeignKeyViolation):
+                    raise
                 if connection is not None or attempt == 2:
                     raise Conflict(f"message {message.id} was deleted concurrently; add it again") from exc
             except Conflict as exc:

@@ -619,3 +619,32 @@ def test_concurrent_pushes_of_one_new_id(client: pgmem.Client, dsn: str, same: b
     else:
         assert isinstance(outcome[0], pgmem.Conflict), outcome
         assert contents == ["a"]
+
+
+# -- what the database refuses is one of pgmem's errors, whatever it is ---------------------------------
+
+
+def test_every_driver_error_comes_out_as_a_pgmem_error(dsn: str) -> None:
+    """Errors translate() had no rule for (a refused value, an error raised by a function or trigger, a
+    statement the server cannot run) left pgmem as raw psycopg errors."""
+    from psycopg import errors as pg_errors
+
+    from pgmem.errors import translate
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TEMP TABLE positive (x int CHECK (x > 0))")
+        cases: list[tuple[str, type[pgmem.PgmemError], str, type[Exception]]] = [
+            ("SELECT 1 / 0", pgmem.InvalidInput, "division by zero", pg_errors.DivisionByZero),
+            ("INSERT INTO positive VALUES (-1)", pgmem.InvalidInput, "check constraint", pg_errors.CheckViolation),
+            (
+                "DO $$BEGIN RAISE EXCEPTION 'boom'; END$$",
+                pgmem.PgmemError,
+                "boom .SQLSTATE P0001",
+                pg_errors.RaiseException,
+            ),
+            ("SELEC 1", pgmem.PgmemError, "syntax error", pg_errors.SyntaxError),
+        ]
+        for statement, kind, message, cause in cases:
+            with pytest.raises(kind, match=message) as raised, translate():
+                conn.execute(statement)  # type: ignore[arg-type]
+            assert isinstance(raised.value.__cause__, cause), statement
