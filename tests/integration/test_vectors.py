@@ -402,8 +402,9 @@ def test_a_database_error_while_storing_is_raised_not_taken_for_the_provider(cli
             "CREATE TRIGGER fail_store BEFORE INSERT ON pgmem.embeddings"
             " FOR EACH ROW EXECUTE FUNCTION public.fail_store()"
         )
-    with pytest.raises(psycopg.Error, match="no space left"):
+    with pytest.raises(pgmem.PgmemError, match="no space left") as raised:
         client.vectors.embed_pending(flaky)
+    assert isinstance(raised.value.__cause__, psycopg.errors.RaiseException)  # the trigger's, chained
     with psycopg.connect(dsn) as conn:
         queued = conn.execute(
             "SELECT count(*), max(attempts), bool_and(available_at <= now()) FROM pgmem.embedding_outbox"
