@@ -514,26 +514,22 @@ def test_a_conflict_names_the_first_ids_and_how_many(client: pgmem.Client, dsn: 
     assert table_counts(dsn) == before
 
 
-@pytest.mark.parametrize("same", [True, False])
-def test_concurrent_adds_of_one_new_id(client: pgmem.Client, dsn: str, same: bool) -> None:
-    """A transaction holds an uncommitted message; another process's add of the same id waits for it, then
-    passes when the contents are the same and raises Conflict when they differ (the content is checked
-    against the row that won, not the snapshot that could not see it)."""
+def _race_with_an_uncommitted_write(dsn: str, hold: Any, contend: Any) -> object:
+    """``hold(holder_client, holder_conn)`` writes in a transaction left open; ``contend()`` runs meanwhile in
+    a thread, must be waiting on that transaction, and finishes once it commits. Returns what ``contend``
+    returned or raised."""
     import threading
 
     outcome: list[object] = []
+
+    def other() -> None:
+        try:
+            outcome.append(contend())
+        except pgmem.PgmemError as exc:
+            outcome.append(exc)
+
     with psycopg.connect(dsn) as holder:
-        holder.execute("SELECT set_config('pgmem.namespace', 'test', true)")
-        client.messages.add("m0", pgmem.Message(id="warm", content="w"))  # the pool is connected
-        holder_client = pgmem.connect(holder, namespace="test")
-        holder_client.messages.add("held", pgmem.Message(id="race", content="a"), connection=holder)
-
-        def other() -> None:
-            try:
-                outcome.append(client.messages.add("m", pgmem.Message(id="race", content="a" if same else "b")))
-            except pgmem.PgmemError as exc:
-                outcome.append(exc)
-
+        hold(pgmem.connect(holder, namespace="test"), holder)
         thread = threading.Thread(target=other)
         thread.start()
         thread.join(1.0)
@@ -541,11 +537,25 @@ def test_concurrent_adds_of_one_new_id(client: pgmem.Client, dsn: str, same: boo
         holder.commit()
         thread.join(30)
     assert len(outcome) == 1
+    return outcome[0]
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_concurrent_adds_of_one_new_id(client: pgmem.Client, dsn: str, same: bool) -> None:
+    """A transaction holds an uncommitted message; another process's add of the same id waits for it, then
+    passes when the contents are the same and raises Conflict when they differ (the content is checked
+    against the row that won, not the snapshot that could not see it)."""
+    client.messages.add("m0", pgmem.Message(id="warm", content="w"))  # the pool is connected
+    outcome = _race_with_an_uncommitted_write(
+        dsn,
+        lambda held, conn: held.messages.add("held", pgmem.Message(id="race", content="a"), connection=conn),
+        lambda: client.messages.add("m", pgmem.Message(id="race", content="a" if same else "b")),
+    )
     if same:
-        assert outcome == [True]
+        assert outcome is True
         assert [m.content for m in client.messages.last("m")] == ["a"]
     else:
-        assert isinstance(outcome[0], pgmem.Conflict), outcome
+        assert isinstance(outcome, pgmem.Conflict), outcome
         assert client.messages.last("m") == []
 
 
@@ -592,32 +602,17 @@ def test_a_batch_push_repeating_an_id_with_other_contents_is_a_conflict(client: 
 def test_concurrent_pushes_of_one_new_id(client: pgmem.Client, dsn: str, same: bool) -> None:
     """As for add: a push waiting on another transaction's uncommitted message of the same id enqueues
     when the contents are the same and raises Conflict when they differ."""
-    import threading
-
-    outcome: list[object] = []
     client.queues.push("warm", pgmem.Message(id="warm", content="w"))  # the pool is connected
-    with psycopg.connect(dsn) as holder:
-        holder_client = pgmem.connect(holder, namespace="test")
-        holder_client.queues.push("jobs", pgmem.Message(id="race", content="a"), connection=holder)
-
-        def other() -> None:
-            try:
-                outcome.append(client.queues.push("jobs", pgmem.Message(id="race", content="a" if same else "b")))
-            except pgmem.PgmemError as exc:
-                outcome.append(exc)
-
-        thread = threading.Thread(target=other)
-        thread.start()
-        thread.join(1.0)
-        assert thread.is_alive()  # waiting on the uncommitted row
-        holder.commit()
-        thread.join(30)
-    assert len(outcome) == 1
+    outcome = _race_with_an_uncommitted_write(
+        dsn,
+        lambda held, conn: held.queues.push("jobs", pgmem.Message(id="race", content="a"), connection=conn),
+        lambda: client.queues.push("jobs", pgmem.Message(id="race", content="a" if same else "b")),
+    )
     contents = [i.message.content for i in client.queues.peek("jobs", 10)]
     if same:
-        assert outcome[0].created and contents == ["a", "a"]  # type: ignore[attr-defined]
+        assert outcome.created and contents == ["a", "a"]  # type: ignore[attr-defined]
     else:
-        assert isinstance(outcome[0], pgmem.Conflict), outcome
+        assert isinstance(outcome, pgmem.Conflict), outcome
         assert contents == ["a"]
 
 
@@ -646,5 +641,5 @@ def test_every_driver_error_comes_out_as_a_pgmem_error(dsn: str) -> None:
         ]
         for statement, kind, message, cause in cases:
             with pytest.raises(kind, match=message) as raised, translate():
-                conn.execute(statement)  # type: ignore[arg-type]
+                conn.execute(statement)
             assert isinstance(raised.value.__cause__, cause), statement
