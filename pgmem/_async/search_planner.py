@@ -77,9 +77,8 @@ class AsyncSearchPlanner(AsyncRepository):
             params = {"ns": self.namespace, "exact_limit": exact_limit, **filters.params()}
             with translate():
                 async with self._client.connection(connection) as conn:
-                    cur = await scope.execute(conn, self.namespace, statement("count", model, filters), params)
-                    row = await cur.fetchone()
-            known = (int(row[0]) if row else 0, now)
+                    found = await scope.rows(conn, self.namespace, statement("count", model, filters), params)
+            known = (int(found[0][0]) if found else 0, now)
             if len(self._counts) > 10_000:
                 self._counts.clear()
             self._counts[key] = known

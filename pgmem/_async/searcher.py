@@ -295,8 +295,7 @@ class AsyncSearcher(AsyncRepository):
                 if self._sessions.own(conn) and plan.ef <= SESSION_EF_SEARCH:
                     if plan.iterative is None or self._sessions.iterative(conn) is plan.iterative:
                         for p in plan.params:
-                            cur = await scope.execute(conn, self.namespace, plan.statement, p, binary=True)
-                            out.append(await cur.fetchall())
+                            out.append(await scope.rows(conn, self.namespace, plan.statement, p))
                         return out
                     self._sessions.set_iterative(conn, None)  # unknown until the switch has gone through
                     async with conn.pipeline():  # one implicit transaction: the namespace reaches the searches

@@ -78,9 +78,8 @@ class SearchPlanner(Repository):
             params = {"ns": self.namespace, "exact_limit": exact_limit, **filters.params()}
             with translate():
                 with self._client.connection(connection) as conn:
-                    cur = scope.execute(conn, self.namespace, statement("count", model, filters), params)
-                    row = cur.fetchone()
-            known = (int(row[0]) if row else 0, now)
+                    found = scope.rows(conn, self.namespace, statement("count", model, filters), params)
+            known = (int(found[0][0]) if found else 0, now)
             if len(self._counts) > 10_000:
                 self._counts.clear()
             self._counts[key] = known

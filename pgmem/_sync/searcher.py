@@ -296,8 +296,7 @@ class Searcher(Repository):
                 if self._sessions.own(conn) and plan.ef <= SESSION_EF_SEARCH:
                     if plan.iterative is None or self._sessions.iterative(conn) is plan.iterative:
                         for p in plan.params:
-                            cur = scope.execute(conn, self.namespace, plan.statement, p, binary=True)
-                            out.append(cur.fetchall())
+                            out.append(scope.rows(conn, self.namespace, plan.statement, p))
                         return out
                     self._sessions.set_iterative(conn, None)  # unknown until the switch has gone through
                     with conn.pipeline():  # one implicit transaction: the namespace reaches the searches
