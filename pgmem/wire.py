@@ -73,9 +73,11 @@ class Converted:
 
 
 @functools.lru_cache(maxsize=1024)
-def convert(query: str) -> Converted | None:
+def convert(query: str | bytes) -> Converted | None:
     """``query`` with psycopg's named placeholders (``%(name)s``) as ``$1, $2…`` (a name used twice is one
     parameter, as psycopg does), or None when it has any other placeholder (then psycopg runs it)."""
+    if isinstance(query, bytes):
+        query = query.decode("utf-8")
     names: list[str] = []
     formats: list[PyFormat] = []
     index: dict[str, int] = {}

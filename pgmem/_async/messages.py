@@ -106,8 +106,8 @@ class AsyncMessageRepository(AsyncRepository):
             try:
                 with translate():
                     async with self._client.connection(connection) as conn:
-                        cur = await scope.execute(conn, self.namespace, Q["add_one"], params)
-                        added = await cur.fetchone()
+                        found = await scope.rows(conn, self.namespace, Q["add_one"], params)
+                        added = found[0] if found else None
                 break
             except NotFound as exc:
                 # A concurrent delete removed the message row between our insert and the entry's check (the
@@ -155,10 +155,10 @@ class AsyncMessageRepository(AsyncRepository):
             try:
                 with translate():
                     async with self._client.connection(connection) as conn:
-                        cur = await scope.execute(
+                        found = await scope.rows(
                             conn, self.namespace, Q["add_many"], {"ns": self.namespace, "memory": memory, **columns}
                         )
-                        row = await cur.fetchone()
+                        row = found[0] if found else None
                 break
             except Conflict as exc:  # as in add: again on our own connection, while only races are found
                 if message_clash(exc) is None:
@@ -199,8 +199,8 @@ class AsyncMessageRepository(AsyncRepository):
         try:
             with translate():
                 async with self._client.connection(connection) as conn:
-                    cur = await scope.execute(conn, self.namespace, Q["append"], params)
-                    row = await cur.fetchone()
+                    found = await scope.rows(conn, self.namespace, Q["append"], params)
+                    row = found[0] if found else None
         except Conflict as exc:
             cause = exc.__cause__
             if not isinstance(cause, pg_errors.UniqueViolation) or cause.diag.constraint_name not in _APPEND_KEYS:

@@ -117,10 +117,9 @@ class AsyncQueueRepository(AsyncRepository):
     ) -> list[tuple[Any, ...]]:
         with translate():
             async with self._client.connection(connection) as conn:
-                cur = await scope.execute(
-                    conn, self.namespace, _claiming(name, params["n"]), {"ns": self.namespace, **params}, binary=True
+                return await scope.rows(
+                    conn, self.namespace, _claiming(name, params["n"]), {"ns": self.namespace, **params}
                 )
-                return await cur.fetchall()
 
     async def _ack_claim_rows(
         self, params: dict[str, Any], connection: AsyncConnection[Any] | None
@@ -142,8 +141,7 @@ class AsyncQueueRepository(AsyncRepository):
                     await conn.execute("SAVEPOINT pgmem_ack_claim")
                 for attempt in range(_DEADLOCK_RETRIES + 1):
                     try:
-                        cur = await scope.execute(conn, self.namespace, stmt, args, binary=True)
-                        rows = await cur.fetchall()
+                        rows = await scope.rows(conn, self.namespace, stmt, args)
                     except psycopg.DatabaseError as exc:
                         retry = exc.sqlstate == _DEADLOCK and attempt < _DEADLOCK_RETRIES
                         if exc.sqlstate != _LEASE_LOST and not retry:

@@ -82,7 +82,7 @@ async def execute(
 async def rows(
     conn: AsyncConnection[Any],
     namespace: str,
-    query: LiteralString,
+    query: LiteralString | bytes,
     params: dict[str, Any],
     *,
     prepare: bool | None = None,

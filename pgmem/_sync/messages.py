@@ -107,8 +107,8 @@ class MessageRepository(Repository):
             try:
                 with translate():
                     with self._client.connection(connection) as conn:
-                        cur = scope.execute(conn, self.namespace, Q["add_one"], params)
-                        added = cur.fetchone()
+                        found = scope.rows(conn, self.namespace, Q["add_one"], params)
+                        added = found[0] if found else None
                 break
             except NotFound as exc:
                 # A concurrent delete removed the message row between our insert and the entry's check (the
@@ -156,10 +156,10 @@ class MessageRepository(Repository):
             try:
                 with translate():
                     with self._client.connection(connection) as conn:
-                        cur = scope.execute(
+                        found = scope.rows(
                             conn, self.namespace, Q["add_many"], {"ns": self.namespace, "memory": memory, **columns}
                         )
-                        row = cur.fetchone()
+                        row = found[0] if found else None
                 break
             except Conflict as exc:  # as in add: again on our own connection, while only races are found
                 if message_clash(exc) is None:
@@ -200,8 +200,8 @@ class MessageRepository(Repository):
         try:
             with translate():
                 with self._client.connection(connection) as conn:
-                    cur = scope.execute(conn, self.namespace, Q["append"], params)
-                    row = cur.fetchone()
+                    found = scope.rows(conn, self.namespace, Q["append"], params)
+                    row = found[0] if found else None
         except Conflict as exc:
             cause = exc.__cause__
             if not isinstance(cause, pg_errors.UniqueViolation) or cause.diag.constraint_name not in _APPEND_KEYS:

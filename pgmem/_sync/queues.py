@@ -118,10 +118,9 @@ class QueueRepository(Repository):
     ) -> list[tuple[Any, ...]]:
         with translate():
             with self._client.connection(connection) as conn:
-                cur = scope.execute(
-                    conn, self.namespace, _claiming(name, params["n"]), {"ns": self.namespace, **params}, binary=True
+                return scope.rows(
+                    conn, self.namespace, _claiming(name, params["n"]), {"ns": self.namespace, **params}
                 )
-                return cur.fetchall()
 
     def _ack_claim_rows(
         self, params: dict[str, Any], connection: Connection[Any] | None
@@ -143,8 +142,7 @@ class QueueRepository(Repository):
                     conn.execute("SAVEPOINT pgmem_ack_claim")
                 for attempt in range(_DEADLOCK_RETRIES + 1):
                     try:
-                        cur = scope.execute(conn, self.namespace, stmt, args, binary=True)
-                        rows = cur.fetchall()
+                        rows = scope.rows(conn, self.namespace, stmt, args)
                     except psycopg.DatabaseError as exc:
                         retry = exc.sqlstate == _DEADLOCK and attempt < _DEADLOCK_RETRIES
                         if exc.sqlstate != _LEASE_LOST and not retry:

@@ -83,7 +83,7 @@ def execute(
 def rows(
     conn: Connection[Any],
     namespace: str,
-    query: LiteralString,
+    query: LiteralString | bytes,
     params: dict[str, Any],
     *,
     prepare: bool | None = None,
