@@ -55,6 +55,7 @@ scan under a filter keeping a fraction s of the rows visits about k / s candidat
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import re
 import threading
@@ -633,7 +634,7 @@ def part_n(
                 for conn in (iterative, iterative_app):
                     conn.execute("SET hnsw.iterative_scan = relaxed_order")
                 plain.execute("SET hnsw.iterative_scan = off")
-                pick = iter(np.resize(np.arange(100), samples * 10))
+                pick = itertools.cycle(range(100))
 
                 def run(conn: psycopg.Connection[Any], query: str, j: int, ns: str = ns) -> list[str]:
                     found = conn.execute(query, {"q": queries[j], "ns": ns}, binary=True, prepare=True).fetchall()
