@@ -44,17 +44,29 @@ UPDATE pgmem.brain_memories
 SET historical_summary = '', summarized_seq = 0, last_history_id = '', last_talk = NULL, expires_at = NULL
 WHERE namespace = %(ns)s AND key = %(key)s;
 
--- name: save
--- Write the fields this writer changed (a NULL parameter keeps the stored value), bump the version and
--- set the TTL (%(ttl)s seconds; NULL: no expiry) unless %(keep_ttl)s.
-UPDATE pgmem.brain_memories
-SET historical_summary = coalesce(%(historical_summary)s, historical_summary),
+-- fragment: brain_fields
+-- The fields a writer changed (a NULL parameter keeps the stored value), and the version bumped.
+historical_summary = coalesce(%(historical_summary)s, historical_summary),
     summarized_seq = greatest(summarized_seq, coalesce(%(summarized_seq)s, 0)),
     last_history_id = coalesce(%(last_history_id)s, last_history_id),
     last_talk = CASE WHEN %(set_last_talk)s THEN %(last_talk)s ELSE last_talk END,
     version = version + 1,
-    expires_at = CASE WHEN %(keep_ttl)s THEN expires_at ELSE now() + make_interval(secs => %(ttl)s) END,
     updated_at = now()
+
+-- name: save
+-- Write the changed fields and set the TTL (%(ttl)s seconds; NULL: no expiry). Returns the new version.
+-- The TTL's two cases are two statements (this one and save_keeping_ttl), not a CASE around now(): a
+-- distributed planner refuses the clock inside CASE.
+UPDATE pgmem.brain_memories
+SET {{brain_fields}},
+    expires_at = now() + make_interval(secs => %(ttl)s)
+WHERE namespace = %(ns)s AND key = %(key)s
+RETURNING version;
+
+-- name: save_keeping_ttl
+-- Write the changed fields, the stored expiry kept. Returns the new version.
+UPDATE pgmem.brain_memories
+SET {{brain_fields}}
 WHERE namespace = %(ns)s AND key = %(key)s
 RETURNING version;
 

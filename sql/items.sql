@@ -39,14 +39,15 @@ SELECT f.path, f.key, f.value, f.created_at, f.updated_at FROM found AS f;
 
 -- name: upsert
 -- Insert or replace items: the value, updated_at and the TTL change, created_at stays. Rows are
--- inserted (and locked) in the order of the batch.
-INSERT INTO pgmem.items AS i (namespace, path, key, value, expires_at, ttl_minutes)
-SELECT %(ns)s, p.path, w.key, v.value::jsonb, now() + make_interval(secs => v.ttl * 60), v.ttl
+-- inserted (and locked) in the order of the batch. The SET list takes the clock from the inserted row
+-- (a distributed planner refuses now() there).
+INSERT INTO pgmem.items AS i (namespace, path, key, value, expires_at, ttl_minutes, updated_at)
+SELECT %(ns)s, p.path, w.key, v.value::jsonb, now() + make_interval(secs => v.ttl * 60), v.ttl, now()
 FROM {{write_rows}}
 JOIN unnest(%(values)s::text[], %(ttls)s::float8[]) WITH ORDINALITY AS v(value, ttl, n) ON v.n = w.n
 ORDER BY w.n
 ON CONFLICT (namespace, path, key) DO UPDATE
-SET value = excluded.value, updated_at = now(), expires_at = excluded.expires_at,
+SET value = excluded.value, updated_at = excluded.updated_at, expires_at = excluded.expires_at,
     ttl_minutes = excluded.ttl_minutes;
 
 -- name: replace_vectors

@@ -10,7 +10,9 @@
 -- fragment: cutoff
 -- The cutoff of a purge: the timestamp %(before)s when given, else %(age)s seconds before the statement's
 -- start (the server's clock: a client's clock may be off). now() is the same throughout a statement.
-coalesce(%(before)s::timestamptz, now() - %(age)s::float8 * interval '1 second')
+-- Exactly one of the two is not NULL, and least() ignores NULLs: it is that one. (Not coalesce(): a
+-- distributed planner refuses the clock inside COALESCE or CASE.)
+least(%(before)s::timestamptz, now() - %(age)s::float8 * interval '1 second')
 
 -- name: purge_queue_archive
 -- Drop archived items acknowledged before the cutoff (every queue of the namespace when %(queue)s is
@@ -321,10 +323,10 @@ RETURNING id;
 
 -- name: set_policy
 -- Create or replace the policy of (%(target)s, %(scope)s).
-INSERT INTO pgmem.retention_policies AS p (namespace, scope, target, max_age, max_count)
-VALUES (%(ns)s, %(scope)s, %(target)s, make_interval(secs => %(max_age)s::float8), %(max_count)s::bigint)
+INSERT INTO pgmem.retention_policies AS p (namespace, scope, target, max_age, max_count, updated_at)
+VALUES (%(ns)s, %(scope)s, %(target)s, make_interval(secs => %(max_age)s::float8), %(max_count)s::bigint, now())
 ON CONFLICT (namespace, target, scope) DO UPDATE
-SET max_age = excluded.max_age, max_count = excluded.max_count, updated_at = now()
+SET max_age = excluded.max_age, max_count = excluded.max_count, updated_at = excluded.updated_at
 RETURNING p.target, p.scope, p.max_age, p.max_count, p.created_at, p.updated_at;
 
 -- name: policies

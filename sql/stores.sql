@@ -35,10 +35,11 @@ WHERE namespace = %(ns)s AND store = %(store)s AND path = %(path)s
 FOR UPDATE;
 
 -- name: upsert_file
-INSERT INTO pgmem.store_files (namespace, store, path, sha256, size, chunk_ids)
-VALUES (%(ns)s, %(store)s, %(path)s, %(sha256)s, %(size)s, %(chunk_ids)s)
+-- The clock is read in VALUES, not in the SET list (a distributed planner refuses it there).
+INSERT INTO pgmem.store_files (namespace, store, path, sha256, size, chunk_ids, indexed_at)
+VALUES (%(ns)s, %(store)s, %(path)s, %(sha256)s, %(size)s, %(chunk_ids)s, now())
 ON CONFLICT (namespace, store, path) DO UPDATE
-SET sha256 = excluded.sha256, size = excluded.size, chunk_ids = excluded.chunk_ids, indexed_at = now();
+SET sha256 = excluded.sha256, size = excluded.size, chunk_ids = excluded.chunk_ids, indexed_at = excluded.indexed_at;
 
 -- name: delete_file
 DELETE FROM pgmem.store_files WHERE namespace = %(ns)s AND store = %(store)s AND path = %(path)s;

@@ -145,7 +145,6 @@ class AsyncBrainRepository(AsyncRepository):
                         "set_last_talk": last_talk is not _UNSET,
                         "last_talk": None if last_talk is _UNSET else last_talk,
                         "ttl": seconds,
-                        "keep_ttl": False,
                     },
                 )
                 version = await cur.fetchone()  # one column
@@ -252,7 +251,7 @@ class AsyncBrainRepository(AsyncRepository):
                 elif summarized_seq is not None:
                     upto = max(after, summarized_seq)
                 await conn.execute(
-                    Q["save"],
+                    Q["save_keeping_ttl"],
                     {
                         **params,
                         "historical_summary": historical_summary,
@@ -260,8 +259,6 @@ class AsyncBrainRepository(AsyncRepository):
                         "last_history_id": None,
                         "set_last_talk": False,
                         "last_talk": None,
-                        "ttl": None,
-                        "keep_ttl": True,
                     },
                 )
         return stored, [m for m in history if (m.seq or 0) > upto]

@@ -146,7 +146,6 @@ class BrainRepository(Repository):
                         "set_last_talk": last_talk is not _UNSET,
                         "last_talk": None if last_talk is _UNSET else last_talk,
                         "ttl": seconds,
-                        "keep_ttl": False,
                     },
                 )
                 version = cur.fetchone()  # one column
@@ -253,7 +252,7 @@ class BrainRepository(Repository):
                 elif summarized_seq is not None:
                     upto = max(after, summarized_seq)
                 conn.execute(
-                    Q["save"],
+                    Q["save_keeping_ttl"],
                     {
                         **params,
                         "historical_summary": historical_summary,
@@ -261,8 +260,6 @@ class BrainRepository(Repository):
                         "last_history_id": None,
                         "set_last_talk": False,
                         "last_talk": None,
-                        "ttl": None,
-                        "keep_ttl": True,
                     },
                 )
         return stored, [m for m in history if (m.seq or 0) > upto]

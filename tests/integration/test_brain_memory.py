@@ -418,3 +418,28 @@ async def test_compress_history_in_the_seeds_form(client: pgmem.Client) -> None:
         await no_llm.compress_history(key)
     with pytest.raises(pgmem.InvalidInput):
         await no_llm.compress_history()
+
+
+async def test_a_summary_keeps_the_brains_expiry(client: pgmem.Client, dsn: str) -> None:
+    # set_summary writes through save_keeping_ttl (no TTL given), dumps through save (a new TTL).
+    brain = BrainMemory(client=client)
+    await _talks(brain, 4)
+    await brain.dumps(KEY, timeout_sec=3600)
+    query = "SELECT expires_at, version FROM pgmem.brain_memories WHERE redis_key = %s"
+    with psycopg.connect(dsn) as conn:
+        expires, version = conn.execute(query, (KEY,)).fetchone()
+    client.brains.set_summary(KEY, "what was said")
+    with psycopg.connect(dsn) as conn:
+        kept, bumped = conn.execute(query, (KEY,)).fetchone()
+        assert (kept, bumped) == (expires, version + 1)
+        conn.execute("UPDATE pgmem.brain_memories SET expires_at = NULL WHERE redis_key = %s", (KEY,))
+    client.brains.set_summary(KEY, "still no expiry")
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute(query, (KEY,)).fetchone()[0] is None
+    loaded = await BrainMemory(client=client).loads(KEY)
+    loaded.add_talk(MGMessage(content="later"))
+    await loaded.dumps(KEY, timeout_sec=60)  # a new TTL
+    with psycopg.connect(dsn) as conn:
+        renewed = conn.execute(query, (KEY,)).fetchone()[0]
+        left = conn.execute("SELECT %s::timestamptz - now()", (renewed,)).fetchone()[0]
+    assert 50 < left.total_seconds() <= 60

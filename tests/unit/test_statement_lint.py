@@ -85,6 +85,102 @@ WHERE e.namespace = %(ns)s"""
 
 
 def test_the_exemptions_name_statements_that_exist() -> None:
-    for group, name in EXEMPT_STATEMENTS:
+    for group, name in [*EXEMPT_STATEMENTS, *CLOCK_EXEMPT]:
         assert name in statements.load(group), (group, name)
     assert set(EXEMPT_GROUPS) <= set(GROUPS)
+
+
+# -- the server's clock where a distributed planner evaluates it ------------------------------------------
+# Citus evaluates now() (and other non-immutable calls) on the coordinator before it sends a modification to
+# a shard, except where the value depends on the row: inside CASE or COALESCE, and in the SET list of an
+# upsert's DO UPDATE. There it refuses the statement ("non-IMMUTABLE functions are not allowed in CASE or
+# COALESCE statements"). pgmem's statements keep the server's clock (a client's may be off) and put it where
+# it is evaluated once: a branch picked in Python, now() outside the CASE, excluded.<column> in an upsert.
+
+_CLOCK = re.compile(
+    r"\b(?:now|clock_timestamp|statement_timestamp|transaction_timestamp|random)\s*\(\)|\bcurrent_timestamp\b", re.I
+)
+
+
+def _balanced(code: str, start: int) -> str:
+    """The text of the parenthesised group opening at ``code[start]``."""
+    depth = 0
+    for i in range(start, len(code)):
+        depth += {"(": 1, ")": -1}.get(code[i], 0)
+        if depth == 0:
+            return code[start : i + 1]
+    return code[start:]
+
+
+def _case_end(code: str, start: int) -> str:
+    """The text of the CASE expression starting at ``code[start]`` (nested CASEs counted)."""
+    depth = 0
+    for match in re.compile(r"\b(CASE|END)\b", re.I).finditer(code, start):
+        depth += 1 if match.group(1).upper() == "CASE" else -1
+        if depth == 0:
+            return code[start : match.end()]
+    return code[start:]
+
+
+def _set_list(rest: str) -> str:
+    """An upsert's SET list: up to its WHERE or RETURNING, or the parenthesis that closes its CTE."""
+    depth = 0
+    for match in re.compile(r"[()]|\b(?:RETURNING|WHERE)\b", re.I).finditer(rest):
+        token = match.group(0)
+        if token == "(":
+            depth += 1
+        elif token == ")":
+            depth -= 1
+            if depth < 0:
+                return rest[: match.start()]
+        elif depth == 0:
+            return rest[: match.start()]
+    return rest
+
+
+def _clock_in_row_dependent_places(query: str) -> list[str]:
+    code = re.sub(r"--[^\n]*", "", query)
+    found = []
+    for match in re.finditer(r"\bcoalesce\s*\(", code, re.I):
+        text = _balanced(code, match.end() - 1)
+        if _CLOCK.search(text):
+            found.append("COALESCE" + text)
+    for match in re.finditer(r"\bCASE\b", code, re.I):
+        text = _case_end(code, match.start())
+        if _CLOCK.search(text):
+            found.append(text)
+    for match in re.finditer(r"\bDO\s+UPDATE\s+SET\b", code, re.I):
+        text = _set_list(code[match.end() :])
+        if _CLOCK.search(text):
+            found.append("DO UPDATE SET" + text)
+    return found
+
+
+#: Statements that still read the clock where it depends on the row, with the reason.
+CLOCK_EXEMPT = {
+    ("queues", "nack"): "died_at is the clock only when the row's attempts reached its max_attempts (known to "
+    "the row alone): no form found that keeps the server's clock without a second statement (docs/scale-out.md)",
+}
+
+
+@pytest.mark.parametrize("group", [g for g in GROUPS if g != "triggers"])
+def test_no_clock_where_the_value_depends_on_the_row(group: str) -> None:
+    found = {
+        name: places
+        for name, query in statements.load(group).items()
+        if (group, name) not in CLOCK_EXEMPT and (places := _clock_in_row_dependent_places(query))
+    }
+    assert not found, f"sql/{group}.sql: the clock inside CASE/COALESCE or an upsert's SET list: {found}"
+
+
+def test_the_clock_lint_catches_each_place() -> None:
+    assert _clock_in_row_dependent_places("UPDATE t SET a = CASE WHEN x THEN now() END WHERE y")
+    assert _clock_in_row_dependent_places("SELECT coalesce(%(b)s, now() - interval '1 s')")
+    assert _clock_in_row_dependent_places("INSERT INTO t VALUES (1) ON CONFLICT (k) DO UPDATE SET u = now()")
+    assert not _clock_in_row_dependent_places("UPDATE t SET a = now() + CASE WHEN x THEN interval '0 s' END")
+    assert not _clock_in_row_dependent_places(
+        "INSERT INTO t (k, u) VALUES (1, now()) ON CONFLICT (k) DO UPDATE SET u = excluded.u RETURNING now()"
+    )
+    assert _clock_in_row_dependent_places(
+        "WITH a AS (INSERT INTO t VALUES (1) ON CONFLICT (k) DO UPDATE SET u = now(), v = 1 RETURNING k) SELECT 1"
+    )
