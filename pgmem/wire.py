@@ -39,13 +39,34 @@ from psycopg.adapt import PyFormat, Transformer
 from psycopg.pq import ExecStatus, Format, PipelineStatus, TransactionStatus
 from psycopg.waiting import Ready, Wait
 
-__all__ = ["PREPARED_MAX", "Converted", "Plan", "applies", "convert", "exchange", "forget", "leave", "rows", "send"]
+__all__ = [
+    "PREPARED_MAX",
+    "Converted",
+    "Plan",
+    "applies",
+    "convert",
+    "exchange",
+    "forget",
+    "leave",
+    "rows",
+    "send",
+    "setup_statement",
+]
 
 #: Statements prepared per connection, at most (psycopg's ``prepared_max`` is 100).
 PREPARED_MAX = 100
 
-#: The statement that scopes a transaction to a namespace, in libpq's placeholders.
-_SET_NAMESPACE = b"SELECT set_config('pgmem.namespace', $1, true)"
+
+@functools.lru_cache(maxsize=16)
+def setup_statement(namespace: bool, settings: int) -> bytes:
+    """The statement that scopes a transaction: the namespace (``$1``) when ``namespace``, then ``settings``
+    more (name, value) pairs, each local to the transaction (``set_config(name, value, true)``, what
+    ``SET LOCAL`` does)."""
+    calls = ["set_config('pgmem.namespace', $1, true)"] if namespace else []
+    first = len(calls) + 1
+    calls += [f"set_config(${first + 2 * i}, ${first + 2 * i + 1}, true)" for i in range(settings)]
+    return ("SELECT " + ", ".join(calls)).encode()
+
 
 # psycopg's placeholders: %(name)s (automatic format), %(name)b (binary), %(name)t (text), and %% for a
 # literal %. Anything else (positional %s among them) is left to psycopg.
@@ -148,11 +169,17 @@ class Plan:
 
 
 def send(
-    conn: Any, converted: Converted, params: Mapping[str, Any], namespace: str | None, prepare: bool | None
+    conn: Any,
+    converted: Converted,
+    params: Mapping[str, Any],
+    namespace: str | None,
+    prepare: bool | None,
+    settings: Mapping[str, str] | None = None,
 ) -> Plan:
-    """Queue (in pipeline mode) the namespace setting (unless ``namespace`` is None), the statement and a
-    Sync on ``conn``'s libpq handle. ``prepare``: True to prepare the statement now, False never, None from
-    its second run. Call with the connection's lock held; :func:`exchange` then sends and reads."""
+    """Queue (in pipeline mode) the namespace setting (unless ``namespace`` is None) with ``settings`` (local
+    to the transaction, in the same statement), the statement and a Sync on ``conn``'s libpq handle.
+    ``prepare``: True to prepare the statement now, False never, None from its second run. Call with the
+    connection's lock held; :func:`exchange` then sends and reads."""
     tx = Transformer(conn)
     try:
         values = [params[name] for name in converted.names]
@@ -186,8 +213,12 @@ def send(
             if len(prepared.seen) >= 4 * PREPARED_MAX:
                 prepared.seen.clear()
             prepared.seen[key] = prepared.seen.get(key, 0) + 1
-        if namespace is not None:
-            pgconn.send_query_params(_SET_NAMESPACE, [namespace.encode("utf-8")], None, None, Format.TEXT)
+        if namespace is not None or settings:
+            values = [] if namespace is None else [namespace]
+            for setting, value in (settings or {}).items():
+                values += [setting, value]
+            text = setup_statement(namespace is not None, len(settings or ()))
+            pgconn.send_query_params(text, [v.encode("utf-8") for v in values], None, None, Format.TEXT)
         if creates is not None:
             assert name is not None
             pgconn.send_prepare(name, converted.text, types)

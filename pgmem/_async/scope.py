@@ -19,8 +19,9 @@ namespace again.
 
 from __future__ import annotations
 
+import re
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, LiteralString
 
@@ -62,21 +63,35 @@ async def execute(
     *,
     binary: bool = False,
     prepare: bool | None = None,
+    settings: Mapping[str, str] | None = None,
 ) -> AsyncCursor[Any]:
     """Run ``query`` in a transaction whose ``pgmem.namespace`` is ``namespace``; return its cursor.
+    ``settings``: more settings local to that transaction (``set_config(name, value, true)``), sent with
+    the namespace's.
 
-    Inside a :func:`transaction` of the same namespace the statement runs alone; anywhere else the
-    setting goes with it in one round trip (the namespace is set for the caller's transaction when the
-    connection is in one).
+    Inside a :func:`transaction` of the same namespace the statement runs alone (with its settings, when
+    it has some); anywhere else the setting goes with it in one round trip (the namespace is set for the
+    caller's transaction when the connection is in one).
     """
-    if _scopes.get(conn) == namespace:
+    set_namespace = _scopes.get(conn) != namespace
+    if not set_namespace and not settings:
         return await conn.execute(query, params, binary=binary, prepare=prepare)
+    setup, values = _setup(namespace if set_namespace else None, settings)
     if _pipelined(conn):  # the caller's pipeline sends both in its round trip (a nested one would sync)
-        await conn.execute(SET_NAMESPACE, {"ns": namespace})
+        await conn.execute(setup, values)
         return await conn.execute(query, params, binary=binary, prepare=prepare)
     async with conn.pipeline():
-        await conn.execute(SET_NAMESPACE, {"ns": namespace})
+        await conn.execute(setup, values)
         return await conn.execute(query, params, binary=binary, prepare=prepare)
+
+
+def _setup(namespace: str | None, settings: Mapping[str, str] | None) -> tuple[Any, list[str]]:
+    """The setup statement of :func:`execute` in psycopg's placeholders, and its values."""
+    values = [] if namespace is None else [namespace]
+    for name, value in (settings or {}).items():
+        values += [name, value]
+    text = wire.setup_statement(namespace is not None, len(settings or ())).decode()
+    return re.sub(r"\$\d+", "%s", text), values
 
 
 async def rows(
@@ -86,6 +101,7 @@ async def rows(
     params: dict[str, Any],
     *,
     prepare: bool | None = None,
+    settings: Mapping[str, str] | None = None,
 ) -> list[tuple[Any, ...]]:
     """Run ``query`` (named placeholders) as :func:`execute` does and return its rows, in binary (none for a
     statement that returns none).
@@ -96,31 +112,33 @@ async def rows(
     block; in one, the error is the caller's, as psycopg's would be.
     """
     converted = wire.convert(query)
-    if converted is None or not wire.applies(conn):
-        cur = await execute(conn, namespace, query, params, binary=True, prepare=prepare)
-        res = cur.pgresult
-        if res is None and _pipelined(conn):  # the caller's pipeline: fetching the rows syncs it
+    if converted is not None:
+        for attempt in (1, 2):
+            async with conn.lock:  # the connection's state is read under its lock: another thread may use it
+                if not wire.applies(conn):
+                    break
+                in_block = conn.pgconn.transaction_status == TransactionStatus.INTRANS
+                pgconn = conn.pgconn
+                scope_to = None if _scopes.get(conn) == namespace else namespace
+                plan = wire.send(conn, converted, params, scope_to, prepare, settings)
+                try:
+                    results = await conn.wait(wire.exchange(pgconn, plan.syncs))
+                finally:
+                    wire.leave(pgconn)
             try:
-                return await cur.fetchall()
-            except psycopg.ProgrammingError:  # a command: no rows
-                return []
-        # Not `cur.description`: it builds a Column object per column, 25 us for 23 columns.
-        return await cur.fetchall() if res is not None and res.status == ExecStatus.TUPLES_OK else []
-    for attempt in (1, 2):
-        async with conn.lock:
-            in_block = conn.pgconn.transaction_status == TransactionStatus.INTRANS
-            pgconn = conn.pgconn
-            plan = wire.send(conn, converted, params, None if _scopes.get(conn) == namespace else namespace, prepare)
-            try:
-                results = await conn.wait(wire.exchange(pgconn, plan.syncs))
-            finally:
-                wire.leave(pgconn)
+                return wire.rows(conn, plan, results)
+            except psycopg.errors.InvalidSqlStatementName:
+                if attempt == 2 or in_block or plan.name is None:
+                    raise
+    cur = await execute(conn, namespace, query, params, binary=True, prepare=prepare, settings=settings)
+    res = cur.pgresult
+    if res is None and _pipelined(conn):  # the caller's pipeline: fetching the rows syncs it
         try:
-            return wire.rows(conn, plan, results)
-        except psycopg.errors.InvalidSqlStatementName:
-            if attempt == 2 or in_block or plan.name is None:
-                raise
-    raise AssertionError("unreachable")
+            return await cur.fetchall()
+        except psycopg.ProgrammingError:  # a command: no rows
+            return []
+    # Not `cur.description`: it builds a Column object per column, 25 us for 23 columns.
+    return await cur.fetchall() if res is not None and res.status == ExecStatus.TUPLES_OK else []
 
 
 def _pipelined(conn: AsyncConnection[Any]) -> bool:

@@ -40,7 +40,7 @@ from pgmem.planning.search import (
 if TYPE_CHECKING:
     from pgmem._async.client import AsyncClient
 
-__all__ = ["AsyncSearcher"]
+__all__ = ["AsyncSearcher", "hnsw_settings"]
 
 
 Rows = list[tuple[Any, ...]]
@@ -279,44 +279,30 @@ class AsyncSearcher(AsyncRepository):
     async def _execute(self, plan: _Plan, connection: AsyncConnection[Any] | None) -> list[Rows]:
         """Run a search statement once per parameter set on one connection.
 
-        ``plan.iterative``: whether the statement wants ``hnsw.iterative_scan`` (an index scan: at least the
-        namespace filters it), not, or None (no index scan). Pool connections keep the setting in their
-        session and switch it only when a search wants the other one, in the same round trip as the search
-        (a pipeline).
+        ``plan.iterative``: whether the statement scans an HNSW index (with iterative scans: at least the
+        namespace filters it), or None (no index scan). An index scan's settings, ``hnsw.iterative_scan``
+        and ``hnsw.ef_search``, are local to the statement's transaction and go in the statement that sets
+        the namespace (:func:`pgmem._async.scope.rows`): no session state, nothing for a distributed
+        planner to miss on its workers, no extra round trip.
         """
         replicas = self._client.replicas
         if connection is None and replicas is not None and not self._client.retrieval_log:
             # A read (the retrieval log writes): on a replica that has the client's writes, else the primary.
             return await replicas.run(lambda conn: self._execute(plan, conn))
+        settings = None if plan.iterative is None else hnsw_settings(plan.ef)
         out: list[Rows] = []
         with translate():
             async with self._client.connection(connection) as conn:
                 await self._sessions.ready(conn)
-                if self._sessions.own(conn) and plan.ef <= SESSION_EF_SEARCH:
-                    if plan.iterative is None or self._sessions.iterative(conn) is plan.iterative:
-                        for p in plan.params:
-                            out.append(await scope.rows(conn, self.namespace, plan.statement, p))
-                        return out
-                    self._sessions.set_iterative(conn, None)  # unknown until the switch has gone through
-                    async with conn.pipeline():  # one implicit transaction: the namespace reaches the searches
-                        await conn.execute(scope.SET_NAMESPACE, {"ns": self.namespace})
-                        await conn.execute(
-                            "SELECT set_config('hnsw.iterative_scan', %s, false)",
-                            ("relaxed_order" if plan.iterative else "off",),
-                        )
-                        curs = [await conn.execute(plan.statement, p, binary=True) for p in plan.params]
-                    self._sessions.set_iterative(conn, plan.iterative)
-                    return [await cur.fetchall() for cur in curs]
-                async with self._client.transaction(conn) as tx:
-                    await tx.execute(
-                        "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
-                        "set_config('hnsw.ef_search', %s, true)",
-                        (str(max(SESSION_EF_SEARCH, min(plan.ef, 1000))),),
-                    )
-                    for p in plan.params:
-                        cur = await tx.execute(plan.statement, p, binary=True)
-                        out.append(await cur.fetchall())
+                for p in plan.params:
+                    out.append(await scope.rows(conn, self.namespace, plan.statement, p, settings=settings))
         return out
+
+
+def hnsw_settings(ef: int) -> dict[str, str]:
+    """The settings of an HNSW index scan that wants ``ef`` candidates (at least :data:`SESSION_EF_SEARCH`,
+    at most 1,000), with iterative scans on."""
+    return {"hnsw.iterative_scan": "relaxed_order", "hnsw.ef_search": str(max(SESSION_EF_SEARCH, min(ef, 1000)))}
 
 
 def _iterative(strategy: str) -> bool | None:

@@ -1,4 +1,5 @@
-"""Session state of the connections a client uses: the role, pgvector's types and the HNSW settings."""
+"""Session state of the connections a client uses: the role and pgvector's types. (The HNSW settings of a
+search are local to its statement's transaction: see :func:`pgmem._async.searcher.hnsw_settings`.)"""
 
 from __future__ import annotations
 
@@ -13,20 +14,17 @@ from pgmem.planning.adapters import register_fast_adapters, register_vector_type
 
 __all__ = ["SESSION_EF_SEARCH", "AsyncSessions"]
 
-#: The session's ``hnsw.ef_search`` on the client's own connections; searches with a larger k raise it
-#: for their transaction.
+#: The smallest ``hnsw.ef_search`` of an index scan (pgvector's default); searches with a larger k raise
+#: it for their transaction.
 SESSION_EF_SEARCH = 40
 
-
-_SESSION = "set_config('hnsw.iterative_scan', 'relaxed_order', false), set_config('hnsw.ef_search', %s, false)"
-_AS_ROLE = "SELECT set_config('role', %s, false), "
+_AS_ROLE = "SELECT set_config('role', %s, false)"
 
 
 class AsyncSessions:
     """What a client knows of each connection's session, kept by the client (shared by the clients of one
-    pool, see ``with_namespace``), not by the module: which connections have pgvector's types registered,
-    which are the pool's own (set up by :meth:`configure`, so their session settings are pgmem's to change)
-    and, on those, whether ``hnsw.iterative_scan`` is on. Entries go with their connections (weak keys)."""
+    pool, see ``with_namespace``), not by the module: which connections have pgvector's types registered.
+    Entries go with their connections (weak keys)."""
 
     def __init__(
         self,
@@ -44,46 +42,25 @@ class AsyncSessions:
         #: None when the client has none. It may hold a password: never print it.
         self.owner_conninfo = owner_conninfo
         self._typed: weakref.WeakSet[Any] = weakref.WeakSet()
-        self._own: weakref.WeakSet[Any] = weakref.WeakSet()
-        self._iterative: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
     async def configure(self, conn: AsyncConnection[Any]) -> None:
         """The pool's ``configure`` hook: pgvector's types (from the types the schema check read: no
-        query), pgmem's faster adapters (:mod:`pgmem.planning.adapters`), iterative HNSW scans for
-        filtered searches and, when the login role is not held by row-level security, ``SET ROLE`` to the
-        application role (one query)."""
+        query), pgmem's faster adapters (:mod:`pgmem.planning.adapters`) and, when the login role is not
+        held by row-level security, ``SET ROLE`` to the application role (one query; none otherwise)."""
         if self._vector_types is None:
             await _register_vector(conn)
         else:
             register_vector_types(conn, self._vector_types)
         register_fast_adapters(conn)
         if self.role is not None:  # a failure leaves the connection unused: the pool drops it
-            await conn.execute(_AS_ROLE + _SESSION, (self.role, str(SESSION_EF_SEARCH)))
-        else:
-            await conn.execute("SELECT " + _SESSION, (str(SESSION_EF_SEARCH),))
+            await conn.execute(_AS_ROLE, (self.role,))
         self._typed.add(conn)
-        self._own.add(conn)
-        self._iterative[conn] = True
 
     async def ready(self, conn: AsyncConnection[Any]) -> None:
         """Register pgvector's types on a connection pgmem did not set up (the caller's), once."""
         if conn not in self._typed:
             await _register_vector(conn)
             self._typed.add(conn)
-
-    def own(self, conn: AsyncConnection[Any]) -> bool:
-        """Whether the connection's session settings are pgmem's (a pool connection it configured)."""
-        return conn in self._own
-
-    def iterative(self, conn: AsyncConnection[Any]) -> bool | None:
-        """Whether ``hnsw.iterative_scan`` is on in the session (None: unknown)."""
-        return self._iterative.get(conn)
-
-    def set_iterative(self, conn: AsyncConnection[Any], value: bool | None) -> None:
-        if value is None:
-            self._iterative.pop(conn, None)
-        else:
-            self._iterative[conn] = value
 
 
 async def _register_vector(conn: AsyncConnection[Any]) -> None:

@@ -19,6 +19,7 @@ from pgmem._sync import scope
 from pgmem._sync.base import Repository
 from pgmem._sync.embedding_models import ModelRegistry
 from pgmem._sync.search_planner import COUNT_TTL
+from pgmem._sync.searcher import hnsw_settings
 from pgmem._sync.sessions import SESSION_EF_SEARCH
 from pgmem.checks import dump_json
 from pgmem.embeddings import Embedder, check_query_vector, check_vectors
@@ -408,32 +409,18 @@ class ItemRepository(Repository):
         self, text: LiteralString, params: dict[str, Any], ef: int | None, connection: Connection[Any] | None
     ) -> list[tuple[Any, ...]]:
         """Run a search statement. ``ef``: an HNSW scan with iterative scans on and at least this
-        ``ef_search``: on one of the pool's connections already set so, the statement alone; else with
-        both settings local to a transaction, in the same round trip (a pipeline).
+        ``ef_search``, both settings local to the statement's transaction, sent with its namespace.
 
         Never prepared: the generic plan knows neither the prefix nor the filter values, and for a prefix
         that holds every item it chose to compute and sort the distance of every vector instead of walking
         the index (5 ms against 0.9 ms, planning included, at 3,000 items)."""
         params["ns"] = self.namespace
-        sessions = self._client.sessions
+        settings = None if ef is None else hnsw_settings(ef)
         with translate():
             with self._client.connection(connection) as conn:
                 if "q" in params:
-                    sessions.ready(conn)
-                if ef is None or (
-                    connection is None and sessions.own(conn) and ef <= SESSION_EF_SEARCH and sessions.iterative(conn)
-                ):
-                    cur = scope.execute(conn, self.namespace, text, params, prepare=False, binary=True)
-                    return cur.fetchall()
-                with conn.pipeline():
-                    with self._client.transaction(conn) as tx:
-                        tx.execute(
-                            "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
-                            "set_config('hnsw.ef_search', %s, true)",
-                            (str(ef),),
-                        )
-                        cur = tx.execute(text, params, prepare=False, binary=True)
-                return cur.fetchall()
+                    self._client.sessions.ready(conn)
+                return scope.rows(conn, self.namespace, text, params, prepare=False, settings=settings)
 
     def _strategy(
         self,

@@ -20,8 +20,9 @@ namespace again.
 
 from __future__ import annotations
 
+import re
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from typing import Any, LiteralString
 
@@ -63,21 +64,35 @@ def execute(
     *,
     binary: bool = False,
     prepare: bool | None = None,
+    settings: Mapping[str, str] | None = None,
 ) -> Cursor[Any]:
     """Run ``query`` in a transaction whose ``pgmem.namespace`` is ``namespace``; return its cursor.
+    ``settings``: more settings local to that transaction (``set_config(name, value, true)``), sent with
+    the namespace's.
 
-    Inside a :func:`transaction` of the same namespace the statement runs alone; anywhere else the
-    setting goes with it in one round trip (the namespace is set for the caller's transaction when the
-    connection is in one).
+    Inside a :func:`transaction` of the same namespace the statement runs alone (with its settings, when
+    it has some); anywhere else the setting goes with it in one round trip (the namespace is set for the
+    caller's transaction when the connection is in one).
     """
-    if _scopes.get(conn) == namespace:
+    set_namespace = _scopes.get(conn) != namespace
+    if not set_namespace and not settings:
         return conn.execute(query, params, binary=binary, prepare=prepare)
+    setup, values = _setup(namespace if set_namespace else None, settings)
     if _pipelined(conn):  # the caller's pipeline sends both in its round trip (a nested one would sync)
-        conn.execute(SET_NAMESPACE, {"ns": namespace})
+        conn.execute(setup, values)
         return conn.execute(query, params, binary=binary, prepare=prepare)
     with conn.pipeline():
-        conn.execute(SET_NAMESPACE, {"ns": namespace})
+        conn.execute(setup, values)
         return conn.execute(query, params, binary=binary, prepare=prepare)
+
+
+def _setup(namespace: str | None, settings: Mapping[str, str] | None) -> tuple[Any, list[str]]:
+    """The setup statement of :func:`execute` in psycopg's placeholders, and its values."""
+    values = [] if namespace is None else [namespace]
+    for name, value in (settings or {}).items():
+        values += [name, value]
+    text = wire.setup_statement(namespace is not None, len(settings or ())).decode()
+    return re.sub(r"\$\d+", "%s", text), values
 
 
 def rows(
@@ -87,6 +102,7 @@ def rows(
     params: dict[str, Any],
     *,
     prepare: bool | None = None,
+    settings: Mapping[str, str] | None = None,
 ) -> list[tuple[Any, ...]]:
     """Run ``query`` (named placeholders) as :func:`execute` does and return its rows, in binary (none for a
     statement that returns none).
@@ -97,31 +113,33 @@ def rows(
     block; in one, the error is the caller's, as psycopg's would be.
     """
     converted = wire.convert(query)
-    if converted is None or not wire.applies(conn):
-        cur = execute(conn, namespace, query, params, binary=True, prepare=prepare)
-        res = cur.pgresult
-        if res is None and _pipelined(conn):  # the caller's pipeline: fetching the rows syncs it
+    if converted is not None:
+        for attempt in (1, 2):
+            with conn.lock:  # the connection's state is read under its lock: another thread may use it
+                if not wire.applies(conn):
+                    break
+                in_block = conn.pgconn.transaction_status == TransactionStatus.INTRANS
+                pgconn = conn.pgconn
+                scope_to = None if _scopes.get(conn) == namespace else namespace
+                plan = wire.send(conn, converted, params, scope_to, prepare, settings)
+                try:
+                    results = conn.wait(wire.exchange(pgconn, plan.syncs))
+                finally:
+                    wire.leave(pgconn)
             try:
-                return cur.fetchall()
-            except psycopg.ProgrammingError:  # a command: no rows
-                return []
-        # Not `cur.description`: it builds a Column object per column, 25 us for 23 columns.
-        return cur.fetchall() if res is not None and res.status == ExecStatus.TUPLES_OK else []
-    for attempt in (1, 2):
-        with conn.lock:
-            in_block = conn.pgconn.transaction_status == TransactionStatus.INTRANS
-            pgconn = conn.pgconn
-            plan = wire.send(conn, converted, params, None if _scopes.get(conn) == namespace else namespace, prepare)
-            try:
-                results = conn.wait(wire.exchange(pgconn, plan.syncs))
-            finally:
-                wire.leave(pgconn)
+                return wire.rows(conn, plan, results)
+            except psycopg.errors.InvalidSqlStatementName:
+                if attempt == 2 or in_block or plan.name is None:
+                    raise
+    cur = execute(conn, namespace, query, params, binary=True, prepare=prepare, settings=settings)
+    res = cur.pgresult
+    if res is None and _pipelined(conn):  # the caller's pipeline: fetching the rows syncs it
         try:
-            return wire.rows(conn, plan, results)
-        except psycopg.errors.InvalidSqlStatementName:
-            if attempt == 2 or in_block or plan.name is None:
-                raise
-    raise AssertionError("unreachable")
+            return cur.fetchall()
+        except psycopg.ProgrammingError:  # a command: no rows
+            return []
+    # Not `cur.description`: it builds a Column object per column, 25 us for 23 columns.
+    return cur.fetchall() if res is not None and res.status == ExecStatus.TUPLES_OK else []
 
 
 def _pipelined(conn: Connection[Any]) -> bool:

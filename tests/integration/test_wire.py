@@ -305,3 +305,42 @@ async def test_async_rows(dsn: str) -> None:
         assert conn.pgconn.pipeline_status == PipelineStatus.OFF
         results = await asyncio.gather(*(ascope.rows(conn, "ns", "SELECT %(a)s::int", {"a": i}) for i in range(20)))
         assert [r[0][0] for r in results] == list(range(20))
+
+
+# -- settings local to the statement's transaction ---------------------------------------------------------
+
+
+def test_settings_go_with_the_namespace_and_end_with_the_statement(app_conn: psycopg.Connection[Any]) -> None:
+    q = "SELECT current_setting('pgmem.namespace'), current_setting('hnsw.ef_search'), %(a)s::int"
+    settings = {"hnsw.ef_search": "123"}
+    for a in range(3):  # unprepared, then prepared
+        assert scope.rows(app_conn, "ns-s", q, {"a": a}, settings=settings) == [("ns-s", "123", a)]
+    assert app_conn.execute("SELECT current_setting('hnsw.ef_search')").fetchone() != ("123",)
+    with scope.transaction(app_conn, "ns-s"):  # scoped already: the settings alone, until the block ends
+        assert scope.rows(app_conn, "ns-s", q, {"a": 9}, settings=settings) == [("ns-s", "123", 9)]
+        assert app_conn.execute("SELECT current_setting('hnsw.ef_search')").fetchone() == ("123",)
+    assert app_conn.execute("SELECT current_setting('hnsw.ef_search')").fetchone() != ("123",)
+    with app_conn.pipeline():  # psycopg's path: the same
+        assert scope.rows(app_conn, "ns-s", q, {"a": 1}, settings=settings) == [("ns-s", "123", 1)]
+    assert app_conn.execute("SELECT current_setting('hnsw.ef_search')").fetchone() != ("123",)
+
+
+def test_a_search_does_not_depend_on_its_sessions_settings(client: pgmem.Client) -> None:
+    # An index scan's settings travel with the statement: a session set to stop HNSW after one candidate
+    # and never iterate still gets every hit.
+    from pgmem.embeddings import HashingEmbedder
+
+    embedder = HashingEmbedder(dimension=16)
+    client.vectors.enable("notes", embedder=embedder)
+    client.messages.add_many("notes", [Message(id=f"n{i}", content=f"note number {i} of many") for i in range(60)])
+    client.vectors.flush()
+    q = embedder.embed(["note number 7"])[0]
+    with client.connection() as conn:
+        conn.execute("SET hnsw.ef_search = 1")
+        conn.execute("SET hnsw.iterative_scan = off")
+        conn.execute("SET enable_seqscan = off")  # the index even for 60 vectors
+        conn.execute("SET enable_sort = off")
+        hits = client.search(vector=q, k=10, memory="notes", mode="ann", connection=conn)
+        assert len(hits) == 10
+        assert conn.execute("SELECT current_setting('hnsw.ef_search')").fetchone() == ("1",)  # left as it was
+    assert len(client.search(vector=q, k=10, memory="notes", mode="ann")) == 10
