@@ -206,16 +206,31 @@ WHERE CASE WHEN outcome.n = cardinality(%(ids)s::bigint[]) THEN false
 WITH {{acknowledge}}
 SELECT id FROM done;
 
--- name: nack
--- Give an item back: retry after %(delay)s seconds, or dead-letter it when it has used max_attempts.
--- Returns its new status, nothing when the caller no longer holds the lease.
+-- name: nack_retry
+-- Give an item back to be retried after %(delay)s seconds, when it has attempts left and %(dead)s is
+-- false. Returns its new status, nothing when the caller no longer holds the lease or the item is to die
+-- (nack_dead). Two statements, not a CASE around now(): a distributed planner refuses the clock there.
 UPDATE pgmem.queue_items
-SET status = CASE WHEN attempts >= max_attempts OR %(dead)s THEN 'dead' ELSE 'ready' END,
-    died_at = CASE WHEN attempts >= max_attempts OR %(dead)s THEN now() END,
+SET status = 'ready',
+    died_at = NULL,
     available_at = now() + %(delay)s * interval '1 second',
     lease_until = NULL,
     last_error = %(error)s
 WHERE namespace = %(ns)s AND id = %(id)s AND attempts = %(attempts)s AND status = 'ready'
+  AND attempts < max_attempts AND NOT %(dead)s
+RETURNING status, available_at;
+
+-- name: nack_dead
+-- Dead-letter an item given back that has used max_attempts, or when %(dead)s. Returns its new status,
+-- nothing when the caller no longer holds the lease or the item is to be retried (nack_retry).
+UPDATE pgmem.queue_items
+SET status = 'dead',
+    died_at = now(),
+    available_at = now() + %(delay)s * interval '1 second',
+    lease_until = NULL,
+    last_error = %(error)s
+WHERE namespace = %(ns)s AND id = %(id)s AND attempts = %(attempts)s AND status = 'ready'
+  AND (attempts >= max_attempts OR %(dead)s)
 RETURNING status, available_at;
 
 -- name: extend

@@ -377,11 +377,13 @@ class AsyncQueueRepository(AsyncRepository):
         delay = backoff(item.attempts) if retry_in is None else seconds(retry_in, "retry_in", maximum=MAX_DELAY_SECONDS)
         if error is not None:
             error = error.replace("\x00", "\\x00")[:10_000]
-        rows = await self._rows(
-            "nack",
-            {"id": item.id, "attempts": item.attempts, "delay": delay, "error": error, "dead": dead},
-            connection,
-        )
+        params = {"id": item.id, "attempts": item.attempts, "delay": delay, "error": error, "dead": bool(dead)}
+        # The item's attempts are the stored ones while its lease holds (the statements check them), and its
+        # max_attempts never change: the outcome is known here, and each statement checks it again.
+        dying = bool(dead) or item.attempts >= item.max_attempts
+        rows = await self._rows("nack_dead" if dying else "nack_retry", params, connection)
+        if not rows:  # the lease is lost, or the item's max_attempts were not the stored ones
+            rows = await self._rows("nack_retry" if dying else "nack_dead", params, connection)
         if not rows:
             raise LeaseLost(f"lease lost on item {item.id}")
         return str(NackRow._make(rows[0]).status)

@@ -375,6 +375,26 @@ def test_nack_backoff_and_dead_letter(client: pgmem.Client, dsn: str) -> None:
     assert q.requeue("jobs", [again]) == 1
 
 
+def test_nack_decides_by_the_stored_item(client: pgmem.Client, dsn: str) -> None:
+    # nack picks its statement from the item's attempts and max_attempts; the stored ones decide.
+    q = client.queues
+    q.push("once", m("one try"), max_attempts=1)
+    (item,) = q.claim("once")
+    assert q.nack(dataclasses.replace(item, max_attempts=9), retry_in=0) == "dead"  # stored: 1 attempt
+    q.push("many", m("five tries"), max_attempts=5)
+    (item,) = q.claim("many")
+    assert q.nack(dataclasses.replace(item, max_attempts=1), retry_in=0) == "ready"  # stored: 5
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT queue, status, died_at IS NOT NULL FROM pgmem.queue_items ORDER BY queue")
+        assert rows.fetchall() == [("many", "ready", False), ("once", "dead", True)]
+    (item,) = q.claim("many")
+    stale = dataclasses.replace(item, attempts=item.attempts - 1)  # an earlier lease of the item
+    for dead in (False, True):
+        with pytest.raises(LeaseLost):
+            q.nack(stale, dead=dead)
+    assert q.nack(item, dead=True) == "dead"
+
+
 def test_ack_archives_and_retention_purges(client: pgmem.Client, dsn: str) -> None:
     q = client.queues
     shared = m("also in a memory")

@@ -156,11 +156,8 @@ def _clock_in_row_dependent_places(query: str) -> list[str]:
     return found
 
 
-#: Statements that still read the clock where it depends on the row, with the reason.
-CLOCK_EXEMPT = {
-    ("queues", "nack"): "died_at is the clock only when the row's attempts reached its max_attempts (known to "
-    "the row alone): no form found that keeps the server's clock without a second statement (docs/scale-out.md)",
-}
+#: Statements that still read the clock where it depends on the row, with the reason (none today).
+CLOCK_EXEMPT: dict[tuple[str, str], str] = {}
 
 
 @pytest.mark.parametrize("group", [g for g in GROUPS if g != "triggers"])
