@@ -235,6 +235,16 @@ def part_a(
     return rows
 
 
+def _entry_matrix(cache: VectorCache, memory: str) -> np.ndarray:
+    """The rows the cache holds for ``memory`` (its own array, a view): ``faiss.knn`` on the very memory
+    the cache reads, so the comparison is of the code around the scan and not of where two copies of the
+    vectors sit in the CPU's caches (three 15 MB copies of 10k vectors do not fit in them together)."""
+    for (name, _), entry in cache._entries.items():
+        if name == memory:
+            return entry.matrix[: entry.size]
+    raise LookupError(memory)
+
+
 def part_a_loaded(
     client: pgmem.Client, vectors: np.ndarray, queries: np.ndarray, sizes: list[int], samples: int, busy: int
 ) -> list[dict[str, Any]]:
@@ -250,11 +260,13 @@ def part_a_loaded(
             faiss_matrix = matrix.copy()
             qs = iter(np.resize(np.arange(len(queries)), samples * 40))
             cache.search_vectors(memory, queries[0], K)
+            own = _entry_matrix(cache, memory)
             with busy_processes(busy):
                 t = timed_together(
                     {
                         "raw numpy": lambda: raw_numpy(matrix, queries[next(qs)]),
                         "raw faiss 1 thread": lambda: raw_faiss(faiss_matrix, queries[next(qs)]),
+                        "raw faiss 1 thread, the cache's matrix": lambda: raw_faiss(own, queries[next(qs)]),
                         "cache default": lambda: cache.search_vectors(memory, queries[next(qs)], K),
                     },
                     iterations=samples,
@@ -267,6 +279,9 @@ def part_a_loaded(
                     **{f"{name} p50": v["p50_us"] for name, v in t.items()},
                     "cache p99": t["cache default"]["p99_us"],
                     "cache / faiss": round(t["cache default"]["p50_us"] / faiss_p50, 2),
+                    "cache / faiss on its matrix": round(
+                        t["cache default"]["p50_us"] / t["raw faiss 1 thread, the cache's matrix"]["p50_us"], 2
+                    ),
                     "target": round(1.2 * faiss_p50, 1),
                     "ok": t["cache default"]["p50_us"] <= 1.2 * faiss_p50,
                     "kernel timings (µs)": cache.kernels.snapshot(),
