@@ -75,7 +75,7 @@ from psycopg import pq, sql
 
 from pgmem.checks import check_key
 from pgmem.embeddings import Vectors, check_vectors
-from pgmem.errors import EmbeddingError, InvalidInput, PgmemError, redact
+from pgmem.errors import EmbeddingError, InvalidInput, PgmemError, redact, translate
 from pgmem.planning import notify
 from pgmem.planning import statements as _queries
 from pgmem.planning.rows import MemoryModelRow, MemoryVectorRow, VectorChangeRow, decode
@@ -582,7 +582,7 @@ class VectorCache:
         connection, reconnecting once if it broke. The cache reads on its own connections (a listener and
         this reader), never the client's: it serves a sync and an async client alike."""
         params = {"ns": self._client.namespace, **params}
-        with self._reader_lock:
+        with translate(), self._reader_lock:  # a driver error leaves as pgmem's (ConnectionFailed, ...)
             for attempt in (1, 2):
                 try:
                     reader = self._reader_connection()
@@ -608,7 +608,7 @@ class VectorCache:
         prepared once on the reader connection, run through libpq with a binary result (at 1k vectors
         per memory the check cost 54 µs through a cursor against 19 µs for a prepared ``SELECT 1``).
         """
-        with self._reader_lock:
+        with translate(), self._reader_lock:
             reader = self._reader
             if reader is not None and self._head_prepared:  # the usual case, in as few steps as it takes
                 try:

@@ -567,3 +567,23 @@ def test_a_failed_approximate_build_is_counted_and_search_stays_exact(
         time.sleep(0.2)
         assert cache.stats.approximate_failures == 1 and cache.stats.approximate_builds == 0
         assert not cache.approximate_ready("m")
+
+
+def test_a_database_error_under_the_cache_is_pgmems(dsn: str, client: pgmem.Client) -> None:
+    # The cache reads on its own connection: a statement the server refuses (here the table it reads is
+    # gone) leaves as a pgmem error, like any client call's, not the driver's.
+    client.vectors.enable("m")
+    _fill(client, "m", 5)
+    query = client.embedder.embed(["item 1 colour 1 shape 1"])[0]
+    with VectorCache(client) as cache:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("ALTER TABLE pgmem.memory_models RENAME TO memory_models_away")
+        try:
+            with pytest.raises(pgmem.PgmemError) as raised:
+                cache.search_vectors("m", query, 3)
+            assert not isinstance(raised.value, psycopg.Error)
+            assert "memory_models" in str(raised.value)
+        finally:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("ALTER TABLE pgmem.memory_models_away RENAME TO memory_models")
+        assert len(cache.search_vectors("m", query, 3)[0]) == 3
