@@ -8,9 +8,9 @@
 -- pair of neighbours in a run (overlapping bigrams) is a lexeme as the `simple` configuration would make it
 -- (no stemming, no stop words; CJK has no case), the character and the bigram it starts sharing one
 -- position, consecutive within a run, a gap between runs. The embedded server has no other parser (no
--- zhparser, no pg_bigm, no pg_trgm), and needs none: everything here is SQL.
+-- zhparser, no pg_bigm, no pg_trgm), and needs none: everything here is SQL and PL/pgSQL.
 --
--- Declaration only: migrations never read this file (migration 0003 holds a copy of it, compared by
+-- Declaration only: migrations never read this file (migrations 0003 and 0008 hold copies of it, compared by
 -- tests/migrations/test_database_code.py). pgmem.fts_document computes a stored generated column: a
 -- change to what it returns needs a migration that also recomputes the column (as 0003 does).
 --
@@ -50,16 +50,20 @@ $$;
 -- name: fts_document
 -- The tsvector of a message (pgmem.messages.tsv): the `english` one of its other words, then its CJK
 -- lexemes (positions after the English ones). Without CJK characters, exactly to_tsvector('english', …).
--- Cost: ~5 µs more than to_tsvector for an English line (the class test), ~50 µs for a 25-character
--- Chinese one.
+-- PL/pgSQL, not SQL (migration 0008): the column's expression is planned again for every INSERT
+-- statement, and a SQL function that cannot be inlined (this one has a subquery) had its body parsed and
+-- planned again each time, ~140 us of every statement that stores messages; PL/pgSQL keeps the compiled
+-- function and its plans for the session. Cost per message: ~10 us for an English line (to_tsvector), ~50 us
+-- for a 25-character Chinese one.
 CREATE OR REPLACE FUNCTION pgmem.fts_document(p_text text) RETURNS tsvector
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-SELECT CASE
-    WHEN p_text !~ '[\u1100-\u11FF\u3005-\u3007\u3040-\u309F\u30A0-\u30FA\u30FC-\u30FF\u3130-\u318F\u31F0-\u31FF\u3400-\u4DBF\u4E00-\u9FFF\uAC00-\uD7AF\uF900-\uFAFF\uFF66-\uFF9F\U00020000-\U0003FFFF]'
-        THEN to_tsvector('english'::regconfig, p_text)
-    ELSE to_tsvector('english'::regconfig, pgmem.fts_words(p_text))
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+BEGIN
+    IF p_text !~ '[\u1100-\u11FF\u3005-\u3007\u3040-\u309F\u30A0-\u30FA\u30FC-\u30FF\u3130-\u318F\u31F0-\u31FF\u3400-\u4DBF\u4E00-\u9FFF\uAC00-\uD7AF\uF900-\uFAFF\uFF66-\uFF9F\U00020000-\U0003FFFF]' THEN
+        RETURN to_tsvector('english'::regconfig, p_text);
+    END IF;
+    RETURN to_tsvector('english'::regconfig, pgmem.fts_words(p_text))
         || coalesce((SELECT string_agg(g.lexeme || ':' || g.pos, ' ')::tsvector FROM pgmem.fts_cjk_grams(p_text) AS g),
-                    to_tsvector('english'::regconfig, ''))
+                    to_tsvector('english'::regconfig, ''));
 END
 $$;
 

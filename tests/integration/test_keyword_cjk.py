@@ -5,6 +5,8 @@ text-only, with vectors, logged, without a memory), and BM25's document frequenc
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -219,3 +221,48 @@ def test_the_gin_index_finds_rare_words(client: pgmem.Client, dsn: str) -> None:
             plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + text, params))  # type: ignore[operator]
             assert "messages_tsv_idx" in plan, plan
     assert contents(client.messages.search_text("big", "贪吃蛇")) == ["贪吃蛇游戏"]
+
+
+def _migration(name: str) -> Any:
+    path = Path(__file__).parents[2] / "migrations" / "versions" / name
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_plpgsql_document_equals_the_sql_one(dsn: str) -> None:
+    """Migration 0008 rewrote pgmem.fts_document in PL/pgSQL (the SQL one was planned again for every INSERT)
+    without a rewrite of messages.tsv: that holds only if both return the same tsvector for every text."""
+    old = _migration("0008_fts_document_plpgsql.py")._SQL.replace("pgmem.fts_document(", "pg_temp.fts_document_sql(")
+    texts = [
+        "",
+        " ",
+        "，。「」",
+        "Write a cli snake game, running",
+        "The quick brown fox jumps over the lazy dog; it isn't running.\nSecond line: 42 items, e-mail a@b.com",
+        "用Go写蛇，タワー・東京",
+        "贪吃蛇游戏 snake game 第3条",
+        "한국어 문장입니다 and English",
+        "ｶﾀｶﾅ half width, 々〆〇 marks",
+        "\U00020000\U00020001 extension B 𠀀",
+        "emoji 🐍 only",
+        "x" * 5000,
+        "日志" * 3000,
+        "mixed 東京2026年 Tokyo 2026",
+    ]
+    with psycopg.connect(dsn) as conn:
+        language = conn.execute(
+            "SELECT l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang"
+            " WHERE p.oid = 'pgmem.fts_document(text)'::regprocedure"
+        ).fetchone()
+        assert language == ("plpgsql",)
+        conn.execute(old)
+        for text in texts:
+            row: Any = conn.execute(
+                "SELECT pgmem.fts_document(%s)::text, pg_temp.fts_document_sql(%s)::text", (text, text)
+            ).fetchone()
+            assert row[0] == row[1], text[:40]
+        row = conn.execute("SELECT pgmem.fts_document(NULL), pg_temp.fts_document_sql(NULL)").fetchone()
+        assert row == (None, None)
