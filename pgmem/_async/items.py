@@ -268,8 +268,10 @@ class AsyncItemRepository(AsyncRepository):
             "keys": [plan.check_item_key(k) for k in keys],
             "omit_expired": bool(omit_expired),
         }
-        rows = await self._rows("get_refresh" if refresh_ttl else "get", params, connection)
-        return [ItemRow._make(row) for row in rows]
+        rows = await self._rows("get", params, connection)
+        if refresh_ttl:
+            await self._refresh([row[5] for row in rows if row[6]], connection)
+        return [ItemRow._make(row[:5]) for row in rows]
 
     async def get(
         self,
@@ -359,13 +361,11 @@ class AsyncItemRepository(AsyncRepository):
             # The newest items first (a bounded walk of the namespace's updated_at index); when fewer than
             # a page of them pass, every item that does is sorted (the rows found are that page's first).
             params["walk"] = max(RECENT_WALK, 20 * (offset + limit))
-            text = plan.search_statement("recent", bool(pre), shape, omit, refresh)
+            text = plan.search_statement("recent", bool(pre), shape, omit)
             rows = await self._hits(text, params, None, connection)
             if len(rows) < limit:
-                rows = await self._hits(
-                    plan.search_statement("list", bool(pre), shape, omit, refresh), params, None, connection
-                )
-            return [ItemHitRow._make(r) for r in rows]
+                rows = await self._hits(plan.search_statement("list", bool(pre), shape, omit), params, None, connection)
+            return await self._found(rows, refresh, connection)
         if embedder is None:
             raise InvalidInput("a search by query or vector needs the embedder (its model) of the items' vectors")
         model = await self.model(embedder)
@@ -387,14 +387,14 @@ class AsyncItemRepository(AsyncRepository):
                 strategy = await self._strategy(pre, shape, filter_params, omit, exact_limit, connection)
         if strategy == "ann":
             params["n"] = n
-            text = plan.search_statement("ann", bool(pre), shape, omit, refresh, model)
+            text = plan.search_statement("ann", bool(pre), shape, omit, model)
             ef = max(SESSION_EF_SEARCH, min(model.depth(n), MAX_EF_SEARCH))
             rows = await self._hits(text, params, ef, connection)
             if len(rows) == limit or mode == "ann":
-                return [ItemHitRow._make(r) for r in rows]
+                return await self._found(rows, refresh, connection)
             # Short: the scan ran out (max_scan_tuples) or items have more vectors than expected.
-        text = plan.search_statement("exact", bool(pre), shape, omit, refresh, model)
-        return [ItemHitRow._make(r) for r in await self._hits(text, params, None, connection)]
+        text = plan.search_statement("exact", bool(pre), shape, omit, model)
+        return await self._found(await self._hits(text, params, None, connection), refresh, connection)
 
     # -- helpers ------------------------------------------------------------------------------------
 
@@ -403,6 +403,17 @@ class AsyncItemRepository(AsyncRepository):
         if connection is None:
             return self._client.owns_transactions
         return connection.autocommit and connection.info.transaction_status == TransactionStatus.IDLE
+
+    async def _found(self, rows: list[tuple[Any, ...]], refresh: bool, connection: AsyncConnection[Any] | None) -> Hits:
+        """A search's hits (``rows``: plan.search_statement's), their TTLs extended first when ``refresh``."""
+        if refresh:
+            await self._refresh([row[7] for row in rows if row[8]], connection)
+        return [ItemHitRow._make(row[:7]) for row in rows]
+
+    async def _refresh(self, ids: list[int], connection: AsyncConnection[Any] | None) -> None:
+        """Extend the TTL of the items ``ids`` a read returned (those that expired since are left alone)."""
+        if ids:
+            await self._rows("refresh", {"ids": ids}, connection)
 
     async def _hits(
         self, text: LiteralString, params: dict[str, Any], ef: int | None, connection: AsyncConnection[Any] | None
