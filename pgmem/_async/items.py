@@ -386,8 +386,7 @@ class AsyncItemRepository(AsyncRepository):
                 # the model, and a small namespace is searched exactly rather than walked for.
                 strategy = await self._strategy(pre, shape, filter_params, omit, exact_limit, connection)
         if strategy == "ann":
-            params["n"] = n
-            text = plan.search_statement("ann", bool(pre), shape, omit, model)
+            text = plan.search_statement("ann", bool(pre), shape, omit, model, n)
             ef = max(SESSION_EF_SEARCH, min(model.depth(n), MAX_EF_SEARCH))
             rows = await self._hits(text, params, ef, connection)
             if len(rows) == limit or mode == "ann":

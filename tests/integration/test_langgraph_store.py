@@ -702,7 +702,7 @@ def test_an_index_search_walks_the_index_whatever_the_planner_estimates(client: 
     with client.connection() as conn:
         conn.execute("ANALYZE pgmem.items, pgmem.item_vectors")
         for shape, extra in (((), {}), ((("fk0", "$gte"),), {"fk0": "n", "fv0": "0"})):
-            text = plan.search_statement("ann", True, shape, False, model)
+            text = plan.search_statement("ann", True, shape, False, model, 10)
             params = {"ns": "test", "limit": 10, "offset": 0, "n": 10, "q": embedder.embed(["q"])[0], **extra}
             params |= plan.path_params(("docs",))
             rows = scope.execute(conn, "test", "EXPLAIN " + text, params).fetchall()
@@ -835,7 +835,7 @@ def test_search_statements_return_item_hit_rows(dsn: str) -> None:
     shape = (("fk0", "$eq"), ("fk1", "$gt"))
     with psycopg.connect(dsn) as conn:
         for kind in ("list", "recent", "exact", "ann"):
-            text = plan.search_statement(kind, True, shape, True, model if kind in ("exact", "ann") else None)
+            text = plan.search_statement(kind, True, shape, True, model if kind in ("exact", "ann") else None, 1)
             params = {
                 "ns": "x", "prefix": ["a"], "prefix_end": ["a\x01"], "fk0": "a", "fv0": '"b"', "fc0": '{"a":"b"}',
                 "fk1": "c",
