@@ -104,8 +104,7 @@ ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("brains", "lock"): BrainLockRow._fields,
     ("brains", "history"): MESSAGE,
     ("stores", "files"): StoreFileRow._fields,
-    ("items", "get"): ItemRow._fields,
-    ("items", "get_refresh"): ItemRow._fields,
+    ("items", "get"): (*ItemRow._fields, "id", "ttl"),  # then what a refreshing read passes to items.refresh
     ("stores", "lock_file"): LockedFileRow._fields,
     ("stores", "stores"): StoreRow._fields,
     ("vectors", "get_model"): EmbeddingModelRow._fields,
