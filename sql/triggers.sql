@@ -118,9 +118,14 @@ CREATE TRIGGER memory_entries_added AFTER INSERT ON pgmem.memory_entries
     FOR EACH STATEMENT EXECUTE FUNCTION pgmem.memory_entries_added();
 
 -- name: memory_entries_removed
--- Messages leaving a memory take their vectors out of the memory's vector log.
+-- Messages leaving a memory take their vectors out of the memory's vector log; nothing to do (and no call
+-- of log_vector_changes) when none of the memories has an embedding model (migration 0009).
 CREATE OR REPLACE FUNCTION pgmem.memory_entries_removed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgmem.memory_models mm
+                   WHERE (mm.namespace, mm.memory) IN (SELECT DISTINCT namespace, memory FROM old_rows)) THEN
+        RETURN NULL;
+    END IF;
     PERFORM pgmem.log_vector_changes(array_agg(x.namespace), array_agg(x.memory), array_agg(x.message_id),
                                      array_agg(x.model_id), array_agg(x.op))
     FROM (SELECT o.namespace, o.memory, o.message_id, mm.model_id, (-1)::smallint AS op
