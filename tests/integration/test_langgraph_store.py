@@ -10,6 +10,7 @@ import json
 import math
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -709,6 +710,22 @@ def test_an_index_search_walks_the_index_whatever_the_planner_estimates(client: 
             shown = "\n".join(r[0] for r in rows)
             assert plan.index_name(model) in shown, shown
             assert "Seq Scan on items" not in shown, shown
+        # Without a filter the search is prepared: its generic plan (which knows no value) walks the index too.
+        text = plan.search_statement("ann", True, (), False, model, 10)
+        query = "[" + ",".join(map(str, embedder.embed(["q"])[0])) + "]"
+        params = {"ns": "test", "limit": 10, "offset": 0, "q": query, **plan.path_params(("docs",))}
+        with conn.transaction():
+            conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            scope.execute(conn, "test", text, params, prepare=True)
+            name = conn.execute("SELECT name FROM pg_prepared_statements WHERE statement LIKE '%%item_vectors%%'")
+            prepared = name.fetchone()
+            assert prepared is not None
+            order = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", text)))
+            cursor = psycopg.ClientCursor(conn)
+            args = ", ".join(f"%({k})s" for k in order)
+            rows = cursor.execute(f"EXPLAIN EXECUTE {prepared[0]}({args})", params).fetchall()
+            shown = "\n".join(r[0] for r in rows)
+            assert plan.index_name(model) in shown and "Seq Scan on items" not in shown, shown
 
 
 @pytest.mark.parametrize("given", [False, True], ids=["pool", "caller's autocommit connection"])
