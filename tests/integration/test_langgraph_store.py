@@ -542,6 +542,26 @@ async def test_ttl_refresh_on_read_extends_expiry_only(store: Either, dsn: str) 
     assert _expiry(dsn, "no-ttl")[0] is None
 
 
+async def test_a_vector_search_refreshes_the_ttl_of_its_hits_only(vstore: Either, dsn: str) -> None:
+    """The refresh is a statement of its own after the read: it extends the hits' expiry, only theirs,
+    never an expired one's, and a store's search of items without a TTL writes nothing."""
+    await vstore.put(("v",), "hit", {"text": "apple"})  # default_ttl 2 minutes
+    await vstore.put(("v",), "other", {"text": "zebra"})
+    await vstore.put(("v",), "forever", {"text": "apple pie"}, ttl=None)
+    _age(dsn, "hit", 1.5)
+    _age(dsn, "other", 1.5)
+    hit, other = _expiry(dsn, "hit")[0], _expiry(dsn, "other")[0]
+    found = await vstore.search(("v",), query="apple", limit=2, refresh_ttl=False)
+    assert {i.key for i in found} == {"hit", "forever"} and _expiry(dsn, "hit")[0] == hit
+    await vstore.search(("v",), query="apple", limit=2)  # refresh_on_read: True by default
+    assert _expiry(dsn, "hit")[0] > hit + timedelta(minutes=1)
+    assert _expiry(dsn, "other")[0] == other and _expiry(dsn, "forever")[0] is None
+    _age(dsn, "hit", 10)  # expired: a read never brings it back
+    expired = _expiry(dsn, "hit")[0]
+    await vstore.search(("v",), query="apple", limit=2)
+    assert _expiry(dsn, "hit")[0] == expired
+
+
 async def test_omit_expired_and_sweep(make: Callable[..., Any], embeddings: LetterEmbeddings, dsn: str) -> None:
     ttl: dict[str, Any] = {"default_ttl": 1}
     s = await make(index={"dims": embeddings.dims, "embed": embeddings}, ttl=ttl)
