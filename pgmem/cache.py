@@ -31,14 +31,16 @@ as cosine similarities. Search is brute force (exact), by one of two kernels:
 * ``numpy``: a matrix-vector product (OpenBLAS's gemv, on its thread pool) and ``argpartition``. The
   fastest on an idle machine: 29 / 235 / 1,121 / 3,820 µs at 1k / 10k / 30k / 100k 384-d vectors (single
   queries, p50, 2 cores), against 27 / 407 / 1,525 / 5,494 µs for ``faiss.knn`` on one thread.
-* ``faiss``: ``faiss.knn`` on one OpenMP thread (FAISS's own SIMD loop, no BLAS thread pool). Beside
-  CPU-bound processes it holds up where the BLAS pool collapses: with other processes busy on the same 2
+* ``faiss``: FAISS's ``knn_inner_product`` on one OpenMP thread (its own SIMD loop and a heap, no BLAS
+  thread pool; called directly, with the entry's output arrays: at 1k the cost around the scan counts).
+  Beside CPU-bound processes it holds up where the BLAS pool collapses: with other processes busy on the same 2
   cores, numpy took 9,489 / 12,167 µs at 10k / 30k against 637 / 1,678 µs.
 
 ``kernel="auto"`` (the default) picks per search, by the recent cost of each kernel on entries of that
-size: it times every search, keeps the last few timings of each kernel per size class (powers of two), uses
-the cheaper one and gives the other a probe every :data:`PROBE_EVERY` searches, so it moves to FAISS when
-the machine gets busy and back when it is quiet again (``benchmarks/vectors.py`` part A, loaded scenario).
+size: it times searches (every one from :data:`TIME_EVERY_ABOVE`, one in :data:`SAMPLE_EVERY` below), keeps
+the last few timings of each kernel per size class (powers of two), uses the cheaper one and gives the other
+a probe every :data:`PROBE_EVERY` searches, so it moves to FAISS when the machine gets busy and back when it
+is quiet again (``benchmarks/vectors.py`` part A, loaded scenario).
 Both kernels give the same answer (ties at the k-th place are resolved by id either way).
 
 Approximate mode (``approximate_above=N``, off by default). A memory of at least N vectors gets an HNSW
@@ -112,6 +114,7 @@ _ID_BYTES = 120  # a Python str id and its dict slot, roughly
 #: Strict mode overlaps its high-water-mark read with the search of memories smaller than this (see
 #: ``VectorCache._top_k_confirmed``); larger ones read it first.
 _OVERLAP_BELOW = 2048
+_FLOAT32 = np.dtype(np.float32)
 
 
 @dataclass
@@ -147,6 +150,9 @@ class _Entry:
     building: list[tuple[int, str, Vectors | None]] | None = None
     generation: int = 0
     ann_failed: bool = False
+    # The FAISS kernel's output arrays for one query and their C pointers, with the matrix's pointer: made
+    # again when the matrix is replaced or k changes (VectorCache._faiss_ranked; under the lock).
+    faiss_out: tuple[Any, ...] | None = None
 
     @property
     def size(self) -> int:
@@ -323,6 +329,12 @@ class _ModelChanged(Exception):
 #: many times slower it was, up to :data:`PROBE_MAX`).
 PROBE_EVERY = 32
 PROBE_MAX = 1024
+#: A size class whose cheaper kernel takes less than this (seconds per query) has one search in
+#: :data:`SAMPLE_EVERY` timed (and every probe); above it, every search. Timing a search and recording it
+#: cost ~3 µs after a scan of 1k vectors (the chooser's state is out of the CPU caches by then), a tenth
+#: of the scan itself; at 200 µs it is 1.5%.
+TIME_EVERY_ABOVE = 200e-6
+SAMPLE_EVERY = 8
 
 
 class KernelChooser:
@@ -332,45 +344,59 @@ class KernelChooser:
     the one with the lower median, and the other one every :data:`PROBE_EVERY` searches of that class
     (scaled by how much slower it was, so probing costs about 1/PROBE_EVERY of the search time), so a
     change of load (other processes taking the cores, or leaving them) is noticed within a few probes. A
-    kernel never timed in a class is tried first. Lock-free: a lost timing under a race costs nothing."""
+    kernel never timed in a class is tried first. Every probe is timed, and every search of a class whose
+    cheaper kernel takes :data:`TIME_EVERY_ABOVE` or more; below that one search in :data:`SAMPLE_EVERY`
+    (there a change of load is noticed after a few dozen searches, at most a few ms). Lock-free: a lost
+    timing under a race costs nothing."""
 
     KERNELS = ("numpy", "faiss")
     KEEP = 5
 
     def __init__(self) -> None:
         self._times: dict[tuple[int, str], deque[float]] = {}
+        self._medians: dict[tuple[int, str], float] = {}
         self._calls: dict[int, int] = {}
-        # per size class: (the cheaper kernel, the other, probe interval), recomputed on every timing
-        self._order: dict[int, tuple[str, str, int]] = {}
+        # Per size class, recomputed on every timing: the probe interval, the timing interval, and what
+        # pick returns for a probe, for a timed search and for an untimed one.
+        self._order: dict[int, tuple[int, int, tuple[str, bool], tuple[str, bool], tuple[str, bool]]] = {}
 
-    def pick(self, n: int) -> str:
+    def pick(self, n: int) -> tuple[str, bool]:
+        """The kernel for a search of ``n`` vectors, and whether to time it (then :meth:`record` it)."""
         size = n.bit_length()
         order = self._order.get(size)
         if order is None:  # a kernel not timed yet in this class goes first
-            return next((k for k in self.KERNELS if not self._times.get((size, k))), self.KERNELS[0])
-        cheaper, other, every = order
+            return next((k for k in self.KERNELS if not self._times.get((size, k))), self.KERNELS[0]), True
+        every, sample, probe, timed, untimed = order
         calls = self._calls[size] = self._calls.get(size, 0) + 1
-        return other if calls % every == 0 else cheaper
+        if calls % every == 0:
+            return probe
+        return timed if calls % sample == 0 else untimed
 
     def record(self, kernel: str, n: int, seconds: float) -> None:
+        """A search of ``n`` vectors by ``kernel`` took ``seconds`` per query."""
         size = n.bit_length()
-        times = self._times.get((size, kernel))
+        key = (size, kernel)
+        times = self._times.get(key)
         if times is None:
-            times = self._times[size, kernel] = deque(maxlen=self.KEEP)
+            times = self._times[key] = deque(maxlen=self.KEEP)
         times.append(seconds)
-        medians = []
-        for name in self.KERNELS:
-            known = self._times.get((size, name))
-            if not known:
-                return
-            ordered = sorted(known)
-            medians.append((ordered[len(ordered) // 2], name))
-        (fast, cheaper), (slow, other) = sorted(medians)
+        ordered = sorted(times)
+        mine = self._medians[key] = ordered[len(ordered) // 2]  # only this kernel's median has moved
+        other = self.KERNELS[0] if kernel == self.KERNELS[1] else self.KERNELS[1]
+        theirs = self._medians.get((size, other))
+        if theirs is None:
+            return
+        # equal medians: the first by name, as sorting (median, name) pairs would
+        if (mine, kernel) < (theirs, other):
+            cheaper, fast, slow = kernel, mine, theirs
+        else:
+            cheaper, other, fast, slow = other, kernel, theirs, mine
         # A probe of a kernel r times as slow costs r searches: probe it r times less often (at most
         # PROBE_MAX apart), so that probing never costs more than ~1/PROBE_EVERY of the search time.
         ratio = slow / fast if fast > 0 else 1.0
         every = PROBE_EVERY if ratio <= 1.0 else min(PROBE_MAX, int(PROBE_EVERY * ratio))
-        self._order[size] = (cheaper, other, every)
+        sample = 1 if fast >= TIME_EVERY_ABOVE else SAMPLE_EVERY
+        self._order[size] = (every, sample, (other, True), (cheaper, True), (cheaper, False))
 
     def snapshot(self) -> dict[str, dict[str, float]]:
         """The median timing (µs per query) of each kernel per size class (``"<=2^b"``), for reports."""
@@ -462,6 +488,10 @@ class VectorCache:
 
         faiss.omp_set_num_threads(faiss_threads)
         self._faiss = faiss
+        # FAISS's C functions, called directly on the hot path (see _faiss_rows and _queries)
+        self._ptr = faiss.swig_ptr
+        self._knn = faiss.knn_inner_product
+        self._norm2 = faiss.fvec_norm_L2sqr
         # The memory's active model, looked up on the reader once and forgotten on a switch.
         self._models: dict[str, EmbeddingModel] = {}
         # Notifications name memories by tag (pgmem.planning.notify): the tags of the memories looked at.
@@ -856,8 +886,8 @@ class VectorCache:
         if threshold is not None:
             threshold = check_threshold(threshold)
         for _ in range(MODEL_SWITCH_ATTEMPTS):
-            # the repository remembers the active model (forgotten on a switch); look it up only when unknown
-            model = self._model(memory)
+            # the active model is remembered (forgotten on a switch); looked up on the reader only when unknown
+            model = self._models.get(memory) or self._model(memory)
             queries, scales = self._queries(vectors, model.dimension)
             try:
                 entry, confirm = self._entry(memory, model)
@@ -928,19 +958,22 @@ class VectorCache:
             out.append([(hit.message.id, hit.score) for hit in vector_hits(rows)])
         return out
 
-    @staticmethod
-    def _queries(vectors: Any, dimension: int) -> tuple[Vectors, list[float]]:
-        """The query vectors as a float32 matrix and, per query, the factor that turns its products with
-        the (unit) cached vectors into cosine similarities: 1 / its norm (1 for a zero vector).
+    def _queries(self, vectors: Any, dimension: int) -> tuple[Vectors, list[float]]:
+        """The query vectors as a C-contiguous float32 matrix and, per query, the factor that turns its
+        products with the (unit) cached vectors into cosine similarities: 1 / its norm (1 for a zero vector).
 
         The query is not normalised before the product: ranking does not depend on a positive factor, and
-        only the k scores kept are scaled (a single query vector of the right type and shape takes no
-        further numpy call than the dot product that gives its norm; the search is memory-bound and each
-        call in front of it runs with the CPU caches flushed by the previous product)."""
-        if type(vectors) is np.ndarray and vectors.dtype == np.float32 and vectors.shape == (dimension,):
-            with np.errstate(over="ignore"):  # a square too large for float32 takes the general path
-                norm2 = float(vectors @ vectors)
-            if 0.0 < norm2 < math.inf:  # finite entries whose squares neither overflow nor vanish
+        only the k scores kept are scaled. A single contiguous float32 vector of the right shape costs one C
+        call (FAISS's squared norm, accumulated in float32 like the products: ~0.3 µs, where numpy's
+        ``v @ v`` under ``np.errstate`` took ~3 µs); every other form is checked and normalised in numpy."""
+        if (
+            type(vectors) is np.ndarray
+            and vectors.dtype is _FLOAT32  # numpy's own (native-order) float32; any other takes the long way
+            and vectors.shape == (dimension,)
+            and vectors.flags.c_contiguous
+        ):
+            norm2 = self._norm2(self._ptr(vectors), dimension)
+            if 0.0 < norm2 < math.inf:  # finite entries whose squares neither overflow nor vanish (NaN: no)
                 return vectors[None, :], [1.0 / math.sqrt(norm2)]
         queries = np.asarray(vectors, dtype=np.float32)
         if queries.ndim == 1:
@@ -950,7 +983,7 @@ class VectorCache:
         if not np.isfinite(queries).all():
             raise InvalidInput("query vectors must be finite (no NaN or infinity)")
         # normalised in float64 here (a float32 square can overflow); the scale is then 1
-        unit = _unit(queries.astype(np.float64)).astype(np.float32)
+        unit = np.ascontiguousarray(_unit(queries.astype(np.float64)), np.float32)
         return unit, [1.0] * len(unit)
 
     @staticmethod
@@ -971,6 +1004,7 @@ class VectorCache:
     def _top_k(
         self, entry: _Entry, queries: Vectors, scales: list[float], k: int, threshold: float | None
     ) -> list[list[tuple[str, float]]]:
+        """Per query, the ``k`` best of the entry's vectors (call with the entry's lock held)."""
         n = entry.size
         if n == 0:
             return [[] for _ in queries]
@@ -981,30 +1015,82 @@ class VectorCache:
                 return self._rank(entry.ann.search(queries, min(k, n)), scales, k, threshold)
             if entry.building is None and not entry.ann_failed:
                 self._start_build(entry)
-        base = entry.matrix[:n]
         take = k if k < n else n
-        found: list[tuple[list[float], list[int]]] = []
-        kernel = self.kernels.pick(n) if self.kernel == "auto" else self.kernel
-        started = time.perf_counter()
+        kernel, timed = self.kernels.pick(n) if self.kernel == "auto" else (self.kernel, False)
+        started = time.perf_counter() if timed else 0.0
         if kernel == "faiss":
-            # one more than k: a tie between the k-th and the next means the k-th place is shared
-            wide = take + 1 if take < n else take
-            scores, rows = self._faiss.knn(queries, base, wide, metric=self._faiss.METRIC_INNER_PRODUCT)
-            for q, s, r in zip(queries, scores, rows, strict=True):
-                if wide > take and s[take - 1] == s[take]:
-                    found.append(self._top_rows(base @ q, n, take))
-                else:
-                    found.append((s[:take].tolist(), r[:take].tolist()))
+            out = self._faiss_ranked(entry, n, queries, scales, take, threshold)
         else:
-            for q in queries:
-                found.append(self._top_rows(base @ q, n, take))  # a gemv, not a transposed matrix product
-        self.kernels.record(kernel, n, (time.perf_counter() - started) / len(queries))
+            base = entry.matrix[:n]
+            ids = entry.ids
+            out = []
+            for q, scale in zip(queries, scales, strict=True):
+                products, rows = self._top_rows(base @ q, n, take)  # a gemv, not a matrix product
+                out.append(self._ranked(products, rows, ids, scale, take, threshold))
+        if timed:
+            self.kernels.record(kernel, n, (time.perf_counter() - started) / len(queries))
+        return out
+
+    @staticmethod
+    def _ranked(
+        products: list[float], rows: list[int], ids: list[str], scale: float, k: int, threshold: float | None
+    ) -> list[tuple[str, float]]:
+        """Candidate rows and their products, as ``(id, cosine similarity)`` best first with ties by id, cut
+        at ``k`` and at ``threshold`` (a row of -1 is no row)."""
+        # (negated score, id) sorts best first with ties by id, without a key function
+        ranked = [(-p * scale, ids[r]) for p, r in zip(products, rows, strict=True) if r >= 0]
+        ranked.sort()
+        if threshold is not None:
+            return [(i, -s) for s, i in ranked[:k] if -s >= threshold]
+        return [(i, -s) for s, i in ranked[:k]]
+
+    def _faiss_ranked(
+        self, entry: _Entry, n: int, queries: Vectors, scales: list[float], take: int, threshold: float | None
+    ) -> list[list[tuple[str, float]]]:
+        """The ``take`` best of the entry's ``n`` rows per query, ranked as :meth:`_ranked` does, by FAISS's
+        ``knn_inner_product`` (its SIMD loop and a heap, on one OpenMP thread). Call with the entry's lock held.
+
+        Called directly, not through ``faiss.knn``, whose conversions, checks and output arrays cost 1-3 µs
+        around the same call: the arrays are C-contiguous float32 (``_queries`` and ``_Entry`` make them so),
+        and a single query's output arrays are the entry's, made once. One more row than ``take`` is asked
+        for: if it ties with the ``take``-th, that place is shared, and the query is ranked from all its
+        products (:meth:`_top_rows`). FAISS returns the rows best first: unless two scores are equal (then
+        they are sorted by id), the answer is that order, built in one pass."""
+        matrix = entry.matrix
+        nq, d = queries.shape  # C-contiguous: _queries returns them so (FAISS reads the bare pointer)
+        if d != matrix.shape[1]:  # never: the entry is the model's, the queries were checked against it
+            raise InvalidInput(f"query vectors must have {matrix.shape[1]} dimensions, got {d}")
+        wide = take + 1 if take < n else take
+        ptr = self._ptr
+        out_arrays = entry.faiss_out
+        if nq == 1 and out_arrays is not None and out_arrays[0] is matrix and out_arrays[1] == wide:
+            _, _, matrix_at, scores, rows, scores_at, rows_at = out_arrays
+        else:
+            scores = np.empty(nq * wide, np.float32)  # flat: one list each below, no list of lists
+            rows = np.empty(nq * wide, np.int64)
+            matrix_at, scores_at, rows_at = ptr(matrix), ptr(scores), ptr(rows)
+            if nq == 1:  # (the arrays are kept with their pointers: a pointer does not keep its array alive)
+                entry.faiss_out = (matrix, wide, matrix_at, scores, rows, scores_at, rows_at)
+        self._knn(ptr(queries), matrix_at, d, nq, n, wide, scores_at, rows_at)
+        all_scores, all_rows = scores.tolist(), rows.tolist()
         ids = entry.ids
-        named = []
-        for products, rows in found:
-            pairs = [(p, ids[r]) for p, r in zip(products, rows, strict=True) if r >= 0]
-            named.append(([p for p, _ in pairs], [i for _, i in pairs]))
-        return self._rank(named, scales, k, threshold)
+        out = []
+        for j in range(nq):
+            s, r = all_scores[j * wide : (j + 1) * wide], all_rows[j * wide : (j + 1) * wide]
+            if wide > take:
+                if s[take - 1] == s[take]:  # the take-th place is shared
+                    products, found = self._top_rows(matrix[:n] @ queries[j], n, take)
+                    out.append(self._ranked(products, found, ids, scales[j], take, threshold))
+                    continue
+                s.pop()
+                r.pop()
+            if r[-1] < 0 or len(set(s)) < take:  # fewer rows than asked (no row is -1), or equal scores
+                out.append(self._ranked(s, r, ids, scales[j], take, threshold))
+                continue
+            scale = scales[j]
+            hits = [(ids[x], p * scale) for p, x in zip(s, r, strict=True)]
+            out.append(hits if threshold is None else [h for h in hits if h[1] >= threshold])
+        return out
 
     def _start_build(self, entry: _Entry) -> None:
         """Build the entry's HNSW graph in a background thread (call with the entry's lock held). The build

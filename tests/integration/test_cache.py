@@ -18,7 +18,7 @@ import pytest
 
 import pgmem
 from pgmem import Message
-from pgmem.cache import PROBE_EVERY, PROBE_MAX, KernelChooser, VectorCache
+from pgmem.cache import PROBE_EVERY, PROBE_MAX, SAMPLE_EVERY, TIME_EVERY_ABOVE, KernelChooser, VectorCache
 from tests.integration.cache_workers import MEMORY, same
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -286,6 +286,23 @@ def test_faiss_path_equals_numpy_path(client: pgmem.Client) -> None:
             for _ in range(3):  # auto tries both kernels, then probes the other one now and then
                 assert same(auto.search_vectors("m", q, 10)[0], a)
             assert same(a, _exact(client, "m", q, 10))
+        # every shape of request: k from 1 to more than the memory holds, a threshold, a batch (one FAISS
+        # call), float64 and strided queries (normalised first), a query scaled up
+        batch = np.asarray(queries, dtype=np.float32)
+        wide = np.repeat(batch, 2, axis=1)[:, ::2]  # the same values, not contiguous
+        for k in (1, 2, 10, 299, 300, 500):
+            for threshold in (None, 0.3):
+                kwargs = {"threshold": threshold}
+                by_faiss = with_faiss.search_vectors("m", batch, k, **kwargs)
+                one_by_one = [with_faiss.search_vectors("m", q, k, **kwargs)[0] for q in batch]
+                assert all(map(same, by_faiss, one_by_one))  # (a batch is normalised first: scores within 1e-6)
+                for form in (batch.astype(np.float64), wide, batch * np.float32(4)):
+                    assert all(map(same, with_faiss.search_vectors("m", form, k, **kwargs), by_faiss))
+                by_numpy = with_numpy.search_vectors("m", batch, k, **kwargs)
+                assert all(map(same, by_faiss, by_numpy))
+                assert [len(found) for found in by_faiss] == [len(found) for found in by_numpy]
+                if threshold is None:
+                    assert all(len(found) == min(k, 300) for found in by_faiss)
 
 
 def test_auto_kernel_moves_to_the_cheaper_one_and_back() -> None:
@@ -299,7 +316,8 @@ def test_auto_kernel_moves_to_the_cheaper_one_and_back() -> None:
     def run(searches: int) -> list[str]:
         picked = []
         for _ in range(searches):
-            kernel = chooser.pick(n)
+            kernel, timed = chooser.pick(n)
+            assert timed  # searches of 200 us and more are all timed
             chooser.record(kernel, n, cost[kernel])
             picked.append(kernel)
         return picked
@@ -316,10 +334,40 @@ def test_auto_kernel_moves_to_the_cheaper_one_and_back() -> None:
     cost["numpy"] = 200e-6  # and quiet again: numpy's probes win it back
     quiet = run(4 * PROBE_MAX)
     assert quiet[-4 * PROBE_EVERY :].count("faiss") <= 4
-    assert chooser.pick(100) in KernelChooser.KERNELS  # another size class is timed on its own
+    assert chooser.pick(100) == ("numpy", True)  # another size class is timed on its own
     assert set(chooser.snapshot()["<=2^14"]) == {"numpy", "faiss"}
     with pytest.raises(pgmem.InvalidInput, match="kernel"):
         VectorCache.__init__(object.__new__(VectorCache), object(), kernel="blas")  # type: ignore[arg-type]
+
+
+def test_auto_kernel_times_one_cheap_search_in_a_few() -> None:
+    """Where the cheaper kernel takes less than TIME_EVERY_ABOVE, one search in SAMPLE_EVERY is timed (and
+    every probe): timing costs about a tenth of a search of 1k vectors. A kernel that becomes slow is still
+    left within a few timed searches."""
+    chooser = KernelChooser()
+    n = 1000
+    cost = {"numpy": 40e-6, "faiss": 30e-6}
+    timings = {"numpy": 0, "faiss": 0}
+
+    def run(searches: int) -> list[str]:
+        picked = []
+        for _ in range(searches):
+            kernel, timed = chooser.pick(n)
+            if timed:
+                timings[kernel] += 1
+                chooser.record(kernel, n, cost[kernel])
+            picked.append(kernel)
+        return picked
+
+    first = run(2 + 8 * PROBE_EVERY)
+    assert sorted(first[:2]) == ["faiss", "numpy"]
+    probes = first[2:].count("numpy")
+    assert 1 <= probes <= 8 and timings["numpy"] == 1 + probes  # every probe timed
+    assert abs(timings["faiss"] - 1 - 8 * PROBE_EVERY / SAMPLE_EVERY) <= 2  # one in SAMPLE_EVERY
+    cost["faiss"] = 9_000e-6  # faiss becomes slow: numpy takes over within a few timed searches
+    switched = run(4 * SAMPLE_EVERY + 1)
+    assert switched[-1] == "numpy"
+    assert TIME_EVERY_ABOVE > cost["numpy"]
 
 
 def test_purged_log_and_recreated_memory_reload(dsn: str, client: pgmem.Client) -> None:
@@ -418,7 +466,7 @@ def test_a_shared_kth_place_goes_to_the_smallest_ids(client: pgmem.Client, kerne
     client.vectors.flush(embedder)
     q = embedder.embed(["twin"])[0]
     with VectorCache(client, kernel=kernel) as cache:
-        for k in (1, 3, 5):
+        for k in (1, 3, 5, 6):  # 6: all six twins, the next place not shared (FAISS still returns them unsorted)
             got = cache.search_vectors("m", q, k)[0]
             assert [i for i, _ in got] == [f"twin-{c}" for c in "abcdef"[:k]]
             assert len({s for _, s in got}) == 1
