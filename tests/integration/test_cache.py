@@ -418,6 +418,7 @@ def test_every_form_of_query_vector_gets_the_same_answer(client: pgmem.Client) -
     with VectorCache(client) as cache:
         want = _exact(client, "m", q, 10)
         forms = [q, q.tolist(), q.astype(np.float64), q * np.float32(7.5), q * np.float32(1e30), q[None, :]]
+        forms += [np.repeat(q, 2)[::2], q.astype(">f4")]  # strided, big-endian: not the fast path's float32
         for form in forms:
             assert same(cache.search_vectors("m", form, 10)[0], want)
             assert np.allclose([s for _, s in cache.search_vectors("m", form, 10)[0]], [s for _, s in want], atol=1e-5)
