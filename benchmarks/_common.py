@@ -6,6 +6,7 @@ import contextlib
 import gc
 import json
 import os
+import random
 import shutil
 import signal
 import statistics
@@ -97,20 +98,31 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
 
 
 def timed_together(
-    fns: dict[str, Callable[[], Any]], *, iterations: int, warmup: int = 20
+    fns: dict[str, Callable[[], Any]], *, iterations: int, warmup: int = 20, shuffle: bool = False
 ) -> dict[str, dict[str, float]]:
     """Time several functions interleaved (a, b, c, a, b, c, …) so that the machine's noise, which drifts
-    over seconds on a shared VM, lands on all of them alike; p50 / p99 / mean in microseconds each."""
+    over seconds on a shared VM, lands on all of them alike; p50 / p99 / mean in microseconds each.
+
+    The rotation keeps the cyclic order, so each function mostly follows the same one. ``shuffle``: a new
+    order every round (seeded), so each follows every other alike. Beside CPU-bound processes that matters:
+    a call of a few ms that starts right after a long one (which waited out the others' time slices) has a
+    fresh slice and runs through, the next ones are preempted and wait ~15 ms (part A at 30k: whichever
+    function came first after raw numpy measured ~2 ms p50, the third ~18 ms, whatever it ran)."""
     for _ in range(warmup):
         for fn in fns.values():
             fn()
     samples: dict[str, list[float]] = {name: [] for name in fns}
     items = list(fns.items())
+    rng = random.Random(0)
     gc.collect()
     gc.disable()
     try:
         for i in range(iterations):
-            for name, fn in items[i % len(items) :] + items[: i % len(items)]:
+            if shuffle:
+                order = rng.sample(items, len(items))
+            else:
+                order = items[i % len(items) :] + items[: i % len(items)]
+            for name, fn in order:
                 start = time.perf_counter_ns()
                 fn()
                 samples[name].append((time.perf_counter_ns() - start) / 1000)

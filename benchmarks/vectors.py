@@ -250,7 +250,8 @@ def part_a_loaded(
 ) -> list[dict[str, Any]]:
     """Part A beside ``busy`` CPU-bound processes on the same cores (other agents at work): the cache
     (default mode, ``kernel="auto"``) against single-threaded ``faiss.knn`` and raw numpy (whose BLAS
-    pool fights the busy processes). Target: cache p50 <= 1.2x single-threaded ``faiss.knn``."""
+    pool fights the busy processes). Target: cache p50 <= 1.2x single-threaded ``faiss.knn``. The order of
+    the four is shuffled every round (``timed_together(shuffle=True)``)."""
     rows = []
     faiss.omp_set_num_threads(1)
     with VectorCache(client) as cache:
@@ -270,6 +271,7 @@ def part_a_loaded(
                         "cache default": lambda: cache.search_vectors(memory, queries[next(qs)], K),
                     },
                     iterations=samples,
+                    shuffle=True,  # see timed_together: in a fixed cycle the position decided the p50 at 30k
                 )
             faiss_p50 = t["raw faiss 1 thread"]["p50_us"]
             rows.append(
