@@ -488,7 +488,7 @@ class VectorCache:
 
         faiss.omp_set_num_threads(faiss_threads)
         self._faiss = faiss
-        # FAISS's C functions, called directly on the hot path (see _faiss_rows and _queries)
+        # FAISS's C functions, called directly on the hot path (see _faiss_ranked and _queries)
         self._ptr = faiss.swig_ptr
         self._knn = faiss.knn_inner_product
         self._norm2 = faiss.fvec_norm_L2sqr
@@ -1076,7 +1076,10 @@ class VectorCache:
         ids = entry.ids
         out = []
         for j in range(nq):
-            s, r = all_scores[j * wide : (j + 1) * wide], all_rows[j * wide : (j + 1) * wide]
+            if nq == 1:
+                s, r = all_scores, all_rows
+            else:
+                s, r = all_scores[j * wide : (j + 1) * wide], all_rows[j * wide : (j + 1) * wide]
             if wide > take:
                 if s[take - 1] == s[take]:  # the take-th place is shared
                     products, found = self._top_rows(matrix[:n] @ queries[j], n, take)
