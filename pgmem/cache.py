@@ -62,6 +62,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import mmap
 import statistics
 import threading
 import time
@@ -168,7 +169,7 @@ class _Entry:
         self.generation += 1
         self.ann, self.building, self.ann_failed = None, None, False
         self.ids, self.row_of, self.rev = [], {}, rev
-        self.matrix = np.zeros((max(16, len(ids)), self.model.dimension), np.float32)
+        self.matrix = _zeros(max(16, len(ids)), self.model.dimension)
         for message_id, vector in zip(ids, matrix, strict=True):
             self.add(message_id, vector)
 
@@ -177,7 +178,7 @@ class _Entry:
             return
         n = len(self.ids)
         if n == self.matrix.shape[0]:
-            grown = np.zeros((max(16, 2 * n), self.matrix.shape[1]), np.float32)
+            grown = _zeros(max(16, 2 * n), self.matrix.shape[1])
             grown[:n] = self.matrix[:n]
             self.matrix = grown
         self.matrix[n] = _unit(vector)
@@ -405,6 +406,30 @@ class KernelChooser:
             if times:
                 out.setdefault(f"<=2^{size}", {})[kernel] = round(statistics.median(times) * 1e6, 1)
         return out
+
+
+_HUGE_PAGE = 2 << 20
+
+
+def _zeros(rows: int, dimension: int) -> Vectors:
+    """A zeroed float32 matrix for an entry's vectors. From two huge pages (4 MB) on, fresh memory the kernel
+    may back with transparent huge pages: an anonymous mapping, ``madvise(MADV_HUGEPAGE)`` before the first
+    touch, the matrix starting on a 2 MB boundary. A scan is bound by its TLB misses on 4 KB pages: FAISS over
+    10k 384-d vectors took 760-875 µs where 0-16% of the matrix was on huge pages and 465-525 µs where
+    82-100% was (same process, same values, interleaved), and ``np.zeros`` (numpy does advise huge pages)
+    often returns heap memory already mapped with 4 KB pages. Elsewhere (no ``MADV_HUGEPAGE``): ``np.zeros``."""
+    nbytes = rows * dimension * 4
+    advice = getattr(mmap, "MADV_HUGEPAGE", None)
+    if advice is None or nbytes < 2 * _HUGE_PAGE:
+        return np.zeros((rows, dimension), np.float32)
+    # private (shared anonymous memory is shmem, whose huge pages are off by default); zero-filled;
+    # unmapped when the last view of it goes
+    region = mmap.mmap(-1, nbytes + _HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    region.madvise(advice)
+    raw = np.frombuffer(region, np.uint8)
+    start = -raw.ctypes.data % _HUGE_PAGE
+    matrix: Vectors = raw[start : start + nbytes].view(np.float32).reshape(rows, dimension)
+    return matrix
 
 
 def _unit(vectors: Vectors) -> Vectors:
@@ -807,7 +832,7 @@ class VectorCache:
         rev, ids, matrix = self._memory_vectors(memory, model)
         self.stats.loads += 1
         entry = _Entry(model=model, rev=rev, ids=[], matrix=np.zeros((0, model.dimension), np.float32), row_of={})
-        entry.matrix = np.zeros((max(16, len(ids)), model.dimension), np.float32)
+        entry.matrix = _zeros(max(16, len(ids)), model.dimension)
         entry.matrix[: len(ids)] = _unit(matrix)
         entry.ids = list(ids)
         entry.row_of = {message_id: row for row, message_id in enumerate(ids)}
