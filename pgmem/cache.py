@@ -162,7 +162,10 @@ class _Entry:
     @property
     def nbytes(self) -> int:
         ann = 0 if self.ann is None else self.ann.nbytes
-        return int(self.matrix.nbytes) + _ID_BYTES * len(self.ids) + ann
+        matrix = int(self.matrix.nbytes)
+        if matrix >= _HUGE_FROM:  # on huge pages (_zeros): whole ones
+            matrix = -(-matrix // _HUGE_PAGE) * _HUGE_PAGE
+        return matrix + _ID_BYTES * len(self.ids) + ann
 
     def reset(self, ids: Sequence[str], matrix: Vectors, rev: int) -> None:
         """Replace the contents (a reload): any index or build of the old contents is dropped."""
@@ -409,18 +412,22 @@ class KernelChooser:
 
 
 _HUGE_PAGE = 2 << 20
+#: Entry matrices from this size on are put on transparent huge pages (see :func:`_zeros`).
+_HUGE_FROM = _HUGE_PAGE // 2
 
 
 def _zeros(rows: int, dimension: int) -> Vectors:
-    """A zeroed float32 matrix for an entry's vectors. From two huge pages (4 MB) on, fresh memory the kernel
-    may back with transparent huge pages: an anonymous mapping, ``madvise(MADV_HUGEPAGE)`` before the first
-    touch, the matrix starting on a 2 MB boundary. A scan is bound by its TLB misses on 4 KB pages: FAISS over
-    10k 384-d vectors took 760-875 µs where 0-16% of the matrix was on huge pages and 465-525 µs where
-    82-100% was (same process, same values, interleaved), and ``np.zeros`` (numpy does advise huge pages)
-    often returns heap memory already mapped with 4 KB pages. Elsewhere (no ``MADV_HUGEPAGE``): ``np.zeros``."""
+    """A zeroed float32 matrix for an entry's vectors. From :data:`_HUGE_FROM` (1 MB) on, fresh memory the
+    kernel may back with transparent huge pages: a private anonymous mapping, ``madvise(MADV_HUGEPAGE)``
+    before the first touch, the matrix starting on a 2 MB boundary. The scan is held up by TLB misses on
+    4 KB pages: FAISS over 10k 384-d vectors took 760-875 µs where 0-16% of the matrix was on huge pages and
+    465-525 µs where 82-100% was, over 1k 28-29 µs on one huge page against 31-35 µs (same process, same
+    values, interleaved); ``np.zeros`` (numpy does advise huge pages from 4 MB) often returns heap memory
+    already mapped with 4 KB pages. The cost: the last huge page is whole (counted in ``_Entry.nbytes``).
+    Elsewhere (no ``MADV_HUGEPAGE``), and below 1 MB: ``np.zeros``."""
     nbytes = rows * dimension * 4
     advice = getattr(mmap, "MADV_HUGEPAGE", None)
-    if advice is None or nbytes < 2 * _HUGE_PAGE:
+    if advice is None or nbytes < _HUGE_FROM:
         return np.zeros((rows, dimension), np.float32)
     # private (shared anonymous memory is shmem, whose huge pages are off by default); zero-filled;
     # unmapped when the last view of it goes
