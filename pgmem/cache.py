@@ -172,7 +172,7 @@ class _Entry:
         self.generation += 1
         self.ann, self.building, self.ann_failed = None, None, False
         self.ids, self.row_of, self.rev = [], {}, rev
-        self.matrix = _zeros(max(16, len(ids)), self.model.dimension)
+        self.matrix, self.faiss_out = _zeros(max(16, len(ids)), self.model.dimension), None
         for message_id, vector in zip(ids, matrix, strict=True):
             self.add(message_id, vector)
 
@@ -183,7 +183,7 @@ class _Entry:
         if n == self.matrix.shape[0]:
             grown = _zeros(max(16, 2 * n), self.matrix.shape[1])
             grown[:n] = self.matrix[:n]
-            self.matrix = grown
+            self.matrix, self.faiss_out = grown, None  # (which held the old matrix)
         self.matrix[n] = _unit(vector)
         self.ids.append(message_id)
         self.row_of[message_id] = n
