@@ -350,8 +350,8 @@ class KernelChooser:
     change of load (other processes taking the cores, or leaving them) is noticed within a few probes. A
     kernel never timed in a class is tried first. Every probe is timed, and every search of a class whose
     cheaper kernel takes :data:`TIME_EVERY_ABOVE` or more; below that one search in :data:`SAMPLE_EVERY`
-    (there a change of load is noticed after a few dozen searches, at most a few ms). Lock-free: a lost
-    timing under a race costs nothing."""
+    (there the cheaper kernel turning slow is noticed after about 3 x SAMPLE_EVERY searches instead of 3).
+    Lock-free: a lost timing under a race costs nothing."""
 
     KERNELS = ("numpy", "faiss")
     KEEP = 5
