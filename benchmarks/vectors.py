@@ -672,11 +672,13 @@ def part_n(
                     "raw iterative HNSW, app role": lambda: run_app(iterative_app, ann_sql, next(pick)),
                     "raw post-filtered HNSW": lambda: run(plain, ann_sql, next(pick)),
                 }
-                timings = {"quiet": timed_together(contenders, iterations=samples)}
+                # A new order every round: with six contenders a fixed rotation has each mostly follow
+                # the same one, which beside busy processes decides who waits out a time slice (part A).
+                timings = {"quiet": timed_together(contenders, iterations=samples, shuffle=True)}
                 if busy:
                     with busy_processes(busy):
                         time.sleep(SETTLE_S)
-                        timings[f"{busy} busy"] = timed_together(contenders, iterations=samples)
+                        timings[f"{busy} busy"] = timed_together(contenders, iterations=samples, shuffle=True)
                 results = {
                     "pgmem": [[h.message.id for h in client.search(vector=queries[j], k=K)] for j in range(100)],
                     "raw exact": [run(exact, exact_sql, j) for j in range(100)],
