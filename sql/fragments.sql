@@ -134,17 +134,19 @@ JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = e.message_id
 -- statement's snapshot still shows the rows it deletes, so the memory's own entries are excluded by
 -- `o.memory <> %(memory)s` (a message is in a memory at most once) rather than seen as references.
 -- Refer to a message: an entry of another memory, a queue item, a row of the queue archive.
+-- Each check is a subquery per message (OFFSET 0 keeps the planner from turning it into a join), probed by
+-- the message id: as an anti-join it read every entry of the namespace when the statistics were behind.
 -- Deliberately not used by retention.sql `purge_queue_archive`, which deletes archive rows, not entries:
 -- it keeps every entry as a reference and excludes the archive rows it deletes instead.
 DELETE FROM pgmem.messages AS m USING entry
 WHERE m.namespace = %(ns)s AND m.id = entry.message_id
   AND NOT EXISTS (SELECT 1 FROM pgmem.memory_entries AS o
                   WHERE o.namespace = %(ns)s AND o.message_id = entry.message_id
-                    AND o.memory <> %(memory)s)
+                    AND o.memory <> %(memory)s OFFSET 0)
   AND NOT EXISTS (SELECT 1 FROM pgmem.queue_items AS q
-                  WHERE q.namespace = %(ns)s AND q.message_id = entry.message_id)
+                  WHERE q.namespace = %(ns)s AND q.message_id = entry.message_id OFFSET 0)
   AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive_batches AS a
-                  WHERE a.message_ids @> ARRAY[entry.message_id] AND a.namespace = %(ns)s)
+                  WHERE a.message_ids @> ARRAY[entry.message_id] AND a.namespace = %(ns)s OFFSET 0)
 
 -- fragment: message_payload
 -- What a framework adapter keeps of a message (alias m): its metadata field %(field)s (the framework's own

@@ -245,7 +245,9 @@ SELECT count(*) FROM entry;
 -- two different messages instead of one waiting for the other and finding its row gone. The message is
 -- read by the entry's DELETE, before `orphan` may delete it: the statement returns it whether its CTEs
 -- share one snapshot (PostgreSQL) or run one after another (Citus). delete_at_position(_from_end) and
--- delete_oldest do the same.
+-- delete_oldest do the same. The entry and its message are found by key, from a scalar subquery on the
+-- locked entry: as a join, a memory filled since the tables were last analyzed was walked entry by entry
+-- (tests/integration/test_removal_plans.py).
 WITH newest AS (
     SELECT namespace, memory, message_id, seq FROM pgmem.memory_entries
     WHERE namespace = %(ns)s AND memory = %(memory)s
@@ -253,8 +255,9 @@ WITH newest AS (
     FOR UPDATE SKIP LOCKED
 ), entry AS (
     DELETE FROM pgmem.memory_entries AS e
-    USING newest JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = newest.message_id
-    WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND e.message_id = newest.message_id
+    USING pgmem.messages AS m
+    WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND e.message_id = (SELECT message_id FROM newest)
+      AND m.namespace = %(ns)s AND m.id = (SELECT message_id FROM newest)
     RETURNING e.message_id, e.seq, {{message_columns}}
 ), orphan AS (
     {{delete_orphans}}
@@ -355,8 +358,9 @@ WITH target AS (
     FOR UPDATE
 ), entry AS (
     DELETE FROM pgmem.memory_entries AS e
-    USING target JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = target.message_id
-    WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND e.message_id = target.message_id
+    USING pgmem.messages AS m
+    WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND e.message_id = (SELECT message_id FROM target)
+      AND m.namespace = %(ns)s AND m.id = (SELECT message_id FROM target)
     RETURNING e.message_id, e.seq, {{message_columns}}
 ), orphan AS (
     {{delete_orphans}}
@@ -374,8 +378,9 @@ WITH target AS (
     FOR UPDATE
 ), entry AS (
     DELETE FROM pgmem.memory_entries AS e
-    USING target JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = target.message_id
-    WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND e.message_id = target.message_id
+    USING pgmem.messages AS m
+    WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND e.message_id = (SELECT message_id FROM target)
+      AND m.namespace = %(ns)s AND m.id = (SELECT message_id FROM target)
     RETURNING e.message_id, e.seq, {{message_columns}}
 ), orphan AS (
     {{delete_orphans}}
@@ -385,16 +390,21 @@ FROM entry;
 
 -- name: delete_oldest
 -- Remove and return the oldest %(n)s messages of a memory, oldest first. SKIP LOCKED, as delete_newest:
--- two processes taking the oldest at once take different entries. Returns MessageRows.
+-- two processes taking the oldest at once take different entries. The entries are read from the range
+-- of sequence numbers taken (so never the whole memory, whatever the planner's statistics). Returns
+-- MessageRows.
 WITH oldest AS (
-    SELECT message_id FROM pgmem.memory_entries
+    SELECT message_id, seq FROM pgmem.memory_entries
     WHERE namespace = %(ns)s AND memory = %(memory)s
     ORDER BY seq ASC LIMIT %(n)s
     FOR UPDATE SKIP LOCKED
 ), entry AS (
     DELETE FROM pgmem.memory_entries AS e
-    USING oldest JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = oldest.message_id
-    WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND e.message_id = oldest.message_id
+    USING pgmem.messages AS m
+    WHERE e.namespace = %(ns)s AND e.memory = %(memory)s
+      AND e.seq BETWEEN (SELECT min(seq) FROM oldest) AND (SELECT max(seq) FROM oldest)
+      AND e.message_id = ANY (ARRAY(SELECT message_id FROM oldest))
+      AND m.namespace = %(ns)s AND m.id = e.message_id
     RETURNING e.message_id, e.seq, {{message_columns}}
 ), orphan AS (
     {{delete_orphans}}
