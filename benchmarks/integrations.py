@@ -6,6 +6,8 @@ python -m benchmarks.integrations --parts history,session --quick
 Parts (each system gets a fresh database of the same server; the same messages, real English lines):
 * history: ``PgmemChatMessageHistory`` vs langchain-postgres' ``PostgresChatMessageHistory`` (a JSONB row
   per message; sync psycopg connection): add 1 / 10 messages, read 100 / 1,000.
+* floor: where a history add's time goes on the server (``bench_floor``): the add's statement as shipped,
+  the same statement on a schema stripped to the message model's keys, and langchain-postgres' INSERT.
 * session: ``PgmemSession`` (on an AsyncClient) vs the Agents SDK's ``SQLAlchemySession`` (psycopg async
   driver): add 1 / 10 items, get 20 of 1,000, pop.
 * chatstore: ``PgmemChatStore`` vs ``PostgresChatStore`` of llama-index-storage-chat-store-postgres (one
@@ -37,6 +39,7 @@ from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.types.json import Jsonb
 
 import pgmem
 from benchmarks._common import bench_database, texts, timed_together, write_json
@@ -142,6 +145,99 @@ def bench_history(server_dsn: str, iterations: int) -> dict[str, Any]:
             },
             iterations,
         )
+
+
+#: What a pgmem message write keeps beyond its two keys (messages by (namespace, id) and (namespace, seq);
+#: entries by (namespace, memory, message_id) and (namespace, memory, seq)): the DDL that removes it, for the
+#: floor part. Each is something the design asks for (DESIGN.md: "Indexes where the seeds scan", keyword
+#: search, the vector log and outbox fed by the trigger, references that cannot dangle).
+_FLOOR_DROPS = (
+    "ALTER TABLE pgmem.memory_entries DISABLE TRIGGER memory_entries_added",
+    "ALTER TABLE pgmem.memory_entries DROP CONSTRAINT memory_entries_memory_fkey",
+    "ALTER TABLE pgmem.memory_entries DROP CONSTRAINT memory_entries_message_fkey",
+    "ALTER TABLE pgmem.messages DROP COLUMN tsv CASCADE",
+    *(
+        f"DROP INDEX pgmem.{index}"
+        for index in (
+            "messages_id_hash_idx", "messages_cause_by_idx", "messages_role_idx", "messages_sent_from_idx",
+            "messages_content_hash_idx", "messages_send_to_idx", "messages_created_idx",
+            "memory_entries_cause_by_idx", "memory_entries_message_idx",
+        )
+    ),
+)  # fmt: skip
+
+
+def bench_floor(server_dsn: str, iterations: int) -> dict[str, Any]:
+    """Where a history add's time goes on the server: the statements alone, prepared, each in its own
+    transaction with its commit (the WAL flush), interleaved in a shuffled order.
+
+    * pgmem: the adapter's ``messages.append`` statement for LangChain messages, as shipped;
+    * pgmem floor: the same statement on a copy of the schema without anything the message model does not
+      need to hold the rows (``_FLOOR_DROPS``: the trigger, the entry's foreign keys, ``tsv``, the nine
+      secondary indexes), so no schema change can make a write cheaper than this;
+    * langchain-postgres: its one-row INSERT per message (``executemany``) into its table, then COMMIT.
+    The target ratio of the history adds is their time <= 1.2x langchain-postgres' whole call."""
+    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, message_to_dict
+
+    from pgmem.integrations.langchain import PgmemChatMessageHistory
+    from pgmem.planning import statements
+    from pgmem.planning.rows import json_rows
+
+    append = statements.load("messages")["append"]
+    lines = _lines()
+    out: dict[str, Any] = {}
+    with (
+        bench_database(server_dsn, "_floor_shipped") as shipped_dsn,
+        bench_database(server_dsn, "_floor_bare") as bare_dsn,
+        bench_database(server_dsn, "_floor_theirs") as theirs_dsn,
+        psycopg.connect(shipped_dsn, autocommit=True) as shipped,
+        psycopg.connect(bare_dsn, autocommit=True) as bare,
+        psycopg.connect(theirs_dsn) as theirs,
+    ):
+        for statement in _FLOOR_DROPS:
+            bare.execute(statement)
+        for conn in (shipped, bare):
+            conn.execute("SELECT set_config('pgmem.namespace', 'bench', false)")
+        theirs.execute(
+            "CREATE TABLE chat_history (id serial PRIMARY KEY, session_id uuid NOT NULL, message jsonb NOT NULL,"
+            " created_at timestamptz NOT NULL DEFAULT now())"
+        )
+        theirs.execute("CREATE INDEX chat_history_session_id_idx ON chat_history (session_id)")
+        theirs.commit()
+        history = PgmemChatMessageHistory("floor", client=None)  # converts only: no client is used
+        session = uuid.uuid4()
+
+        def batch(n: int) -> list[BaseMessage]:
+            return [(HumanMessage if i % 2 == 0 else AIMessage)(content=next(lines)) for i in range(n)]
+
+        for n in (1, 10):
+            calls = iterations + 40
+            ours_rows = [json_rows(history._stored(batch(n))) for _ in range(2 * calls)]
+            their_rows = [[(session, Jsonb(message_to_dict(m))) for m in batch(n)] for _ in range(calls)]
+            ours_iter, their_iter = iter(ours_rows), iter(their_rows)
+
+            def pgmem_call(conn: psycopg.Connection[Any]) -> Callable[[], Any]:
+                return lambda: conn.execute(
+                    append, {"ns": "bench", "memory": "langchain:floor", "rows": next(ours_iter)}, prepare=True
+                )
+
+            def theirs_call() -> None:
+                with theirs.cursor() as cur:
+                    cur.executemany("INSERT INTO chat_history (session_id, message) VALUES (%s, %s)", next(their_iter))
+                theirs.commit()
+
+            timed = timed_together(
+                {"pgmem": pgmem_call(shipped), "pgmem floor": pgmem_call(bare), "langchain-postgres": theirs_call},
+                iterations=iterations,
+                shuffle=True,
+            )
+            base = timed["langchain-postgres"]["p50_us"]
+            out[f"add {n}"] = {
+                **timed,
+                "pgmem / theirs": round(timed["pgmem"]["p50_us"] / base, 2),
+                "floor / theirs": round(timed["pgmem floor"]["p50_us"] / base, 2),
+            }
+    return out
 
 
 # -- OpenAI Agents SDK -------------------------------------------------------------------------------------------
@@ -328,7 +424,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/integrations.json"))
     args = parser.parse_args()
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
-    unknown = set(parts) - {"history", "session", "chatstore", "store"}
+    unknown = set(parts) - {"history", "floor", "session", "chatstore", "store"}
     if unknown:
         parser.error(f"unknown parts: {', '.join(sorted(unknown))}")
     iterations = 50 if args.quick else args.samples
@@ -340,6 +436,11 @@ def main() -> None:
                     print("history: skipped (pip install --no-deps langchain-postgres to compare with it)")
                     continue
                 results["history"] = bench_history(server_dsn, iterations)
+            elif part == "floor":
+                if importlib.util.find_spec("langchain_core") is None:
+                    print("floor: skipped (pip install 'pgmem[langchain]')")
+                    continue
+                results["floor"] = bench_floor(server_dsn, iterations)
             elif part == "session":
                 results["session"] = bench_session(server_dsn, iterations)
             elif part == "chatstore":
@@ -348,6 +449,11 @@ def main() -> None:
                 results["store"] = bench_store(server_dsn, iterations, args.quick)
     write_json(args.out, results)
     print_table(results)
+    for op, row in (results.get("floor") or {}).items():
+        names = ("pgmem", "pgmem floor", "langchain-postgres")
+        cells = "  ".join(f"{name} {row[name]['p50_us']:.0f}" for name in names)
+        print(f"floor      {op:<8} p50 us: {cells}; pgmem / theirs {row['pgmem / theirs']}x,"
+              f" floor / theirs {row['floor / theirs']}x (target of the adds: <= 1.2x)")  # fmt: skip
     print(f"written to {args.out}")
 
 
