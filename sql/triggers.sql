@@ -90,8 +90,8 @@ END $$;
 -- memory's vector log.
 CREATE OR REPLACE FUNCTION pgmem.memory_entries_added() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pgmem.memory_models mm
-                   WHERE (mm.namespace, mm.memory) IN (SELECT DISTINCT namespace, memory FROM new_rows)) THEN
+    IF NOT EXISTS (SELECT 1 FROM new_rows n JOIN pgmem.memory_models mm
+                   ON mm.namespace = n.namespace AND mm.memory = n.memory) THEN
         RETURN NULL;
     END IF;
     INSERT INTO pgmem.embedding_outbox (namespace, model_id, message_id)
@@ -119,11 +119,11 @@ CREATE TRIGGER memory_entries_added AFTER INSERT ON pgmem.memory_entries
 
 -- name: memory_entries_removed
 -- Messages leaving a memory take their vectors out of the memory's vector log; nothing to do (and no call
--- of log_vector_changes) when none of the memories has an embedding model (migration 0009).
+-- of log_vector_changes) when none of the memories has an embedding model (migrations 0009, 0010).
 CREATE OR REPLACE FUNCTION pgmem.memory_entries_removed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pgmem.memory_models mm
-                   WHERE (mm.namespace, mm.memory) IN (SELECT DISTINCT namespace, memory FROM old_rows)) THEN
+    IF NOT EXISTS (SELECT 1 FROM old_rows o JOIN pgmem.memory_models mm
+                   ON mm.namespace = o.namespace AND mm.memory = o.memory) THEN
         RETURN NULL;
     END IF;
     PERFORM pgmem.log_vector_changes(array_agg(x.namespace), array_agg(x.memory), array_agg(x.message_id),
