@@ -45,6 +45,7 @@ from psycopg.types.json import Jsonb
 import pgmem
 from benchmarks._common import bench_database, texts, timed_together, write_json
 from pgmem.ops import server
+from pgmem.security import APP_GROUP
 
 #: Targets as minimum speed-ups (their time / pgmem's): "<= 1.2x its time" is 1/1.2, "no slower" 1.
 TARGETS = {
@@ -169,7 +170,9 @@ def bench_floor(server_dsn: str, iterations: int) -> dict[str, Any]:
     """Where a history add's time goes on the server: the statements alone, prepared, each in its own
     transaction with its commit (the WAL flush), interleaved in a shuffled order.
 
-    * pgmem: the adapter's ``messages.append`` statement for LangChain messages, as shipped;
+    * pgmem: the adapter's ``messages.append`` statement for LangChain messages, as shipped, acting as
+      ``pgmem_app`` as a client does (row-level security checks every row written);
+    * pgmem, owner: the same as the tables' owner, whom row-level security does not hold;
     * pgmem floor: the same statement on a copy of the schema without anything the message model does not
       need to hold the rows (``_FLOOR_DROPS`` and ``_FLOOR_INDEXES``: the trigger, the entry's foreign keys,
       ``tsv``, the nine secondary indexes), so no schema change can make a write cheaper than this;
@@ -189,6 +192,7 @@ def bench_floor(server_dsn: str, iterations: int) -> dict[str, Any]:
         bench_database(server_dsn, "_floor_bare") as bare_dsn,
         bench_database(server_dsn, "_floor_theirs") as theirs_dsn,
         psycopg.connect(shipped_dsn, autocommit=True) as shipped,
+        psycopg.connect(shipped_dsn, autocommit=True) as owner,
         psycopg.connect(bare_dsn, autocommit=True) as bare,
         psycopg.connect(theirs_dsn) as theirs,
     ):
@@ -196,7 +200,8 @@ def bench_floor(server_dsn: str, iterations: int) -> dict[str, Any]:
             bare.execute(statement)
         for index in _FLOOR_INDEXES:
             bare.execute(sql.SQL("DROP INDEX pgmem.{}").format(sql.Identifier(index)))
-        for conn in (shipped, bare):
+        shipped.execute("SELECT set_config('role', %s, false)", (APP_GROUP,))
+        for conn in (shipped, owner, bare):
             conn.execute("SELECT set_config('pgmem.namespace', 'bench', false)")
         theirs.execute(
             "CREATE TABLE chat_history (id serial PRIMARY KEY, session_id uuid NOT NULL, message jsonb NOT NULL,"
@@ -212,7 +217,7 @@ def bench_floor(server_dsn: str, iterations: int) -> dict[str, Any]:
 
         for n in (1, 10):
             calls = iterations + 40
-            ours_rows = [json_rows(history._stored(batch(n))) for _ in range(2 * calls)]
+            ours_rows = [json_rows(history._stored(batch(n))) for _ in range(3 * calls)]
             their_rows = [[(session, Jsonb(message_to_dict(m))) for m in batch(n)] for _ in range(calls)]
             ours_iter, their_iter = iter(ours_rows), iter(their_rows)
 
@@ -227,7 +232,12 @@ def bench_floor(server_dsn: str, iterations: int) -> dict[str, Any]:
                 theirs.commit()
 
             timed = timed_together(
-                {"pgmem": pgmem_call(shipped), "pgmem floor": pgmem_call(bare), "langchain-postgres": theirs_call},
+                {
+                    "pgmem": pgmem_call(shipped),
+                    "pgmem, owner": pgmem_call(owner),
+                    "pgmem floor": pgmem_call(bare),
+                    "langchain-postgres": theirs_call,
+                },
                 iterations=iterations,
                 shuffle=True,
             )
@@ -235,6 +245,7 @@ def bench_floor(server_dsn: str, iterations: int) -> dict[str, Any]:
             out[f"add {n}"] = {
                 **timed,
                 "pgmem / theirs": round(timed["pgmem"]["p50_us"] / base, 2),
+                "owner / theirs": round(timed["pgmem, owner"]["p50_us"] / base, 2),
                 "floor / theirs": round(timed["pgmem floor"]["p50_us"] / base, 2),
             }
     return out
@@ -450,9 +461,10 @@ def main() -> None:
     write_json(args.out, results)
     print_table(results)
     for op, row in (results.get("floor") or {}).items():
-        names = ("pgmem", "pgmem floor", "langchain-postgres")
+        names = ("pgmem", "pgmem, owner", "pgmem floor", "langchain-postgres")
         cells = "  ".join(f"{name} {row[name]['p50_us']:.0f}" for name in names)
         print(f"floor      {op:<8} p50 us: {cells}; pgmem / theirs {row['pgmem / theirs']}x,"
+              f" owner / theirs {row['owner / theirs']}x,"
               f" floor / theirs {row['floor / theirs']}x (target of the adds: <= 1.2x)")  # fmt: skip
     print(f"written to {args.out}")
 
