@@ -133,7 +133,8 @@ JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = e.message_id
 -- same statement returning message_id: the entries it deleted, all of the memory %(memory)s. The
 -- statement's snapshot still shows the rows it deletes, so the memory's own entries are excluded by
 -- `o.memory <> %(memory)s` (a message is in a memory at most once) rather than seen as references.
--- Refer to a message: an entry of another memory, a queue item, a row of the queue archive.
+-- Refer to a message: an entry of another memory, a queue item, a row of the queue archive (asked through
+-- pgmem.queue_archive_refs by key: migration 0011).
 -- Each check is a subquery per message (OFFSET 0 keeps the planner from turning it into a join), probed by
 -- the message id: as an anti-join it read every entry of the namespace when the statistics were behind.
 -- Deliberately not used by retention.sql `purge_queue_archive`, which deletes archive rows, not entries:
@@ -145,8 +146,8 @@ WHERE m.namespace = %(ns)s AND m.id = entry.message_id
                     AND o.memory <> %(memory)s OFFSET 0)
   AND NOT EXISTS (SELECT 1 FROM pgmem.queue_items AS q
                   WHERE q.namespace = %(ns)s AND q.message_id = entry.message_id OFFSET 0)
-  AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive_batches AS a
-                  WHERE a.message_ids @> ARRAY[entry.message_id] AND a.namespace = %(ns)s OFFSET 0)
+  AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive_refs AS a
+                  WHERE a.namespace = %(ns)s AND a.message_id = entry.message_id OFFSET 0)
 
 -- fragment: message_payload
 -- What a framework adapter keeps of a message (alias m): its metadata field %(field)s (the framework's own
@@ -208,4 +209,13 @@ bm25 AS (
     LEFT JOIN tf ON tf.id = h.id
     LEFT JOIN df ON df.lexeme = tf.lexeme
     GROUP BY h.id, h.seq
+)
+
+-- fragment: archived_refs
+-- A CTE after `archived` (an INSERT into pgmem.queue_archive_batches RETURNING batch, message_ids): the
+-- messages each new archive row names, in pgmem.queue_archive_refs.
+archived_refs AS (
+    INSERT INTO pgmem.queue_archive_refs (namespace, message_id, batch)
+    SELECT DISTINCT %(ns)s, r.message_id, a.batch
+    FROM archived AS a CROSS JOIN LATERAL unnest(a.message_ids) AS r(message_id)
 )

@@ -45,9 +45,10 @@ claimed AS (
 )
 
 -- fragment: acknowledge
--- Two CTEs: `done` deletes the items %(ids)s whose lease the caller still holds (same attempt, %(attempts)s,
+-- Three CTEs: `done` deletes the items %(ids)s whose lease the caller still holds (same attempt, %(attempts)s,
 -- and the lease not yet taken by another claim; the ids are distinct), `archived` stores them in the
--- archive, one row per queue.
+-- archive, one row per queue, and `archived_refs` records which messages each archive row names
+-- (pgmem.queue_archive_refs, which removals probe by message id).
 done AS (
     DELETE FROM pgmem.queue_items AS q
     USING (SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) LIMIT cardinality(%(ids)s::bigint[]))
@@ -62,7 +63,8 @@ done AS (
            array_agg(claimed_at), array_agg(attempts), array_agg(claimed_by), array_agg(dedup_key)
     FROM done
     GROUP BY queue
-)
+    RETURNING batch, message_ids
+), {{archived_refs}}
 
 -- name: push
 -- Store the message once (an id stored with other content fails the statement: the fragment
@@ -358,7 +360,8 @@ WITH candidate AS (
            array_agg(now()), array_agg(attempts), array_agg(%(worker)s::text), array_agg(dedup_key)
     FROM done
     GROUP BY queue
-)
+    RETURNING batch, message_ids
+), {{archived_refs}}
 SELECT {{queue_item_row}}
 FROM done AS q
 JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = q.message_id

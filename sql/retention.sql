@@ -14,6 +14,22 @@
 -- distributed planner refuses the clock inside COALESCE or CASE.)
 least(%(before)s::timestamptz, now() - %(age)s::float8 * interval '1 second')
 
+-- fragment: gone_refs
+-- A CTE after `gone` (archive rows deleted, RETURNING batch, message_ids): their pgmem.queue_archive_refs.
+gone_refs AS (
+    DELETE FROM pgmem.queue_archive_refs AS r
+    USING (SELECT g.batch, unnest(g.message_ids) AS message_id FROM gone AS g) AS x
+    WHERE r.namespace = %(ns)s AND r.message_id = x.message_id AND r.batch = x.batch
+)
+
+-- fragment: kept_archive_refs
+-- A condition on `g.message_id` (a message of the deleted archive rows `gone`): no archive row this
+-- statement keeps names it. By key in pgmem.queue_archive_refs; the statement's snapshot still shows the
+-- rows it deletes, so those are excluded by batch.
+AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive_refs AS a
+                WHERE a.namespace = %(ns)s AND a.message_id = g.message_id
+                  AND a.batch NOT IN (SELECT batch FROM gone))
+
 -- name: purge_queue_archive
 -- Drop archived items acknowledged before the cutoff (every queue of the namespace when %(queue)s is
 -- NULL), and the messages nothing refers to any more. Returns the items removed.
@@ -24,8 +40,8 @@ WITH gone AS (
     DELETE FROM pgmem.queue_archive_batches
     WHERE namespace = %(ns)s AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
       AND acked_at < {{cutoff}}
-    RETURNING message_ids
-), orphan AS (
+    RETURNING batch, message_ids
+), {{gone_refs}}, orphan AS (
     DELETE FROM pgmem.messages AS m
     USING (SELECT DISTINCT unnest(message_ids) AS message_id FROM gone) AS g
     WHERE m.namespace = %(ns)s AND m.id = g.message_id
@@ -33,10 +49,7 @@ WITH gone AS (
                       WHERE e.namespace = %(ns)s AND e.message_id = g.message_id)
       AND NOT EXISTS (SELECT 1 FROM pgmem.queue_items AS q
                       WHERE q.namespace = %(ns)s AND q.message_id = g.message_id)
-      -- archived rows this statement keeps
-      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive_batches AS a
-                      WHERE a.message_ids @> ARRAY[g.message_id] AND a.namespace = %(ns)s
-                        AND (a.acked_at >= {{cutoff}} OR a.queue <> %(queue)s::text))
+      {{kept_archive_refs}}
 )
 SELECT coalesce(sum(cardinality(message_ids)), 0) AS removed FROM gone;
 
@@ -225,13 +238,18 @@ WITH gone AS (
 SELECT count(*) FROM gone;
 
 -- name: forget_queue_archive
--- Archived (acknowledged) items of a forgotten message: each archive row naming one is rewritten without
--- those items (its arrays filtered by position), or deleted when nothing else is left in it. Returns the
--- items removed.
+-- Archived (acknowledged) items of a forgotten message: each archive row naming one (found through
+-- pgmem.queue_archive_refs) is rewritten without those items (its arrays filtered by position), or deleted
+-- when nothing else is left in it; the forgotten messages' refs go. Returns the items removed.
 WITH hit AS (
     SELECT b.batch, cardinality(b.ids) AS n FROM pgmem.queue_archive_batches AS b
-    WHERE b.namespace = %(ns)s AND b.message_ids && %(ids)s::text[]
+    WHERE b.namespace = %(ns)s
+      AND b.batch IN (SELECT r.batch FROM pgmem.queue_archive_refs AS r
+                      WHERE r.namespace = %(ns)s AND r.message_id = ANY(%(ids)s::text[]))
     FOR UPDATE
+), forgotten_refs AS (
+    DELETE FROM pgmem.queue_archive_refs AS r
+    WHERE r.namespace = %(ns)s AND r.message_id = ANY(%(ids)s::text[])
 ), kept AS (
     SELECT b.batch, array_agg(b.ids[i] ORDER BY i) AS ids, array_agg(b.message_ids[i] ORDER BY i) AS message_ids,
            array_agg(b.priorities[i] ORDER BY i) AS priorities, array_agg(b.enqueued_at[i] ORDER BY i) AS enqueued_at,
@@ -426,7 +444,7 @@ WITH target AS (
     DELETE FROM pgmem.queue_archive_batches AS a USING target
     WHERE a.namespace = %(ns)s AND a.batch = target.batch
     RETURNING a.batch, a.message_ids
-), orphan AS (
+), {{gone_refs}}, orphan AS (
     DELETE FROM pgmem.messages AS m
     USING (SELECT DISTINCT unnest(message_ids) AS message_id FROM gone) AS g
     WHERE m.namespace = %(ns)s AND m.id = g.message_id
@@ -434,10 +452,7 @@ WITH target AS (
                       WHERE e.namespace = %(ns)s AND e.message_id = g.message_id)
       AND NOT EXISTS (SELECT 1 FROM pgmem.queue_items AS q
                       WHERE q.namespace = %(ns)s AND q.message_id = g.message_id)
-      -- archived rows this statement keeps (its snapshot still shows the ones it deletes)
-      AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive_batches AS a
-                      WHERE a.message_ids @> ARRAY[g.message_id] AND a.namespace = %(ns)s
-                        AND a.batch NOT IN (SELECT batch FROM gone))
+      {{kept_archive_refs}}
 )
 SELECT coalesce(sum(cardinality(message_ids)), 0) AS removed FROM gone;
 

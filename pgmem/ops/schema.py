@@ -222,6 +222,21 @@ queue_archive_batches = Table(
 )
 # pgmem.queue_archive, one row per acknowledged item, is a view over it (pre-baseline migration 0013).
 
+queue_archive_refs = Table(
+    "queue_archive_refs",
+    metadata,
+    Column("namespace", Text, nullable=False),
+    Column("message_id", Text, nullable=False),
+    Column("batch", BigInteger, nullable=False),
+    # Looked up by message (namespace, message_id = ...): a btree equality, which row-level security lets
+    # an index serve (texteq is leakproof; the array containment on queue_archive_batches.message_ids is
+    # not), and which the planner knows to be selective whatever its statistics (migration 0011).
+    PrimaryKeyConstraint("namespace", "message_id", "batch", name="queue_archive_refs_pkey"),
+    comment="Which archive rows (queue_archive_batches.batch) name each message: written with them on "
+    "acknowledgement and removed with them, so a message removal asks whether the archive still holds its "
+    "message by key instead of reading the namespace's archive.",
+)
+
 # Keys of writes that may be retried (pre-schema revision 0007): a push carrying one happens once however
 # often it is sent, also after the item was acknowledged (the archive keeps no per-item key).
 idempotency_keys = Table(
@@ -623,6 +638,7 @@ __all__ = [
     "messages",
     "metadata",
     "queue_archive_batches",
+    "queue_archive_refs",
     "queue_items",
     "retention_policies",
     "retrieval_log",
