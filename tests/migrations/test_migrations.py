@@ -206,6 +206,31 @@ def test_the_queue_archive_view_has_one_row_per_archived_item(dsn: str) -> None:
     assert archived == unnested
 
 
+def test_revision_0011_copies_the_existing_archive_into_its_refs(dsn: str) -> None:
+    """pgmem.queue_archive_refs (0011) names every message of the archive rows written before it: the
+    downgrade drops it, the upgrade fills it from the batches, and a removal then keeps an archived message."""
+    with pgmem.connect(dsn, namespace="test", min_size=0, max_size=1) as client:
+        q = client.queues
+        q.push_many("jobs", [pgmem.Message(id=f"j{i}", content=f"j{i}") for i in range(5)])
+        q.push("jobs", pgmem.Message(id="j0", content="j0"))  # the same message twice in one batch
+        q.ack(q.claim("jobs", n=4))
+        q.take("jobs", 2)
+        client.messages.add("chat", pgmem.Message(id="j1", content="j1"))
+    _alembic(dsn, "downgrade", "0010")
+    assert "queue_archive_refs" not in _tables(dsn)
+    _alembic(dsn, "upgrade", "head")
+    with psycopg.connect(dsn) as conn:
+        refs = conn.execute("SELECT namespace, message_id, batch FROM pgmem.queue_archive_refs").fetchall()
+        named = conn.execute(
+            "SELECT DISTINCT namespace, m, batch FROM pgmem.queue_archive_batches, unnest(message_ids) AS m"
+        ).fetchall()
+    assert sorted(refs) == sorted(named) and {r[1] for r in refs} == {f"j{i}" for i in range(5)}
+    with pgmem.connect(dsn, namespace="test", min_size=0, max_size=1, migrate=False) as client:
+        assert client.messages.delete("chat", "j1")
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM pgmem.messages WHERE id = 'j1'").fetchone() == (1,)
+
+
 def test_connect_without_migrate_refuses_an_empty_database(empty_dsn: str) -> None:
     with pytest.raises(pgmem.SchemaOutOfDate):
         pgmem.connect(empty_dsn, migrate=False)
