@@ -210,12 +210,3 @@ bm25 AS (
     LEFT JOIN df ON df.lexeme = tf.lexeme
     GROUP BY h.id, h.seq
 )
-
--- fragment: archived_refs
--- A CTE after `archived` (an INSERT into pgmem.queue_archive_batches RETURNING batch, message_ids): the
--- messages each new archive row names, in pgmem.queue_archive_refs.
-archived_refs AS (
-    INSERT INTO pgmem.queue_archive_refs (namespace, message_id, batch)
-    SELECT DISTINCT %(ns)s, r.message_id, a.batch
-    FROM archived AS a CROSS JOIN LATERAL unnest(a.message_ids) AS r(message_id)
-)

@@ -44,6 +44,15 @@ claimed AS (
     RETURNING {{queue_item_columns}}, q.message_id
 )
 
+-- fragment: archived_refs
+-- A CTE after `archived` (an INSERT into pgmem.queue_archive_batches RETURNING batch, message_ids): the
+-- messages each new archive row names, in pgmem.queue_archive_refs.
+archived_refs AS (
+    INSERT INTO pgmem.queue_archive_refs (namespace, message_id, batch)
+    SELECT DISTINCT %(ns)s, r.message_id, a.batch
+    FROM archived AS a CROSS JOIN LATERAL unnest(a.message_ids) AS r(message_id)
+)
+
 -- fragment: acknowledge
 -- Three CTEs: `done` deletes the items %(ids)s whose lease the caller still holds (same attempt, %(attempts)s,
 -- and the lease not yet taken by another claim; the ids are distinct), `archived` stores them in the
