@@ -917,6 +917,10 @@ class VectorCache:
             check_k(k)
         if threshold is not None:
             threshold = check_threshold(threshold)
+        else:
+            hits = self._search_current(memory, vectors, k)
+            if hits is not None:
+                return [hits]
         for _ in range(MODEL_SWITCH_ATTEMPTS):
             # the active model is remembered (forgotten on a switch); looked up on the reader only when unknown
             model = self._models.get(memory) or self._model(memory)
@@ -942,6 +946,68 @@ class VectorCache:
                         continue
                 return self._top_k(entry, queries, scales, k, threshold)
         raise still_switching(memory)
+
+    def _search_current(self, memory: str, vectors: Any, k: int) -> list[tuple[str, float]] | None:
+        """The common search in one pass, or None to take :meth:`search_vectors`' general path: one query
+        (numpy's float32, C-contiguous, of the model's dimension, finite and not zero) of a memory whose
+        model is known, in the default mode, whose entry is current (listener connected, nothing announced
+        past the entry, no own write pending) and searched exactly. Same checks, same answer, same
+        statistics as the general path, in fewer steps: at 1k vectors, where part A's loaded scenario
+        compares the cache with a bare ``faiss.knn``, the general path took 1.07x that call and this one
+        1.02x (p50 of 10,000 interleaved searches). Nothing after the kernel choice sends the search back
+        to the general path (the choice counts calls: it is made once per search).
+        """
+        model = self._models.get(memory)
+        if (
+            model is None
+            or self.mode != "default"
+            or type(vectors) is not np.ndarray
+            or vectors.dtype is not _FLOAT32
+            or not vectors.flags.c_contiguous
+        ):
+            return None
+        d = model.dimension
+        if vectors.shape != (d,):
+            return None
+        norm2 = self._norm2(self._ptr(vectors), d)
+        if not 0.0 < norm2 < math.inf:  # zero, overflowing or not finite: the general path says what
+            return None
+        key = (memory, model.id)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or not self._connected:
+                return None
+            self._entries.move_to_end(key)
+            epoch, announced = self._epoch, self._announced.get(memory, 0)
+        with entry.lock:
+            n = len(entry.ids)
+            take = k if k < n else n
+            out = entry.faiss_out
+            if (
+                entry.epoch != epoch
+                or announced > entry.rev
+                or entry.dirty
+                or (self.approximate_above is not None and n >= self.approximate_above)
+            ):
+                return None
+            self.stats.hits += 1
+            scale = 1.0 / math.sqrt(norm2)
+            kernel, timed = self.kernels.pick(n) if self.kernel == "auto" else (self.kernel, False)
+            if (
+                kernel != "faiss"
+                or out is None
+                or out[0] is not entry.matrix
+                or out[1] != (take + 1 if take < n else take)
+            ):
+                # numpy's kernel, or FAISS's output arrays not made for this matrix and k yet
+                return self._top_k(entry, vectors[None, :], [scale], k, None, picked=(kernel, timed))[0]
+            started = time.perf_counter() if timed else 0.0
+            _, wide, matrix_at, scores, rows, scores_at, rows_at = out
+            self._knn(self._ptr(vectors), matrix_at, d, 1, n, wide, scores_at, rows_at)
+            hits = self._one_ranked(entry, n, scores.tolist(), rows.tolist(), vectors, scale, take, None)
+            if timed:
+                self.kernels.record(kernel, n, time.perf_counter() - started)
+            return hits
 
     def _model(self, memory: str) -> EmbeddingModel:
         """The memory's active model: remembered, else read on the reader (one round trip)."""
@@ -1034,9 +1100,16 @@ class VectorCache:
         return scores, top.tolist()
 
     def _top_k(
-        self, entry: _Entry, queries: Vectors, scales: list[float], k: int, threshold: float | None
+        self,
+        entry: _Entry,
+        queries: Vectors,
+        scales: list[float],
+        k: int,
+        threshold: float | None,
+        picked: tuple[str, bool] | None = None,
     ) -> list[list[tuple[str, float]]]:
-        """Per query, the ``k`` best of the entry's vectors (call with the entry's lock held)."""
+        """Per query, the ``k`` best of the entry's vectors (call with the entry's lock held). ``picked``:
+        the exact kernel already chosen for this search (and whether to time it)."""
         n = entry.size
         if n == 0:
             return [[] for _ in queries]
@@ -1048,7 +1121,10 @@ class VectorCache:
             if entry.building is None and not entry.ann_failed:
                 self._start_build(entry)
         take = k if k < n else n
-        kernel, timed = self.kernels.pick(n) if self.kernel == "auto" else (self.kernel, False)
+        if picked is not None:
+            kernel, timed = picked
+        else:
+            kernel, timed = self.kernels.pick(n) if self.kernel == "auto" else (self.kernel, False)
         started = time.perf_counter() if timed else 0.0
         if kernel == "faiss":
             out = self._faiss_ranked(entry, n, queries, scales, take, threshold)
@@ -1105,27 +1181,47 @@ class VectorCache:
                 entry.faiss_out = (matrix, wide, matrix_at, scores, rows, scores_at, rows_at)
         self._knn(ptr(queries), matrix_at, d, nq, n, wide, scores_at, rows_at)
         all_scores, all_rows = scores.tolist(), rows.tolist()
+        if nq == 1:
+            return [self._one_ranked(entry, n, all_scores, all_rows, queries[0], scales[0], take, threshold)]
+        return [
+            self._one_ranked(
+                entry,
+                n,
+                all_scores[j * wide : (j + 1) * wide],
+                all_rows[j * wide : (j + 1) * wide],
+                queries[j],
+                scales[j],
+                take,
+                threshold,
+            )
+            for j in range(nq)
+        ]
+
+    def _one_ranked(
+        self,
+        entry: _Entry,
+        n: int,
+        s: list[float],
+        r: list[int],
+        query: Vectors,
+        scale: float,
+        take: int,
+        threshold: float | None,
+    ) -> list[tuple[str, float]]:
+        """One query's answer from FAISS's rows ``r`` and products ``s`` (best first; one more than
+        ``take`` when ``take < n``): ranked as :meth:`_ranked` does, from all the query's products when the
+        ``take``-th place is shared. Call with the entry's lock held."""
         ids = entry.ids
-        out = []
-        for j in range(nq):
-            if nq == 1:
-                s, r = all_scores, all_rows
-            else:
-                s, r = all_scores[j * wide : (j + 1) * wide], all_rows[j * wide : (j + 1) * wide]
-            if wide > take:
-                if s[take - 1] == s[take]:  # the take-th place is shared
-                    products, found = self._top_rows(matrix[:n] @ queries[j], n, take)
-                    out.append(self._ranked(products, found, ids, scales[j], take, threshold))
-                    continue
-                s.pop()
-                r.pop()
-            if r[-1] < 0 or len(set(s)) < take:  # fewer rows than asked (no row is -1), or equal scores
-                out.append(self._ranked(s, r, ids, scales[j], take, threshold))
-                continue
-            scale = scales[j]
-            hits = [(ids[x], p * scale) for p, x in zip(s, r, strict=True)]
-            out.append(hits if threshold is None else [h for h in hits if h[1] >= threshold])
-        return out
+        if len(s) > take:
+            if s[take - 1] == s[take]:  # the take-th place is shared
+                products, found = self._top_rows(entry.matrix[:n] @ query, n, take)
+                return self._ranked(products, found, ids, scale, take, threshold)
+            s.pop()
+            r.pop()
+        if r[-1] < 0 or len(set(s)) < take:  # fewer rows than asked (no row is -1), or equal scores
+            return self._ranked(s, r, ids, scale, take, threshold)
+        hits = [(ids[x], p * scale) for p, x in zip(s, r, strict=True)]
+        return hits if threshold is None else [h for h in hits if h[1] >= threshold]
 
     def _start_build(self, entry: _Entry) -> None:
         """Build the entry's HNSW graph in a background thread (call with the entry's lock held). The build

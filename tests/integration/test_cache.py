@@ -491,13 +491,58 @@ def test_a_shared_kth_place_goes_to_the_smallest_ids(client: pgmem.Client, kerne
     q = embedder.embed(["twin"])[0]
     with VectorCache(client, kernel=kernel) as cache:
         for k in (1, 3, 5, 6):  # 6: all six twins, the next place not shared (FAISS still returns them unsorted)
-            got = cache.search_vectors("m", q, k)[0]
-            assert [i for i, _ in got] == [f"twin-{c}" for c in "abcdef"[:k]]
-            assert len({s for _, s in got}) == 1
-        eight = cache.search_vectors("m", q, 8)[0]
-        assert [i for i, _ in eight[:6]] == [f"twin-{c}" for c in "abcdef"]
-        # the next place is shared by the 14 "other" rows closest to the twins: the two smallest ids
-        assert [(i, s) for i, s in eight[6:]] == [("other-00", 0.75), ("other-03", 0.75)]
+            for _ in range(2):  # the second search of a k takes the one-pass path (_search_current)
+                got = cache.search_vectors("m", q, k)[0]
+                assert [i for i, _ in got] == [f"twin-{c}" for c in "abcdef"[:k]]
+                assert len({s for _, s in got}) == 1
+        for _ in range(2):
+            eight = cache.search_vectors("m", q, 8)[0]
+            assert [i for i, _ in eight[:6]] == [f"twin-{c}" for c in "abcdef"]
+            # the next place is shared by the 14 "other" rows closest to the twins: the two smallest ids
+            assert [(i, s) for i, s in eight[6:]] == [("other-00", 0.75), ("other-03", 0.75)]
+
+
+@pytest.mark.parametrize("kernel", ["numpy", "faiss", "auto"])
+def test_the_one_pass_search_answers_as_the_general_path(client: pgmem.Client, kernel: Any) -> None:
+    """A float32 query of a current entry is answered in one pass (``_search_current``): the same answer
+    as the general path (a float64 copy of the query takes it), the same hit count, and never over a
+    write the entry has not caught up with; any other case goes the general way."""
+    client.vectors.enable("m")
+    _fill(client, "m", 120)
+    queries = np.asarray(client.embedder.embed([f"item {i} colour {i % 11}" for i in range(6)]), np.float32)
+    with VectorCache(client, kernel=kernel) as cache:
+        taken: list[bool] = []
+        one_pass = cache._search_current
+
+        def spy(memory: str, vectors: Any, k: int) -> list[tuple[str, float]] | None:
+            found = one_pass(memory, vectors, k)
+            taken.append(found is not None)
+            return found
+
+        cache._search_current = spy  # type: ignore[method-assign]
+        for q in queries:
+            for k in (1, 10, 119, 120, 200):
+                general = cache.search_vectors("m", q.astype(np.float64), k)[0]
+                for _ in range(2):
+                    assert same(cache.search_vectors("m", q, k)[0], general)
+                assert same(general, _exact(client, "m", q, k))
+        assert taken.count(True) >= len(queries) * 5  # each k's second float32 search at least
+        hits = cache.stats.hits
+        cache.search_vectors("m", queries[0], 10)
+        assert cache.stats.hits == hits + 1
+        # an own write makes the entry stale: the next search catches up (general path) and sees it
+        client.messages.add("m", Message(id="fresh", content="item 0 colour 0"))
+        client.vectors.flush()
+        taken.clear()
+        fresh = np.asarray(client.embedder.embed(["item 0 colour 0"])[0], np.float32)
+        assert cache.search_vectors("m", fresh, 1)[0][0][0] in {"fresh", "m-0"}
+        assert taken == [False]
+        assert "fresh" in {i for i, _ in cache.search_vectors("m", fresh, 5)[0]}
+        # a threshold, a batch and the strict mode never take it
+        taken.clear()
+        cache.search_vectors("m", queries[0], 10, threshold=0.1)
+        cache.search_vectors("m", queries[:2], 10)
+        assert taken == [False]  # (the threshold's search does not ask; the batch asks and is refused)
 
 
 @pytest.mark.parametrize("mode", ["default", "strict"])
