@@ -52,7 +52,7 @@ def test_pgmem_ring_routes_each_reply_to_the_next_agent(dsn: str, small: Any) ->
 
 
 @pytest.mark.parametrize("system", agents.SYSTEMS)
-def test_a_forked_run_of_three_steps(dsn: str, admin_dsn: str, single_database: bool, small: Any, system: str) -> None:
+def test_a_forked_run_of_a_few_steps(dsn: str, admin_dsn: str, single_database: bool, small: Any, system: str) -> None:
     needs_own_database(single_database)  # the benchmark makes a database per system
     if system == "stack" and importlib.util.find_spec("langchain_postgres") is None:
         pytest.skip("langchain-postgres is not installed (pip install --no-deps langchain-postgres)")
@@ -61,6 +61,10 @@ def test_a_forked_run_of_three_steps(dsn: str, admin_dsn: str, single_database: 
     texts, embedder = small
     agents.prepare_template(system, dsn, 1, texts, embedder)
     template = conninfo_to_dict(dsn)["dbname"]
-    run = agents.run_once(system, admin_dsn, str(template), 1, 0.0, texts, embedder, steps=3)
-    assert (run["steps"], run["misrouted"], run["processes"]) == (3, 0, 1)
-    assert len(run["samples"]["take"]) == 3
+    run = agents.run_once(system, admin_dsn, str(template), 1, 0.0, texts, embedder, steps=agents.CONTROL_EVERY)
+    assert (run["steps"], run["misrouted"], run["processes"]) == (agents.CONTROL_EVERY, 0, 1)
+    assert len(run["samples"]["take"]) == agents.CONTROL_EVERY
+    # the controls ran once, outside every operation, and are reported apart from them
+    assert [len(run["samples"][op]) for op in agents.CONTROLS] == [1, 1]
+    point = agents.summarize([run])
+    assert set(point["controls"]) == set(agents.CONTROLS) and not set(point["controls"]) & set(point["ops"])
