@@ -95,7 +95,7 @@ HISTORY_TABLE = "chat_history"
 #: A fixed 1 ms pause had 64 idle agents on 2 cores issue more empty takes than steps (pgmem: 16,837
 #: against 14,839), spending the server's CPU on polls.
 POLL_S, POLL_MAX_S = 0.001, 0.016
-#: Targets of issue 23: at 16 processes, at least 2x the stack's steps/s; every operation's p99 <= 5x its p50.
+#: Targets of issue 23, at 16 processes: at least 2x the stack's steps/s, every operation's p99 <= 5x its p50.
 TARGET_RATIO, TARGET_TAIL, TARGET_AT = 2.0, 5.0, 16
 
 
@@ -684,35 +684,30 @@ def print_report(results: dict[str, Any]) -> None:
 
 
 def targets(points: list[dict[str, Any]]) -> list[str]:
+    """The verdicts on issue 23's targets, both at :data:`TARGET_AT` processes, and the tails elsewhere
+    beside the controls' (which show what the machine gives any operation at that process count)."""
     out = []
     at = next((p for p in points if p["processes"] == TARGET_AT and p.get("ratio") is not None), None)
     if at is not None:
-        ok = at["ratio"] >= TARGET_RATIO
-        verdict = "met" if ok else "MISSED"
+        verdict = "met" if at["ratio"] >= TARGET_RATIO else "MISSED"
         out.append(f"steps/s at {TARGET_AT} processes: {at['ratio']:.2f}x the stack (target >= 2x): {verdict}")
-    worst = [
-        (v["tail"], p["processes"], op)
-        for p in points
-        if "pgmem" in p
-        for op, v in p["pgmem"]["ops"].items()
-        if v["tail"] > TARGET_TAIL
-    ]
-    if worst:
-        worst.sort(reverse=True)
-        listing = ", ".join(f"{op} at {n}: {t:.1f}x" for t, n, op in worst)
-        out.append(f"pgmem p99 <= 5x p50: MISSED ({listing})")
-    else:
-        out.append("pgmem p99 <= 5x p50 for every operation at every process count: met")
     for p in points:
-        floors = [
-            f"{s} {op} {v['tail']:.1f}x"
-            for s in SYSTEMS
-            if s in p
-            for op, v in p[s].get("controls", {}).items()
-            if v["tail"] > TARGET_TAIL
-        ]
+        if "pgmem" not in p:
+            continue
+        over = sorted(((v["tail"], op) for op, v in p["pgmem"]["ops"].items() if v["tail"] > TARGET_TAIL), reverse=True)
+        listing = ", ".join(f"{op} {t:.1f}x" for t, op in over)
+        floors = ", ".join(
+            f"{s} {op} {v['tail']:.1f}x" for s in SYSTEMS if s in p for op, v in p[s].get("controls", {}).items()
+        )
+        if p["processes"] == TARGET_AT:
+            verdict = f"MISSED ({listing})" if over else "met"
+            out.append(f"pgmem p99 <= 5x p50 at {TARGET_AT} processes for every operation: {verdict}")
+        elif over:
+            out.append(f"  at {p['processes']} processes (not a target) pgmem's tails over 5x: {listing}")
+        else:
+            out.append(f"  at {p['processes']} processes (not a target) every pgmem tail within 5x")
         if floors:
-            out.append(f"  at {p['processes']} processes the controls' own tails exceed 5x: {', '.join(floors)}")
+            out.append(f"    the controls there: {floors}")
     return out
 
 

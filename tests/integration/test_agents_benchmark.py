@@ -68,3 +68,18 @@ def test_a_forked_run_of_a_few_steps(dsn: str, admin_dsn: str, single_database: 
     assert [len(run["samples"][op]) for op in agents.CONTROLS] == [1, 1]
     point = agents.summarize([run])
     assert set(point["controls"]) == set(agents.CONTROLS) and not set(point["controls"]) & set(point["ops"])
+
+
+def test_the_tail_target_is_judged_at_16_processes_beside_the_controls() -> None:
+    def point(n: int, ratio: float, tails: dict[str, float], ping: float) -> dict[str, Any]:
+        ops = {op: {"p50_us": 1.0, "p99_us": t, "tail": t, "n": 100} for op, t in tails.items()}
+        controls = {"ping": {"p50_us": 1.0, "p99_us": ping, "tail": ping, "n": 25}}
+        return {"processes": n, "ratio": ratio, "pgmem": {"ops": ops, "controls": controls}}
+
+    verdicts = agents.targets([point(16, 2.2, {"take": 3.0, "recent": 4.9}, 5.3), point(64, 1.6, {"take": 14.8}, 13.5)])
+    assert verdicts[0] == "steps/s at 16 processes: 2.20x the stack (target >= 2x): met"
+    assert verdicts[1] == "pgmem p99 <= 5x p50 at 16 processes for every operation: met"
+    assert "pgmem ping 5.3x" in verdicts[2]
+    assert verdicts[3] == "  at 64 processes (not a target) pgmem's tails over 5x: take 14.8x"
+    missed = agents.targets([point(16, 1.9, {"take": 5.5}, 2.0)])
+    assert missed[0].endswith("MISSED") and missed[1].endswith("MISSED (take 5.5x)")
