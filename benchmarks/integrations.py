@@ -166,6 +166,24 @@ _FLOOR_INDEXES = (
 )  # fmt: skip
 
 
+#: The floor part's ablations: the shipped schema without one of the things a message write keeps (as
+#: ``pgmem_app``, like the shipped contender; "pgmem, owner" is the one without row-level security). Each
+#: contender's p50 against the shipped one's is what that thing costs a write.
+_WITHOUT = {
+    "without the trigger": ("ALTER TABLE pgmem.memory_entries DISABLE TRIGGER memory_entries_added",),
+    "without the entry's foreign keys": _FLOOR_DROPS[1:3],
+    "without tsv and its GIN index": _FLOOR_DROPS[3:],
+    "without the other GIN index (send_to)": ("DROP INDEX pgmem.messages_send_to_idx",),
+    "without five btree indexes (cause_by, role, sender, content hash, created)": tuple(
+        f"DROP INDEX pgmem.{name}"
+        for name in (
+            "messages_cause_by_idx", "messages_role_idx", "messages_sent_from_idx", "messages_content_hash_idx",
+            "messages_created_idx",
+        )
+    ),
+}  # fmt: skip
+
+
 def bench_floor(server_dsn: str, iterations: int) -> dict[str, Any]:
     """Where a history add's time goes on the server: the statements alone, prepared, each in its own
     transaction with its commit (the WAL flush), interleaved in a shuffled order.
@@ -176,6 +194,8 @@ def bench_floor(server_dsn: str, iterations: int) -> dict[str, Any]:
     * pgmem floor: the same statement on a copy of the schema without anything the message model does not
       need to hold the rows (``_FLOOR_DROPS`` and ``_FLOOR_INDEXES``: the trigger, the entry's foreign keys,
       ``tsv``, the nine secondary indexes), so no schema change can make a write cheaper than this;
+    * pgmem without X (``_WITHOUT``): the shipped schema without one thing, acting as ``pgmem_app``: what
+      that one thing costs a write (``cost of X``: the shipped p50 minus this one's);
     * langchain-postgres: its one-row INSERT per message (``executemany``) into its table, then COMMIT.
     The target ratio of the history adds is their time <= 1.2x langchain-postgres' whole call."""
     from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, message_to_dict
@@ -188,6 +208,7 @@ def bench_floor(server_dsn: str, iterations: int) -> dict[str, Any]:
     lines = _lines()
     out: dict[str, Any] = {}
     with (
+        contextlib.ExitStack() as stack,
         bench_database(server_dsn, "_floor_shipped") as shipped_dsn,
         bench_database(server_dsn, "_floor_bare") as bare_dsn,
         bench_database(server_dsn, "_floor_theirs") as theirs_dsn,
@@ -200,8 +221,15 @@ def bench_floor(server_dsn: str, iterations: int) -> dict[str, Any]:
             bare.execute(statement)
         for index in _FLOOR_INDEXES:
             bare.execute(sql.SQL("DROP INDEX pgmem.{}").format(sql.Identifier(index)))
-        shipped.execute("SELECT set_config('role', %s, false)", (APP_GROUP,))
-        for conn in (shipped, owner, bare):
+        without: dict[str, psycopg.Connection[Any]] = {}
+        for number, (name, statements_) in enumerate(_WITHOUT.items()):
+            variant_dsn = stack.enter_context(bench_database(server_dsn, f"_floor_without{number}"))
+            conn = without[name] = stack.enter_context(psycopg.connect(variant_dsn, autocommit=True))
+            for statement in statements_:
+                conn.execute(statement)
+        for conn in (shipped, *without.values()):
+            conn.execute("SELECT set_config('role', %s, false)", (APP_GROUP,))
+        for conn in (shipped, owner, bare, *without.values()):
             conn.execute("SELECT set_config('pgmem.namespace', 'bench', false)")
         theirs.execute(
             "CREATE TABLE chat_history (id serial PRIMARY KEY, session_id uuid NOT NULL, message jsonb NOT NULL,"
@@ -217,7 +245,7 @@ def bench_floor(server_dsn: str, iterations: int) -> dict[str, Any]:
 
         for n in (1, 10):
             calls = iterations + 40
-            ours_rows = [json_rows(history._stored(batch(n))) for _ in range(3 * calls)]
+            ours_rows = [json_rows(history._stored(batch(n))) for _ in range((3 + len(without)) * calls)]
             their_rows = [[(session, Jsonb(message_to_dict(m))) for m in batch(n)] for _ in range(calls)]
             ours_iter, their_iter = iter(ours_rows), iter(their_rows)
 
@@ -236,6 +264,7 @@ def bench_floor(server_dsn: str, iterations: int) -> dict[str, Any]:
                     "pgmem": pgmem_call(shipped),
                     "pgmem, owner": pgmem_call(owner),
                     "pgmem floor": pgmem_call(bare),
+                    **{f"pgmem {name}": pgmem_call(conn) for name, conn in without.items()},
                     "langchain-postgres": theirs_call,
                 },
                 iterations=iterations,
@@ -247,6 +276,15 @@ def bench_floor(server_dsn: str, iterations: int) -> dict[str, Any]:
                 "pgmem / theirs": round(timed["pgmem"]["p50_us"] / base, 2),
                 "owner / theirs": round(timed["pgmem, owner"]["p50_us"] / base, 2),
                 "floor / theirs": round(timed["pgmem floor"]["p50_us"] / base, 2),
+                "cost of": {
+                    "row-level security": round(timed["pgmem"]["p50_us"] - timed["pgmem, owner"]["p50_us"], 1),
+                    **{
+                        name.removeprefix("without "): round(
+                            timed["pgmem"]["p50_us"] - timed[f"pgmem {name}"]["p50_us"], 1
+                        )
+                        for name in without
+                    },
+                },
             }
     return out
 
@@ -466,6 +504,8 @@ def main() -> None:
         print(f"floor      {op:<8} p50 us: {cells}; pgmem / theirs {row['pgmem / theirs']}x,"
               f" owner / theirs {row['owner / theirs']}x,"
               f" floor / theirs {row['floor / theirs']}x (target of the adds: <= 1.2x)")  # fmt: skip
+        costs = ", ".join(f"{name} {us:.0f}" for name, us in row["cost of"].items())
+        print(f"           {op:<8} what each costs the shipped write (us of its p50): {costs}")
     print(f"written to {args.out}")
 
 
