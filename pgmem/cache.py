@@ -5,19 +5,22 @@ byte budget (least recently used entries are dropped first). It is derived state
 nothing.
 
 Consistency. Every change to a memory's set of vectors is appended to ``pgmem.vector_log`` by triggers,
-with a per-memory revision in commit order, and announced by ``NOTIFY pgmem_vectors`` on commit (naming
-the memory by a tag only its namespace's clients can compute: :mod:`pgmem.planning.notify`). The
-cache keeps each entry's revision and catches up by replaying the log (one round trip; a full reload
-when the log was purged past it).
+with a per-memory revision in commit order, and announced by ``NOTIFY pgmem_vectors`` once it has
+committed (by the process that rings the database's doorbell, :mod:`pgmem.doorbell`; naming the memory by
+a tag only its namespace's clients can compute: :mod:`pgmem.planning.notify`). The cache keeps each
+entry's revision and catches up by replaying the log (one round trip; a full reload when the log was
+purged past it).
 
-* ``mode="default"``: answer from the cache while the listener connection is up and no notification
-  or own write newer than the entry has arrived; otherwise catch up first. Staleness is bounded by
-  notification delivery (sub-millisecond on one host). A dropped listener marks every entry stale
-  until it has caught up again. The process's own writes (through the client the cache was built on)
-  mark their memory stale before the write call returns, so a process always reads its own writes.
-  Announcements are kept per memory, so one that arrives while an entry is being loaded still counts.
-  To read a peer's write in this mode, wait for its revision: ``cache.wait_announced(memory, rev)``
-  with ``rev`` from the peer's ``client.vectors.head_rev(memory)``.
+* ``mode="default"``: answer from the cache while the listener connection is up, the doorbell's beats
+  arrive, and no notification or own write newer than the entry has arrived; otherwise catch up first.
+  Staleness is bounded by the doorbell's round (about a millisecond: it polls committed rings every
+  millisecond) plus notification delivery. A dropped listener, or beats missing for
+  :data:`pgmem.doorbell.BEAT_TIMEOUT` (the doorbell's holder died or stalled and nobody has taken over
+  yet), marks every entry stale until it has caught up again. The process's own writes (through the
+  client the cache was built on) mark their memory stale before the write call returns, so a process
+  always reads its own writes. Announcements are kept per memory, so one that arrives while an entry is
+  being loaded still counts. To read a peer's write in this mode, wait for its revision:
+  ``cache.wait_announced(memory, rev)`` with ``rev`` from the peer's ``client.vectors.head_rev(memory)``.
 * ``mode="strict"``: every answer is confirmed against the memory's high-water mark, read in Postgres
   after the search began: the answer reflects every transaction committed before that. When nothing
   new was announced, the read is one round trip: for a memory of fewer than 2,048 vectors it is sent first
@@ -76,6 +79,7 @@ import psycopg
 from pgvector.psycopg import register_vector
 from psycopg import pq, sql
 
+from pgmem import doorbell
 from pgmem.checks import check_key
 from pgmem.embeddings import Vectors, check_vectors
 from pgmem.errors import EmbeddingError, InvalidInput, PgmemError, redact, translate
@@ -130,6 +134,7 @@ class CacheStats:
     bypassed: int = 0
     notifications: int = 0
     reconnects: int = 0
+    silences: int = 0  # times the doorbell's beats stopped for doorbell.BEAT_TIMEOUT (entries then catch up)
     approximate_builds: int = 0
     approximate_failures: int = 0  # builds that raised: those memories are searched exactly (logged)
 
@@ -508,8 +513,11 @@ class VectorCache:
         self._announced_cond = threading.Condition(self._lock)
         self._closed = False
         self._listening = threading.Event()
-        self._connected = False
-        self._epoch = 0  # bumped on every (re)connection of the listener
+        self._connected = False  # the listener is up and the doorbell's beats arrive
+        self._listener_up = False
+        self._beat_at = 0.0  # time.monotonic() of the last beat
+        self._beating = threading.Event()
+        self._epoch = 0  # bumped whenever the cache starts trusting its listener again
         self._listener_conn: psycopg.Connection[Any] | None = None
         # The cache's own connection for its reads (no pool checkout on the strict path).
         self._reader: psycopg.Connection[Any] | None = None
@@ -534,12 +542,17 @@ class VectorCache:
         self._thread.start()
         if not self._listening.wait(30):
             raise PgmemError("the cache's listener could not connect within 30 s")
+        # Someone must announce other processes' writes: this process stands for ringing the doorbell.
+        self._doorbell: doorbell.Doorbell | None = doorbell.acquire(client._conninfo or "")
+        if not self._beating.wait(5):  # until then every search catches up first: correct, only slower
+            log.warning("no doorbell beat within 5 s: the cache catches up before every answer until one arrives")
 
     # -- consistency ----------------------------------------------------------------------------------
 
     @property
     def connected(self) -> bool:
-        """Whether the listener is connected (default mode answers without a round trip only then)."""
+        """Whether the listener is connected and the doorbell's beats arrive (default mode answers without
+        a round trip only then)."""
         return self._connected
 
     def _listen(self) -> None:
@@ -557,18 +570,19 @@ class VectorCache:
             try:
                 conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
                 with self._lock:
-                    self._epoch += 1
-                    self._connected = True
+                    self._listener_up = True  # trusted from the next beat on (_notified)
                 self._listening.set()
                 delay = 0.05
                 while not self._closed:
-                    for note in conn.notifies(timeout=0.5):
+                    for note in conn.notifies(timeout=doorbell.BEAT_SECONDS):
                         self._notified(note.payload)
+                    self._check_beats()
             except psycopg.Error as exc:
                 if not self._closed:
                     log.warning("cache listener lost its connection: %s", redact(str(exc)))
             finally:
                 with self._lock:
+                    self._listener_up = False
                     self._connected = False  # every entry is stale until it has caught up
                     self.stats.reconnects += 0 if self._closed else 1
                 try:
@@ -577,7 +591,25 @@ class VectorCache:
                     pass
                 self._listener_conn = None
 
+    def _check_beats(self) -> None:
+        with self._lock:
+            if self._connected and time.monotonic() - self._beat_at > doorbell.BEAT_TIMEOUT:
+                self._connected = False  # nobody rings: what peers wrote since may not have been announced
+                self.stats.silences += 1
+
+    def _beat(self) -> None:
+        # Every ring committed before this beat's round has been announced, and heard (in order) before it.
+        with self._lock:
+            self._beat_at = time.monotonic()
+            if self._listener_up and not self._connected:
+                self._epoch += 1  # entries caught up before now may have missed announcements
+                self._connected = True
+        self._beating.set()
+
     def _notified(self, payload: str) -> None:
+        if payload == doorbell.BEAT:
+            self._beat()
+            return
         # ["<tag>", rev]: the tag of a memory (pgmem.planning.notify), which names it to this namespace only
         try:
             tag, rev = json.loads(payload)
@@ -1316,6 +1348,9 @@ class VectorCache:
                 self._reader = None
         self._client.vectors.remove_change_listener(self._own_write)
         self._thread.join(timeout=5)
+        if self._doorbell is not None:
+            doorbell.release(self._doorbell)
+            self._doorbell = None
         self.invalidate()
 
     def __enter__(self) -> VectorCache:

@@ -3,8 +3,10 @@
 -- pgmem.queue_archive_batches per statement and queue, the items in arrays (pgmem.queue_archive unnests it).
 -- A claimed item stays 'ready' with available_at = the end of its lease, so an item whose worker died
 -- becomes claimable again by itself; `attempts` counts claims and fences ack/nack/extend.
--- A `wake` CTE casts pg_notify's void to text: Citus materialises a CTE's rows and cannot hold a void column
--- (docs/scale-out.md, "Statements").
+-- Statements that make items claimable ring the doorbell (a `rung` CTE inserts into pgmem.doorbell, in
+-- the writer's transaction): the process elected to read it announces the queue with NOTIFY pgmem_queue
+-- once the write has committed (pgmem.ring_doorbell). A writer never sends NOTIFY itself: notifying
+-- commits queue behind one cluster-wide lock.
 -- The claiming queries (claim, ack_claim, take) take their LIMIT as {limit}, a literal the repository
 -- fills in: a prepared statement is planned once (generic plan) only when its plan does not depend on
 -- its parameters, and a LIMIT parameter is planned as 10% of the table (hash joins over sequential
@@ -75,11 +77,21 @@ done AS (
     RETURNING batch, message_ids
 ), {{archived_refs}}
 
+-- fragment: ring_queue
+-- A CTE after `item` (an INSERT into pgmem.queue_items RETURNING id): ring the doorbell for the queue
+-- when an item was enqueued (see the header).
+rung AS (
+    INSERT INTO pgmem.doorbell (namespace, channel, name)
+    SELECT %(ns)s, 'pgmem_queue', %(queue)s FROM item
+    RETURNING 1
+)
+
 -- name: push
 -- Store the message once (an id stored with other content fails the statement: the fragment
--- message_once), enqueue it (unless a ready item of the queue has the same dedup key), and
--- wake waiting consumers: NOTIFY is sent at commit, with the transaction (the payload is the queue's
--- pgmem.notify_tag, which tells another tenant nothing).
+-- message_once), enqueue it (unless a ready item of the queue has the same dedup key), and ring the
+-- doorbell for the queue: waiting consumers are woken once the push has committed, never before, and not
+-- at all when it rolls back (NOTIFY pgmem_queue with the queue's pgmem.notify_tag, which tells another
+-- tenant nothing).
 WITH {{message_once}}, item AS (
     INSERT INTO pgmem.queue_items (namespace, queue, message_id, priority, available_at, max_attempts,
                                    dedup_key)
@@ -87,10 +99,8 @@ WITH {{message_once}}, item AS (
             %(max_attempts)s, %(dedup_key)s)
     ON CONFLICT (namespace, queue, dedup_key) WHERE dedup_key IS NOT NULL AND status = 'ready' DO NOTHING
     RETURNING id
-), wake AS (
-    SELECT pg_notify('pgmem_queue', pgmem.notify_tag(%(ns)s, %(queue)s))::text AS sent FROM item
-)
-SELECT (SELECT id FROM item) AS id, (SELECT count(*) FROM wake) AS woken;
+), {{ring_queue}}
+SELECT (SELECT id FROM item) AS id, (SELECT count(*) FROM rung) AS rung;
 
 -- name: push_once
 -- push with an idempotency key: the key is recorded with the item's id, taken from the items' sequence
@@ -114,14 +124,12 @@ WITH new AS (
     FROM recorded
     ON CONFLICT (namespace, queue, dedup_key) WHERE dedup_key IS NOT NULL AND status = 'ready' DO NOTHING
     RETURNING id
-), wake AS (
-    SELECT pg_notify('pgmem_queue', pgmem.notify_tag(%(ns)s, %(queue)s))::text AS sent FROM item
-)
+), {{ring_queue}}
 SELECT coalesce((SELECT id FROM item),
                 (SELECT result FROM pgmem.idempotency_keys
                  WHERE namespace = %(ns)s AND key = %(idempotency_key)s AND NOT EXISTS (SELECT 1 FROM recorded)))
        AS id,
-       (SELECT count(*) FROM wake) AS woken;
+       (SELECT count(*) FROM rung) AS rung;
 
 -- name: purge_idempotency_keys
 -- Forget the idempotency keys recorded more than %(age)s seconds ago (created_at has a BRIN index): a push
@@ -159,10 +167,12 @@ WITH batch AS (
     FROM batch ORDER BY ord
     ON CONFLICT (namespace, queue, dedup_key) WHERE dedup_key IS NOT NULL AND status = 'ready' DO NOTHING
     RETURNING id
-), wake AS (
-    SELECT pg_notify('pgmem_queue', pgmem.notify_tag(%(ns)s, %(queue)s))::text AS sent WHERE EXISTS (SELECT 1 FROM item)
+), rung AS (
+    INSERT INTO pgmem.doorbell (namespace, channel, name)
+    SELECT %(ns)s, 'pgmem_queue', %(queue)s WHERE EXISTS (SELECT 1 FROM item)
+    RETURNING 1
 )
-SELECT coalesce((SELECT array_agg(id ORDER BY id) FROM item), '{}') AS ids, (SELECT count(*) FROM wake) AS woken;
+SELECT coalesce((SELECT array_agg(id ORDER BY id) FROM item), '{}') AS ids, (SELECT count(*) FROM rung) AS rung;
 
 -- name: claim
 -- Take up to {limit} claimable items, best priority (lowest) first, then oldest. SKIP LOCKED: concurrent
@@ -341,11 +351,13 @@ WITH {{settle_shared}}, memory AS (
     INSERT INTO pgmem.queue_items (namespace, queue, message_id, priority)
     SELECT %(ns)s, 'inbox:' || subscriber, %(id)s, %(priority)s FROM target ORDER BY subscriber
     RETURNING queue
-), wake AS (
-    SELECT pg_notify('pgmem_queue', pgmem.notify_tag(%(ns)s, queue))::text AS sent FROM delivery
+), rung AS (
+    INSERT INTO pgmem.doorbell (namespace, channel, name)
+    SELECT %(ns)s, 'pgmem_queue', queue FROM delivery
+    RETURNING 1
 )
 SELECT (SELECT seq FROM entry) AS seq, (SELECT array_agg(queue ORDER BY queue) FROM delivery) AS inboxes,
-       (SELECT count(*) FROM wake) AS woken;
+       (SELECT count(*) FROM rung) AS rung;
 
 -- name: take
 -- Claim and acknowledge in one statement (MetaGPT's MessageQueue.pop): up to {limit} claimable items

@@ -39,17 +39,56 @@ CREATE OR REPLACE FUNCTION pgmem.notify_tag(p_ns text, p_name text) RETURNS text
 SELECT left(encode(sha256(convert_to(pgmem.notify_key(p_ns)::text || p_name, 'UTF8')), 'hex'), 32)
 $$;
 
+-- name: ring_doorbell
+-- The doorbell's one reader (pgmem.doorbell, the Python module, calls it in a loop in the process elected
+-- per database). Writers do not NOTIFY: a transaction that notifies takes a cluster-wide lock at commit
+-- and holds it through its WAL flush, so notifying writers commit one at a time. They insert a row into
+-- pgmem.doorbell in their own transaction instead; this function waits up to p_wait_ms for committed
+-- rows (polling every millisecond, each check a fresh snapshot), deletes what it sees and sends, at its
+-- own commit, one NOTIFY per queue or memory rung: pgmem_queue '<tag>', pgmem_vectors '["<tag>", <head>]'
+-- (and '["<tag>", -1]' for a model switch). A row is deleted by the transaction that announces it, so a
+-- reader that dies before committing leaves its rows to the next. p_beat adds NOTIFY pgmem_vectors 'beat':
+-- what caches take as proof that the doorbell is being rung. Runs as its owner with pgmem.admin on (the
+-- owner's row-level security policy: it reads every namespace's rings), and sends nothing but tags.
+CREATE OR REPLACE FUNCTION pgmem.ring_doorbell(p_wait_ms integer, p_beat boolean) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET pgmem.admin = 'on' AS $$
+DECLARE
+    deadline timestamptz := clock_timestamp() + greatest(p_wait_ms, 0) * interval '1 millisecond';
+    sent integer;
+BEGIN
+    WHILE NOT EXISTS (SELECT 1 FROM pgmem.doorbell) AND clock_timestamp() < deadline LOOP
+        PERFORM pg_sleep(0.001);
+    END LOOP;
+    WITH rung AS (
+        DELETE FROM pgmem.doorbell RETURNING namespace, channel, name, rev
+    ), merged AS (
+        SELECT channel, pgmem.notify_tag(namespace, name) AS tag, max(rev) AS head, min(rev) AS low
+        FROM rung GROUP BY namespace, channel, name
+    )
+    SELECT count(*) INTO sent FROM (
+        SELECT pg_notify(channel, tag) FROM merged WHERE channel = 'pgmem_queue'
+        UNION ALL
+        SELECT pg_notify(channel, json_build_array(tag, -1)::text) FROM merged
+        WHERE channel = 'pgmem_vectors' AND low < 0
+        UNION ALL
+        SELECT pg_notify(channel, json_build_array(tag, head)::text) FROM merged
+        WHERE channel = 'pgmem_vectors' AND head >= 0
+    ) AS notified;
+    IF p_beat THEN
+        PERFORM pg_notify('pgmem_vectors', 'beat');
+    END IF;
+    RETURN sent;
+END $$;
+
 -- name: log_vector_changes
 -- Appends a statement's changes to the set of vectors of each memory to pgmem.vector_log, with a
 -- per-memory revision drawn under the memory's row lock (gapless, in commit order; memories.vec_rev is
--- the high-water mark), and sends NOTIFY pgmem_vectors, '["<tag>", <rev>]' on commit (the tag:
--- notify_tag of the memory), which FAISS caches in other processes listen to. Called once per statement
--- by the triggers below.
+-- the high-water mark), and rings the doorbell with each memory's new head (pgmem.ring_doorbell
+-- announces it as NOTIFY pgmem_vectors, '["<tag>", <rev>]' once it has committed), which FAISS caches
+-- in other processes listen to. Called once per statement by the triggers below.
 CREATE OR REPLACE FUNCTION pgmem.log_vector_changes(
     p_ns text[], p_memory text[], p_message text[], p_model smallint[], p_op smallint[]
 ) RETURNS void LANGUAGE plpgsql AS $$
-DECLARE
-    announced bigint;
 BEGIN
     IF p_ns IS NULL OR cardinality(p_ns) = 0 THEN
         RETURN;
@@ -79,9 +118,8 @@ BEGIN
         SELECT c.ns, c.memory, b.base + c.n, c.message_id, c.model_id, c.op
         FROM changes c JOIN bumped b ON b.namespace = c.ns AND b.key = c.memory
     )
-    SELECT count(pg_notify('pgmem_vectors', json_build_array(pgmem.notify_tag(b.namespace, b.key), b.head)::text))
-    INTO announced
-    FROM bumped b;
+    INSERT INTO pgmem.doorbell (namespace, channel, name, rev)
+    SELECT b.namespace, 'pgmem_vectors', b.key, b.head FROM bumped b;
 END $$;
 
 -- name: memory_entries_added

@@ -193,10 +193,13 @@ WITH done AS (
     -- strict caches see the switch through the high-water mark
     UPDATE pgmem.memories m SET vec_rev = m.vec_rev + 1
     FROM promoted WHERE m.namespace = %(ns)s AND m.key = promoted.memory
+), rung AS (
+    -- Caches of other processes drop their entries of a switched memory: the doorbell announces revision
+    -- -1 ("model changed") once this has committed.
+    INSERT INTO pgmem.doorbell (namespace, channel, name, rev)
+    SELECT %(ns)s, 'pgmem_vectors', memory, -1 FROM promoted
 )
--- Caches of other processes drop their entries of a switched memory (revision -1 means "model changed").
-SELECT memory, pg_notify('pgmem_vectors', json_build_array(pgmem.notify_tag(%(ns)s, memory), -1)::text)::text AS notified
-FROM promoted ORDER BY memory;
+SELECT memory FROM promoted ORDER BY memory;
 
 -- name: memory_vectors
 -- Every vector of a memory for one model, with the memory's revision they are current at (the cache's

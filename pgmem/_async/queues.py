@@ -1,5 +1,6 @@
-"""Queues claimed with ``FOR UPDATE SKIP LOCKED``, with leases, retries, dead letters and LISTEN/NOTIFY,
-and routing of published messages to subscribers' inbox queues."""
+"""Queues claimed with ``FOR UPDATE SKIP LOCKED``, with leases, retries, dead letters and LISTEN/NOTIFY
+(rung through :mod:`pgmem.doorbell`: writers never notify), and routing of published messages to
+subscribers' inbox queues."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import psycopg
 from psycopg import AsyncConnection, sql
 from psycopg.pq import TransactionStatus
 
+from pgmem import doorbell
 from pgmem._acompat import ALock
 from pgmem._async import scope
 from pgmem._async.base import AsyncRepository
@@ -109,6 +111,7 @@ class AsyncQueueRepository(AsyncRepository):
     def __init__(self, client: AsyncClient) -> None:
         super().__init__(client)
         self._listener: AsyncConnection[Any] | None = None
+        self._doorbell: doorbell.Doorbell | None = None  # held while this repository listens
         self._notify_key: str | None = None  # the namespace's (pgmem.planning.notify), read once
         self._listen_lock = ALock()
 
@@ -408,6 +411,9 @@ class AsyncQueueRepository(AsyncRepository):
                 conn = await AsyncConnection.connect(self._client._conninfo, autocommit=True)
                 await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
             self._listener = conn
+            if self._doorbell is None:
+                # Someone must turn committed pushes into notifications: this process stands for it.
+                self._doorbell = doorbell.acquire(self._client._conninfo)
         return self._listener
 
     async def _wait_for_notify(self, conn: AsyncConnection[Any], tag: str, timeout: float) -> None:
@@ -429,9 +435,10 @@ class AsyncQueueRepository(AsyncRepository):
     ) -> list[QueueItem]:
         """Claim up to ``n`` items, waiting up to ``timeout`` seconds for one to become claimable.
 
-        Woken by NOTIFY from ``push`` (sent at its commit); delayed items and lease expiries are caught
-        by sleeping until the next ``available_at``, and ``poll_interval`` bounds every sleep in case a
-        notification is lost (e.g. the listening connection dropped). Returns ``[]`` on timeout.
+        Woken by NOTIFY once a ``push`` has committed (:mod:`pgmem.doorbell`; this process stands for
+        ringing it while it listens); delayed items and lease expiries are caught by sleeping until the
+        next ``available_at``, and ``poll_interval`` bounds every sleep in case a notification is lost
+        (e.g. the listening connection dropped). Returns ``[]`` on timeout.
         ``ack``: items acknowledged by the first claim, in the same statement (see :meth:`claim`).
         """
         check_queue(queue)
@@ -489,10 +496,13 @@ class AsyncQueueRepository(AsyncRepository):
                 yield item
 
     async def close(self) -> None:
-        """Close the listening connection, if ``wait`` opened one."""
+        """Close the listening connection, if ``wait`` opened one (and give back this process's doorbell)."""
         if self._listener is not None:
             await self._listener.close()
             self._listener = None
+        if self._doorbell is not None:
+            doorbell.release(self._doorbell)
+            self._doorbell = None
 
     # -- inspecting and maintenance -------------------------------------------------------------------
 

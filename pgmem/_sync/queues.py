@@ -1,6 +1,7 @@
 # Generated from pgmem/_async by tools/gen_sync.py: edit the async source, then regenerate.
-"""Queues claimed with ``FOR UPDATE SKIP LOCKED``, with leases, retries, dead letters and LISTEN/NOTIFY,
-and routing of published messages to subscribers' inbox queues."""
+"""Queues claimed with ``FOR UPDATE SKIP LOCKED``, with leases, retries, dead letters and LISTEN/NOTIFY
+(rung through :mod:`pgmem.doorbell`: writers never notify), and routing of published messages to
+subscribers' inbox queues."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import psycopg
 from psycopg import Connection, sql
 from psycopg.pq import TransactionStatus
 
+from pgmem import doorbell
 from pgmem._acompat import Lock
 from pgmem._sync import scope
 from pgmem._sync.base import Repository
@@ -110,6 +112,7 @@ class QueueRepository(Repository):
     def __init__(self, client: Client) -> None:
         super().__init__(client)
         self._listener: Connection[Any] | None = None
+        self._doorbell: doorbell.Doorbell | None = None  # held while this repository listens
         self._notify_key: str | None = None  # the namespace's (pgmem.planning.notify), read once
         self._listen_lock = Lock()
 
@@ -409,6 +412,9 @@ class QueueRepository(Repository):
                 conn = Connection.connect(self._client._conninfo, autocommit=True)
                 conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
             self._listener = conn
+            if self._doorbell is None:
+                # Someone must turn committed pushes into notifications: this process stands for it.
+                self._doorbell = doorbell.acquire(self._client._conninfo)
         return self._listener
 
     def _wait_for_notify(self, conn: Connection[Any], tag: str, timeout: float) -> None:
@@ -430,9 +436,10 @@ class QueueRepository(Repository):
     ) -> list[QueueItem]:
         """Claim up to ``n`` items, waiting up to ``timeout`` seconds for one to become claimable.
 
-        Woken by NOTIFY from ``push`` (sent at its commit); delayed items and lease expiries are caught
-        by sleeping until the next ``available_at``, and ``poll_interval`` bounds every sleep in case a
-        notification is lost (e.g. the listening connection dropped). Returns ``[]`` on timeout.
+        Woken by NOTIFY once a ``push`` has committed (:mod:`pgmem.doorbell`; this process stands for
+        ringing it while it listens); delayed items and lease expiries are caught by sleeping until the
+        next ``available_at``, and ``poll_interval`` bounds every sleep in case a notification is lost
+        (e.g. the listening connection dropped). Returns ``[]`` on timeout.
         ``ack``: items acknowledged by the first claim, in the same statement (see :meth:`claim`).
         """
         check_queue(queue)
@@ -490,10 +497,13 @@ class QueueRepository(Repository):
                 yield item
 
     def close(self) -> None:
-        """Close the listening connection, if ``wait`` opened one."""
+        """Close the listening connection, if ``wait`` opened one (and give back this process's doorbell)."""
         if self._listener is not None:
             self._listener.close()
             self._listener = None
+        if self._doorbell is not None:
+            doorbell.release(self._doorbell)
+            self._doorbell = None
 
     # -- inspecting and maintenance -------------------------------------------------------------------
 

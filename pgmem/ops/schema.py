@@ -616,7 +616,31 @@ namespace_keys = Table(
     comment="A random key per namespace (row-level security: only the namespace's own clients read it).",
 )
 
+# -- the doorbell (migration 0012) ------------------------------------------------------------------------------
+
+doorbell = Table(
+    "doorbell",
+    metadata,
+    Column("namespace", Text, nullable=False),
+    Column("channel", Text, nullable=False, comment="pgmem_queue or pgmem_vectors: where it is announced"),
+    Column("name", Text, nullable=False, comment="the queue or memory rung for"),
+    Column(
+        "rev",
+        BigInteger,
+        nullable=False,
+        server_default=text("0"),
+        comment="pgmem_vectors: the memory's vector revision (vec_rev) after the write; -1: its model switched",
+    ),
+    CheckConstraint("channel IN ('pgmem_queue', 'pgmem_vectors')", name="doorbell_channel_check"),
+    # Unlogged and without an index: a writer's ring is one heap insert and no WAL, and the one reader
+    # empties the table every few milliseconds (it is empty after a crash, when every listener resyncs).
+    prefixes=["UNLOGGED"],
+    comment="Wake-ups not yet announced: written by writers in their own transaction instead of a NOTIFY, read "
+    "and deleted by pgmem.ring_doorbell in the one process elected per database, which notifies.",
+)
+
 __all__ = [
+    "doorbell",
     "FTS_MAX_CHARS",
     "SCHEMA",
     "embedding_models",

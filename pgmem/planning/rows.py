@@ -255,17 +255,18 @@ QUEUE_ITEM_ROW = QueueItemRow._fields + MessageRow._fields
 
 
 class PushRow(NamedTuple):
-    """``push``: the new item's id (None: a ready item had the dedup key) and the consumers woken."""
+    """``push``: the new item's id (None: a ready item had the dedup key) and whether it rang the doorbell
+    (pgmem.doorbell: waiting consumers are woken once it commits)."""
 
     id: int | None
-    woken: int
+    rung: int
 
 
 class PushManyRow(NamedTuple):
-    """``push_many``: the ids of the new items, and the consumers woken."""
+    """``push_many``: the ids of the new items, and whether the batch rang the doorbell."""
 
     ids: list[int]
-    woken: int
+    rung: int
 
 
 class NackRow(NamedTuple):
@@ -284,12 +285,12 @@ class DepthRow(NamedTuple):
 
 
 class PublishRow(NamedTuple):
-    """``publish``: the message's entry in the memory (None: it held it already), its inboxes, the
-    consumers woken."""
+    """``publish``: the message's entry in the memory (None: it held it already), its inboxes, and the
+    doorbell rings (one per inbox: their consumers are woken once it commits)."""
 
     seq: int | None
     inboxes: list[str] | None
-    woken: int
+    rung: int
 
 
 # -- summaries.sql --------------------------------------------------------------------------------------
@@ -438,10 +439,9 @@ class PendingModelRow(NamedTuple):
 
 
 class PromotedRow(NamedTuple):
-    """``promote``: a memory whose model switch finished (its caches told by NOTIFY)."""
+    """``promote``: a memory whose model switch finished (its caches told through the doorbell)."""
 
     memory: str
-    notified: None
 
 
 class MemoryVectorRow(NamedTuple):
