@@ -15,7 +15,11 @@
    - raw: UPDATE … WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED LIMIT n) RETURNING, then DELETE
    No consumer reads the job's payload (pgmem items build their message on first read).
 2. Push-to-wake-up latency: a consumer blocked in client.queues.wait(poll_interval=30) in another
-   process; time from push returning to wait returning. Raw LISTEN/NOTIFY in psycopg beside it.
+   process; time from push returning to wait returning (``pgmem``), and from the commit of a caller's
+   transaction that pushed (``pgmem_tx``: ``push(connection=conn)``, then ``COMMIT``). Writers do not
+   notify: the consumer's process rings the doorbell (pgmem.doorbell), which polls committed rings every
+   millisecond. Raw LISTEN/NOTIFY in psycopg beside it (``raw_notify``: the floor, a notification sent by
+   the pusher itself). Quiet, then beside ``--busy`` CPU-bound processes (default 8).
 3. Vacuum blocking: throughput in 10 s windows before, during and after a transaction held open (its
    snapshot keeps vacuum from removing dead queue rows), with the dead tuples it leaves behind.
 """
@@ -38,7 +42,7 @@ from rich.console import Console
 from rich.table import Table
 
 import pgmem
-from benchmarks._common import bench_database, write_json
+from benchmarks._common import bench_database, busy_processes, write_json
 
 QUEUE = "bench"
 RAW_DDL = """
@@ -218,12 +222,15 @@ def _raw_listener(dsn: str, samples: int, ready: Any, out: Any) -> None:
                 break
 
 
+WAKE_KINDS = ("pgmem", "pgmem_tx", "raw_notify")
+
+
 def wake_latency(dsn: str, samples: int) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     result: dict[str, Any] = {}
-    for kind in ("pgmem", "raw_notify"):
+    for kind in WAKE_KINDS:
         ready, out = ctx.Event(), ctx.Queue()
-        target = _waiter if kind == "pgmem" else _raw_listener
+        target = _raw_listener if kind == "raw_notify" else _waiter
         proc = ctx.Process(target=target, args=(dsn, samples, ready, out))
         proc.start()
         ready.wait(60)
@@ -235,6 +242,9 @@ def wake_latency(dsn: str, samples: int) -> dict[str, Any]:
                 time.sleep(rng.uniform(0.005, 0.02))
                 if kind == "pgmem":
                     client.queues.push("wake", pgmem.Message(content=str(i)))
+                elif kind == "pgmem_tx":
+                    with client.transaction() as conn:
+                        client.queues.push("wake", pgmem.Message(content=str(i)), connection=conn)
                 else:
                     raw.execute("SELECT pg_notify('raw_bench', %s)", (str(i),))
                 returned = time.time()
@@ -362,6 +372,7 @@ def main() -> None:
     parser.add_argument("--points", default=None, help="throughput points only, e.g. 10x1,50x4 (batch x consumers)")
     parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"subset of {','.join(SYSTEMS)}")
     parser.add_argument("--skip-latency", action="store_true")
+    parser.add_argument("--busy", type=int, default=8, help="wake-up latency again beside N busy processes (0: skip)")
     parser.add_argument("--skip-vacuum", action="store_true")
     parser.add_argument("--skip-throughput", action="store_true")
     args = parser.parse_args()
@@ -411,8 +422,14 @@ def main() -> None:
         results["throughput"] = grid
         if not args.skip_latency:
             console.print("wake-up latency …")
-            results["wake_latency"] = wake_latency(dsn, 100 if args.quick else 300)
+            samples = 100 if args.quick else 300
+            results["wake_latency"] = wake_latency(dsn, samples)
             console.print(results["wake_latency"])
+            if args.busy:
+                console.print(f"wake-up latency beside {args.busy} busy processes …")
+                with busy_processes(args.busy):
+                    results["wake_latency_busy"] = {"busy processes": args.busy, **wake_latency(dsn, samples)}
+                console.print(results["wake_latency_busy"])
         if not args.skip_vacuum:
             console.print(f"vacuum blocked for {block} s …")
             results["vacuum_block"] = vacuum_block(dsn, block, console)
@@ -424,11 +441,12 @@ def main() -> None:
     for row in grid:
         table.add_row(*(str(row[c]) for c in columns))
     console.print(table)
-    if w := results.get("wake_latency"):
-        console.print(
-            f"wake-up p50/p99: pgmem {w['pgmem']['p50_us']:.0f}/{w['pgmem']['p99_us']:.0f} us, "
-            f"raw NOTIFY {w['raw_notify']['p50_us']:.0f}/{w['raw_notify']['p99_us']:.0f} us"
-        )
+    for part, label in (("wake_latency", "quiet"), ("wake_latency_busy", f"{args.busy} busy")):
+        if w := results.get(part):
+            console.print(
+                f"wake-up p50/p99 ({label}): "
+                + ", ".join(f"{kind} {w[kind]['p50_us']:.0f}/{w[kind]['p99_us']:.0f} us" for kind in WAKE_KINDS)
+            )
     if v := results.get("vacuum_block"):
         console.print(
             f"vacuum block {block} s: baseline {v['baseline_jobs_per_s']} jobs/s, worst "

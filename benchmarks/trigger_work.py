@@ -45,7 +45,7 @@ MODEL_NAME = "all-MiniLM-L6-v2-lookup"
 
 #: ``add_one`` of sql/messages.sql with the work of the trigger ``memory_entries_added`` as CTEs: the new
 #: entry is queued in the outbox for each of the memory's models that has no vector of the message yet,
-#: and the vectors it already has join the memory's vector log (`changes` ... `notified`, the same chain as
+#: and the vectors it already has join the memory's vector log (`changes` ... `rung`, the same chain as
 #: in :data:`STORE_VECTORS`).
 ADD_ONE = """
 WITH {{settle_shared}}, memory AS (
@@ -85,16 +85,16 @@ WITH {{settle_shared}}, memory AS (
     INSERT INTO pgmem.vector_log (namespace, memory, rev, message_id, model_id, op)
     SELECT %(ns)s, c.memory, b.base + c.n, c.message_id, c.model_id, 1
     FROM changes AS c JOIN bumped AS b ON b.key = c.memory
-), notified AS (
-    SELECT count(pg_notify('pgmem_vectors', json_build_array(%(ns)s::text, b.key, b.head)::text)) AS n
-    FROM bumped AS b
+), rung AS (
+    INSERT INTO pgmem.doorbell (namespace, channel, name, rev)
+    SELECT %(ns)s, 'pgmem_vectors', b.key, b.head FROM bumped AS b
 )
-SELECT e.seq, EXISTS (SELECT 1 FROM models) AS embeds FROM entry AS e, notified
+SELECT e.seq, EXISTS (SELECT 1 FROM models) AS embeds FROM entry AS e
 """
 
 #: ``store_vectors`` of sql/vectors.sql with the work of the trigger ``embeddings_added``: every memory that
 #: holds a stored vector's message and is embedded with the model logs it, in entry order, under revisions
-#: drawn with the memory's row lock taken in key order (two writers never deadlock), then NOTIFY.
+#: drawn with the memory's row lock taken in key order (two writers never deadlock), then rings the doorbell.
 STORE_VECTORS = """
 WITH stored AS (
     INSERT INTO pgmem.embeddings (namespace, model_id, message_id, embedding)
@@ -123,14 +123,15 @@ WITH stored AS (
     INSERT INTO pgmem.vector_log (namespace, memory, rev, message_id, model_id, op)
     SELECT %(ns)s, c.memory, b.base + c.n, c.message_id, %(model)s, 1
     FROM changes AS c JOIN bumped AS b ON b.key = c.memory
-), notified AS (
-    SELECT count(pg_notify('pgmem_vectors', json_build_array(%(ns)s::text, b.key, b.head)::text)) AS n
-    FROM bumped AS b
+), rung AS (
+    INSERT INTO pgmem.doorbell (namespace, channel, name, rev)
+    SELECT %(ns)s, 'pgmem_vectors', b.key, b.head FROM bumped AS b
+    RETURNING 1
 ), unqueued AS (
     DELETE FROM pgmem.embedding_outbox
     WHERE namespace = %(ns)s AND model_id = %(model)s AND message_id = ANY(%(ids)b::text[])
 )
-SELECT n FROM notified
+SELECT count(*) AS n FROM rung
 """
 
 _TRIGGERS_OFF = """

@@ -122,9 +122,14 @@ class Doorbell:
             except psycopg.Error as exc:
                 if self._stop.is_set():
                     break
-                # Losing the session is expected now and then (a restart, the idle timeout of a stalled
-                # holder): the rows wait in the table for whoever rings next.
-                log.info("the doorbell's connection was lost: %s", redact(str(exc)))
+                if isinstance(exc, psycopg.OperationalError):
+                    # Losing the session is expected now and then (a restart, the idle timeout of a
+                    # stalled holder): the rows wait in the table for whoever rings next.
+                    log.info("the doorbell's connection was lost: %s", redact(str(exc)))
+                else:
+                    # A schema without pgmem.ring_doorbell, a privilege missing: said loudly, tried again.
+                    # Meanwhile consumers still wake by polling and caches catch up without beats.
+                    log.warning("the doorbell cannot ring: %s", redact(str(exc)))
                 self.stats.reconnects += 1
                 self._stop.wait(delay)
                 delay = min(delay * 2, 5.0)
