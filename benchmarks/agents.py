@@ -36,7 +36,10 @@ Reported per system and process count: steps/s (all steps of all processes over 
 signal to the last process's report, which includes pgmem's final embedding flush), p50/p99 of each
 operation over every step (µs), server CPU per step (user + system time of the postmaster and all its
 children, before and after, over steps; only when the server runs on this machine), the agent processes'
-own CPU per step (``time.process_time``, threads included), the load average.
+own CPU per step (``time.process_time``, threads included), the load average, and the share of busy client
+backends waiting on ``Lock``/``object`` (the lock a notifying transaction takes at commit, issue 32):
+``pg_stat_activity`` sampled every 5 ms by a process of its own during each run (active client backends of
+the run's database, the sampler and ``pgmem-doorbell`` connections left out), waiting samples / busy samples.
 Writes ``benchmarks/results/agents.json`` and ``agents.svg`` (grouped bars in the style of ``pgmem report``).
 """
 
@@ -466,6 +469,36 @@ def postmaster_pid(dsn: str) -> int | None:
     return None if parent is None else parent.pid
 
 
+#: One sample of the run's busy client backends (see the module docstring): busy, and on Lock/object.
+LOCK_SAMPLE = """
+SELECT count(*), count(*) FILTER (WHERE wait_event_type = 'Lock' AND wait_event = 'object')
+FROM pg_stat_activity
+WHERE backend_type = 'client backend' AND state = 'active' AND datname = current_database()
+  AND pid <> pg_backend_pid() AND application_name IS DISTINCT FROM 'pgmem-doorbell'"""
+LOCK_SAMPLE_S = 0.005
+
+
+def lock_sampler(dsn: str, ctl: dict[str, Any]) -> None:
+    """pg_stat_activity every LOCK_SAMPLE_S from the start signal to the stop signal: busy and Lock/object."""
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(LOCK_SAMPLE, prepare=True)
+            ctl["ready"].put(0)
+            ctl["start"].wait()
+            busy = obj = 0
+            tick = time.monotonic()
+            while not ctl["stop"].is_set():
+                row = conn.execute(LOCK_SAMPLE, prepare=True).fetchone()
+                if row is not None:
+                    busy, obj = busy + row[0], obj + row[1]
+                tick += LOCK_SAMPLE_S
+                time.sleep(max(0.0, tick - time.monotonic()))
+        ctl["sampled"].put({"busy": busy, "object": obj})
+    except BaseException:  # noqa: BLE001 - re-reported by the parent
+        ctl["sampled"].put({"error": traceback.format_exc()})
+        ctl["ready"].put(-1)
+
+
 def run_once(
     system: str,
     admin_dsn: str,
@@ -494,15 +527,18 @@ def run_once(
             "stop": ctx.Event(),
             "finish": ctx.Event(),
             "steps": steps,
+            "sampled": ctx.Queue(),
         }
+        sampler = ctx.Process(target=lock_sampler, args=(dsn, ctl))
         procs = [
             ctx.Process(target=agent_process, args=(system, dsn, i, agents, texts, embedder, ctl))
             for i in range(agents)
         ]
-        for p in procs:
+        sampled: dict[str, Any] = {}
+        for p in (sampler, *procs):
             p.start()
         try:
-            for _ in procs:
+            for _ in (sampler, *procs):
                 if ctl["ready"].get(timeout=600) < 0:
                     break
             time.sleep(0.2)
@@ -517,10 +553,12 @@ def run_once(
             elapsed = time.perf_counter() - t0
             cpu1 = server_cpu_s(pid)
             load_after = os.getloadavg()
+            ctl["stop"].set()
+            sampled = ctl["sampled"].get(timeout=60)
         finally:
             ctl["stop"].set()
             ctl["finish"].set()
-            for p in procs:
+            for p in (sampler, *procs):
                 p.join(timeout=60)
                 if p.is_alive():
                     p.kill()
@@ -528,7 +566,7 @@ def run_once(
     finally:
         with psycopg.connect(admin_dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-    errors = [r["error"] for r in reports if "error" in r]
+    errors = [r["error"] for r in (*reports, sampled) if "error" in r]
     if errors:
         raise RuntimeError(f"{system} with {agents} processes: an agent failed:\n{errors[0]}")
     total = sum(r["steps"] for r in reports)
@@ -546,6 +584,8 @@ def run_once(
         "empty_takes": sum(r["empty"] for r in reports),
         "idle_s": round(sum(r["idle_s"] for r in reports), 2),
         "load_avg_1m": [round(load_before[0], 2), round(load_after[0], 2)],
+        "lock_sampled": sampled,
+        "lock_object_share": round(sampled["object"] / sampled["busy"], 4) if sampled["busy"] else None,
         "samples": {op: [s for r in reports for s in r[op]] for op in (*OPS, *CONTROLS)},
     }
 
@@ -564,6 +604,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     steps = sum(r["steps"] for r in runs)
     read = [r for r in runs if r["server_cpu_s"] is not None and r["steps"]]
     ops = {op: percentiles([s for r in runs for s in r["samples"][op]]) for op in OPS}
+    busy = sum(r["lock_sampled"]["busy"] for r in runs)
     return {
         "steps_per_s": round(statistics.median(r["steps_per_s"] for r in runs), 1),
         "runs_steps_per_s": [r["steps_per_s"] for r in runs],
@@ -576,6 +617,8 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "misrouted": sum(r["misrouted"] for r in runs),
         "empty_takes": sum(r["empty_takes"] for r in runs),
         "load_avg_1m": [la for r in runs for la in r["load_avg_1m"]],
+        # Busy client backends waiting on Lock/object (the notification lock), over every sample of the rounds.
+        "lock_object_share": round(sum(r["lock_sampled"]["object"] for r in runs) / busy, 4) if busy else None,
         "ops": {op: v for op, v in ops.items() if v is not None},
         "controls": {
             op: v
@@ -662,15 +705,17 @@ def print_report(results: dict[str, Any]) -> None:
     systems = [s for s in SYSTEMS if any(s in p for p in points)]
     print(f"\nsteps/s (median of {results['rounds']} round(s) of {results['seconds']} s; load average 1 min)")
     head = f"{'processes':>9} " + " ".join(f"{s:>10}" for s in systems) + f" {'ratio':>6} {'load':>10}"
-    head += "  CPU ms/step, server + agents (" + ", ".join(systems) + ")"
+    head += "  CPU ms/step, server + agents (" + ", ".join(systems) + "); Lock/object share of busy backends"
     print(head)
     for p in points:
         ratio = p.get("ratio")
         loads = [la for s in systems for la in p[s]["load_avg_1m"]]
         cpu = ", ".join(f"{p[s]['server_cpu_ms_per_step']} + {p[s]['agents_cpu_ms_per_step']}" for s in systems)
+        shares = ", ".join("-" if (v := p[s].get("lock_object_share")) is None else format(v, ".1%") for s in systems)
         print(
             f"{p['processes']:>9} " + " ".join(f"{p[s]['steps_per_s']:>10.1f}" for s in systems)
-            + f" {'' if ratio is None else format(ratio, '.2f'):>6} {min(loads):>4.1f}-{max(loads):<5.1f}  {cpu}"
+            + f" {'' if ratio is None else format(ratio, '.2f'):>6} {min(loads):>4.1f}-{max(loads):<5.1f}  {cpu};"
+            + f" {shares}"
         )  # fmt: skip
     print("\np50 / p99 us per operation (tail = p99 / p50; ping and spin are the controls, see CONTROLS)")
     for p in points:
@@ -792,7 +837,8 @@ def main() -> None:
                             f"{n:>3} processes, {system:<6} round {r + 1}: {run['steps_per_s']:>8.1f} steps/s,"
                             f" {run['steps']} steps, server CPU {run['server_cpu_ms_per_step']} ms/step,"
                             f" agents' CPU {run['agents_cpu_s'] / max(1, run['steps']) * 1000:.2f} ms/step,"
-                            f" misrouted {run['misrouted']}, load {run['load_avg_1m']}"
+                            f" misrouted {run['misrouted']}, load {run['load_avg_1m']},"
+                            f" Lock/object {run['lock_object_share']}"
                         )
                 point: dict[str, Any] = {"processes": n, **{s: summarize(v) for s, v in runs.items()}}
                 if "pgmem" in point and "stack" in point:
