@@ -59,7 +59,7 @@ BEGIN
     LOOP
         IF t = 'pgmem.alembic_version' OR (SELECT relkind FROM pg_class WHERE oid = t::regclass) = 'v' THEN
             EXECUTE format('GRANT SELECT ON %s TO pgmem_app', t);
-        ELSIF t = 'pgmem.embedding_models' THEN
+        ELSIF t IN ('pgmem.embedding_models', 'pgmem.doorbell') THEN
             EXECUTE format('GRANT SELECT, INSERT ON %s TO pgmem_app', t);
         ELSE
             EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO pgmem_app', t);

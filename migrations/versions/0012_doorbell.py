@@ -18,7 +18,8 @@ transaction: only that transaction takes the lock, and with nothing logged it co
 ``pgmem.log_vector_changes`` rings instead of notifying; the queue statements and the model switch ring in
 their own CTEs (sql/queues.sql, sql/vectors.sql). Forced row-level security and revision 0004's two
 policies, as every table keyed by namespace; ``ring_doorbell`` runs as its owner with ``pgmem.admin`` on
-(the owner's policy), so it reads every namespace's rings, and sends nothing but tags.
+(the owner's policy), so it reads every namespace's rings, and sends nothing but tags. The application
+role may insert rings and read its own, not update, lock or delete them.
 """
 
 from __future__ import annotations
@@ -46,13 +47,17 @@ DECLARE
     deadline timestamptz := clock_timestamp() + least(greatest(p_wait_ms, 0), 1000) * interval '1 millisecond';
     sent integer;
 BEGIN
-    WHILE NOT EXISTS (SELECT 1 FROM pgmem.doorbell) AND clock_timestamp() < deadline LOOP
+    -- Rows another transaction holds locked (a ring of its own, not yet committed) are passed by, never
+    -- waited for: one open transaction must not stop every tenant's wake-ups. They stay for a later round.
+    WHILE NOT EXISTS (SELECT 1 FROM pgmem.doorbell FOR UPDATE SKIP LOCKED) AND clock_timestamp() < deadline LOOP
         -- A latch wait of 1 ms, the shortest there is: pg_sleep rounds the time left up to whole
         -- milliseconds, and asked for 0.001 s it slept 2 ms (2,056 us per call, 0.0005 s: 1,090 us).
         PERFORM pg_sleep(0.0005);
     END LOOP;
     WITH rung AS (
-        DELETE FROM pgmem.doorbell RETURNING namespace, channel, name, rev
+        DELETE FROM pgmem.doorbell
+        WHERE ctid = ANY (ARRAY(SELECT ctid FROM pgmem.doorbell FOR UPDATE SKIP LOCKED))
+        RETURNING namespace, channel, name, rev
     ), merged AS (
         SELECT channel, pgmem.notify_tag(namespace, name) AS tag, max(rev) AS head, min(rev) AS low
         FROM rung GROUP BY namespace, channel, name
@@ -177,6 +182,12 @@ def upgrade() -> None:
     op.execute("ALTER TABLE pgmem.doorbell FORCE ROW LEVEL SECURITY")
     op.execute(f"CREATE POLICY pgmem_namespace ON pgmem.doorbell USING ({_SCOPED}) WITH CHECK ({_SCOPED})")
     op.execute(f"CREATE POLICY pgmem_admin ON pgmem.doorbell TO CURRENT_USER USING ({_ADMIN}) WITH CHECK ({_ADMIN})")
+    # Writers only insert rings; only ring_doorbell (as its owner) deletes them. Without UPDATE the
+    # application role cannot lock rings either (SELECT ... FOR UPDATE needs it).
+    op.execute(
+        "DO $$ BEGIN IF to_regrole('pgmem_app') IS NOT NULL THEN"
+        " REVOKE UPDATE, DELETE ON pgmem.doorbell FROM pgmem_app; END IF; END $$"
+    )
     op.execute(_RING_DOORBELL)
     op.execute(_LOG_VECTOR_CHANGES)
 
