@@ -231,15 +231,23 @@ SELECT id FROM done;
 -- Give an item back to be retried after %(delay)s seconds, when it has attempts left and %(dead)s is
 -- false. Returns its new status, nothing when the caller no longer holds the lease or the item is to die
 -- (nack_dead). Two statements, not a CASE around now(): a distributed planner refuses the clock there.
-UPDATE pgmem.queue_items
-SET status = 'ready',
-    died_at = NULL,
-    available_at = now() + %(delay)s * interval '1 second',
-    lease_until = NULL,
-    last_error = %(error)s
-WHERE namespace = %(ns)s AND id = %(id)s AND attempts = %(attempts)s AND status = 'ready'
-  AND attempts < max_attempts AND NOT %(dead)s
-RETURNING status, available_at;
+-- Rings the doorbell: a consumer waiting on the queue slept until the lease's end at the latest, and
+-- learns the item's new time.
+WITH item AS (
+    UPDATE pgmem.queue_items
+    SET status = 'ready',
+        died_at = NULL,
+        available_at = now() + %(delay)s * interval '1 second',
+        lease_until = NULL,
+        last_error = %(error)s
+    WHERE namespace = %(ns)s AND id = %(id)s AND attempts = %(attempts)s AND status = 'ready'
+      AND attempts < max_attempts AND NOT %(dead)s
+    RETURNING queue, status, available_at
+), rung AS (
+    INSERT INTO pgmem.doorbell (namespace, channel, name)
+    SELECT %(ns)s, 'pgmem_queue', queue FROM item
+)
+SELECT status, available_at FROM item;
 
 -- name: nack_dead
 -- Dead-letter an item given back that has used max_attempts, or when %(dead)s. Returns its new status,
@@ -294,12 +302,19 @@ ORDER BY q.died_at, q.id
 LIMIT %(limit)s;
 
 -- name: requeue_dead
--- Put dead letters back (all of the queue's when %(ids)s is NULL) with a fresh attempt budget.
-UPDATE pgmem.queue_items
-SET status = 'ready', died_at = NULL, attempts = 0, available_at = now(), lease_until = NULL
-WHERE namespace = %(ns)s AND queue = %(queue)s AND status = 'dead'
-  AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
-RETURNING id;
+-- Put dead letters back (all of the queue's when %(ids)s is NULL) with a fresh attempt budget, and ring
+-- the doorbell for the queue when any came back.
+WITH item AS (
+    UPDATE pgmem.queue_items
+    SET status = 'ready', died_at = NULL, attempts = 0, available_at = now(), lease_until = NULL
+    WHERE namespace = %(ns)s AND queue = %(queue)s AND status = 'dead'
+      AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
+    RETURNING id
+), rung AS (
+    INSERT INTO pgmem.doorbell (namespace, channel, name)
+    SELECT %(ns)s, 'pgmem_queue', %(queue)s WHERE EXISTS (SELECT 1 FROM item)
+)
+SELECT id FROM item;
 
 -- name: clear_queue
 -- Remove every live item of a queue (ready, leased and dead). Returns how many. The status condition

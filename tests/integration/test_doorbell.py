@@ -730,3 +730,30 @@ def test_a_session_holding_rings_locked_does_not_stall_the_doorbell(
             assert doorbell_rows(dsn) == 0
         finally:
             doorbell.release(bell)
+
+
+def test_requeue_and_a_retrying_nack_ring_the_doorbell(dsn: str) -> None:
+    """Both make an item claimable again: a consumer waiting on the queue hears of it (a nack that
+    dead-letters rings nothing: no consumer can take a dead letter)."""
+    bell = doorbell.acquire(dsn)
+    try:
+        with pgmem.connect(dsn, namespace="ns", max_size=1) as client, listener(dsn, "pgmem_queue") as heard:
+            tag = queue_tag(dsn, "ns", "jobs")
+            q = client.queues
+            q.push("jobs", Message(content="retried"), max_attempts=3)
+            q.push("jobs", Message(content="dies"), max_attempts=1, priority=1)
+            collect(heard, lambda payloads: tag in payloads, "the pushes")
+            [retried] = q.claim("jobs")
+            assert q.nack(retried, error="once more", retry_in=0) == "ready"
+            collect(heard, lambda payloads: tag in payloads, "the retrying nack")
+            [again] = q.claim("jobs", lease=60)  # the retried item is claimable again, then the other
+            assert again.message.content == "retried"
+            [dying] = q.claim("jobs")
+            assert dying.message.content == "dies"
+            assert q.nack(dying, error="fatal") == "dead"
+            assert drain(heard, 0.3) == []  # dead-lettering rings nothing
+            assert q.requeue("jobs") == 1
+            collect(heard, lambda payloads: tag in payloads, "the requeue")
+            assert doorbell_rows(dsn) == 0
+    finally:
+        doorbell.release(bell)
