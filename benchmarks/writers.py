@@ -29,24 +29,26 @@ Contenders, interleaved within each process count and round (the order alternate
 * ``pgmem``: the public API, one client per process (pool of 1, of 2 for ``add``: the embedder's). With
   ``--listen`` (default) one more process waits on an unrelated queue (``client.queues.wait``), so a
   doorbell is elected and drains the rings during the run, as in production; its draining is in the cost.
-* ``floor``: for ``push``, ``publish`` and ``claim`` the same named statements issued by hand with psycopg
-  (``pgmem.planning.statements.load("queues")``, the ``rung`` CTE, the doorbell insert, removed and its count
-  replaced by 0), the same parameters (``pgmem.planning.rows.encode``), autocommit, prepared, binary, one
-  plain ``execute`` per operation, the namespace set once for the session (``set_config('pgmem.namespace',
-  ns, false)``; pgmem sends it with every statement, in the same round trip). Not through a psycopg
-  pipeline: on 2 cores with 32 processes that floor's backends spent 60-85% of their active time in
-  ``Client/ClientRead`` between the pipeline's two statements (the client preempted mid-send) and ran
-  below pgmem (claim: 0.75x), whose own wire path (``pgmem.wire``) sends both at once. For ``add`` (the
-  ring is in a trigger of the embedder's transaction): the same pgmem API calls, embedder running, in a
-  database where a ``BEFORE INSERT ... FOR EACH ROW`` trigger on ``pgmem.doorbell`` returns NULL (no ring
-  is stored, nobody notifies; the trigger costs one PL/pgSQL call per embedder transaction). No doorbell
-  holder runs.
+* ``floor``: the same statements with no notification at all, through pgmem's own path: the pgmem API,
+  its ``push`` / ``publish`` statement with the ``rung`` CTE (the doorbell insert) removed and its count
+  replaced by 0 (``client.queues.queries`` of each process); for ``add`` (the ring is in a trigger of the
+  embedder's transaction) the pgmem API in a database where a ``BEFORE INSERT ... FOR EACH ROW`` trigger on
+  ``pgmem.doorbell`` returns NULL (no ring is stored, nobody notifies; the trigger costs one PL/pgSQL call
+  per embedder transaction). No doorbell holder runs. pgmem / floor is what the doorbell costs a writer.
+* ``hand``: the statements of ``floor`` issued by hand with psycopg (``pgmem.planning.statements``, the
+  same parameters from ``pgmem.planning.rows.encode``), autocommit, prepared, binary, one plain
+  ``execute`` per operation, the namespace set once for the session (``set_config('pgmem.namespace', ns,
+  false)``; pgmem sends it with every statement, in the same round trip). Not through a psycopg pipeline:
+  on 2 cores with 32 processes such a run's backends spent 60-85% of their active time in
+  ``Client/ClientRead`` between the pipeline's two statements (the client preempted mid-send). For
+  ``claim``, which never rang nor notified, the control: pgmem / hand there is what pgmem's client path
+  costs where notifications play no part. None for ``add``.
 * ``notify``: what the doorbell replaced, the writers notifying in their own transactions. ``push`` and
-  ``publish``: the statements by hand as for the floor, with the ``rung`` CTE replaced by the pre-0012
-  ``wake`` CTE (``pg_notify('pgmem_queue', pgmem.notify_tag(ns, queue))`` per row); ``add``: the pgmem API
-  in a database where a ``BEFORE INSERT`` row trigger on ``pgmem.doorbell`` sends the notification the
-  pre-0012 ``log_vector_changes`` sent, and drops the row. A process listens as for pgmem (``--listen``).
-  None for ``claim``.
+  ``publish``: the statements by hand as for ``hand``, with the ``rung`` CTE replaced by the pre-0012
+  ``wake`` CTE (``pg_notify('pgmem_queue', pgmem.notify_tag(ns, queue))`` per row), compared with
+  ``hand``; ``add``: the pgmem API in a database where a ``BEFORE INSERT`` row trigger on
+  ``pgmem.doorbell`` sends the notification the pre-0012 ``log_vector_changes`` sent, and drops the row,
+  compared with ``floor``. A process listens as for pgmem (``--listen``). None for ``claim``.
 
 Data and state: each run gets a fresh database cloned from a template (schema, the embedding model, the
 memory ``team`` with vectors on, one subscriber per process; for ``claim`` the queue prefilled with
@@ -100,13 +102,15 @@ from pgmem.planning.rows import INSERT_COLUMNS, encode
 
 NS = "bench"
 OPS = ("push", "publish", "add", "claim")
-CONTENDERS = ("pgmem", "floor", "notify")
-#: The contenders each operation has (claim never notified: nothing to compare but the floor).
+CONTENDERS = ("pgmem", "floor", "hand", "notify")
+#: The contenders each operation has. claim never rang nor notified: pgmem's path against the statement by
+#: hand is its control (what the client path costs where notifications play no part). add's ring is in a
+#: trigger of the embedder's transaction: no statement by hand.
 OP_CONTENDERS = {
     "push": CONTENDERS,
     "publish": CONTENDERS,
-    "add": CONTENDERS,
-    "claim": ("pgmem", "floor"),
+    "add": ("pgmem", "floor", "notify"),
+    "claim": ("pgmem", "hand"),
 }
 PUSH_QUEUE, CLAIM_QUEUE, IDLE_QUEUE, MEMORY = "jobs", "work", "idle", "team"
 WARM = 10  # untimed operations of each process before the start signal
@@ -183,7 +187,7 @@ def notifying(text: str) -> str:
 def by_hand(contender: str) -> dict[str, str]:
     """The queue statements the floor (no ring) or the notify contender (pg_notify) issues."""
     q = statements.load("queues")
-    change = without_rung if contender == "floor" else notifying
+    change = without_rung if contender == "hand" else notifying
     claim = sql.SQL(q["ack_claim"]).format(limit=sql.Literal(1)).as_string(None)
     return {"push": change(q["push"]), "publish": change(q["publish"]), "claim": claim}
 
@@ -242,12 +246,16 @@ def writer_step(
     """The operation one process loops (``step(i)`` returns False when the claim queue ran dry) and its close."""
     tag = uuid.uuid4().hex[:8]
     worker = f"bench-{os.getpid()}"
-    api = contender == "pgmem" or op == "add"
+    api = contender in ("pgmem", "floor") or op == "add"
     if api:
         client = pgmem.connect(
             dsn, namespace=NS, max_size=2 if op == "add" else 1, migrate=False,
             embedder=embedder if op == "add" else None,
         )  # fmt: skip
+        if contender == "floor" and op in ("push", "publish"):
+            # pgmem's own path, its statement without the ring: what the doorbell costs a writer, alone
+            named = client.queues.queries
+            client.queues.queries = {**named, op: without_rung(named[op])}
         held: list[Any] = []
 
         def step(i: int) -> bool:
@@ -447,7 +455,7 @@ def run_once(
             "stop": ctx.Event(),
             "finish": ctx.Event(),
         }
-        holder = listen and contender != "floor"
+        holder = listen and contender not in ("floor", "hand")
         procs = [ctx.Process(target=sampler_process, args=(dsn, db, ctl))]
         if holder:
             procs.append(ctx.Process(target=holder_process, args=(dsn, ctl)))
@@ -561,14 +569,15 @@ def print_report(console: Console, results: dict[str, Any]) -> None:
     shown = [c for c in CONTENDERS if any(c in p for p in points)]
     table = Table(
         title=f"writers: ops/s, median of {results['rounds']} round(s) of {results['seconds']} s "
-        f"({results['cpus']} cores; floor: no notification at all)"
+        f"({results['cpus']} cores; floor: pgmem's path with no notification at all; hand: by psycopg)"
     )
-    for col in ("op", "processes", *shown, "pgmem/floor", "notify/floor", "doorbell rows left (pgmem)"):
+    ratios = ("pgmem/floor", "pgmem/hand", "notify/hand", "notify/floor")
+    for col in ("op", "processes", *shown, *ratios, "doorbell rows left (pgmem)"):
         table.add_column(col, justify="left" if col == "op" else "right")
     for p in points:
         cells = [p["op"], str(p["processes"])]
         cells += [f"{p[c]['ops_per_s']:.0f}" if c in p else "" for c in shown]
-        cells += [f"{p[k]:.2f}" if p.get(k) is not None else "" for k in ("pgmem/floor", "notify/floor")]
+        cells += [f"{p[k]:.2f}" if p.get(k) is not None else "" for k in ratios]
         cells.append(",".join(str(v) for v in p["pgmem"]["doorbell_rows_left"]) if "pgmem" in p else "")
         table.add_row(*cells)
     console.print(table)
@@ -667,9 +676,10 @@ def main() -> None:
                                 + (f", dry {run['dry']}" if run["dry"] else "")
                             )
                     point: dict[str, Any] = {"op": op, "processes": n, **{c: summarize(v) for c, v in runs.items()}}
-                    for c in ("pgmem", "notify"):
-                        if c in point and "floor" in point and point["floor"]["ops_per_s"]:
-                            point[f"{c}/floor"] = round(point[c]["ops_per_s"] / point["floor"]["ops_per_s"], 2)
+                    notify_base = "hand" if "hand" in point else "floor"  # notify by hand where there is one
+                    for c, base in (("pgmem", "floor"), ("pgmem", "hand"), ("notify", notify_base)):
+                        if c in point and base in point and point[base]["ops_per_s"]:
+                            point[f"{c}/{base}"] = round(point[c]["ops_per_s"] / point[base]["ops_per_s"], 2)
                     if any(point[c]["dry"] for c in runs):
                         console.print(f"warning: {op} ran dry at {n} processes: raise --claim-items")
                     points.append(point)
