@@ -65,7 +65,8 @@ BEGIN
             EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO pgmem_app', t);
         END IF;
     END LOOP;
-    GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA pgmem TO pgmem_app;
+    -- USAGE only: SELECT would let a tenant read last_value, the other tenants' volume (migration 0013)
+    GRANT USAGE ON ALL SEQUENCES IN SCHEMA pgmem TO pgmem_app;
     GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA pgmem TO pgmem_app;
 END $$"""
 

@@ -396,3 +396,24 @@ def test_model_lock_key_is_the_clients(dsn: str) -> None:
     from pgmem.ops import migrate
 
     assert migrate.MODEL_LOCK_KEY == MODEL_LOCK_KEY
+
+
+def test_app_role_draws_from_sequences_but_cannot_read_them(dsn: str, app_conn: psycopg.Connection[Any]) -> None:
+    """A sequence's last_value tells every tenant how much the others wrote (migration 0013): the app role
+    may draw values (nextval, as an idempotent push does), not read them."""
+    sequences = [
+        row[0]
+        for row in app_conn.execute(
+            "SELECT c.oid::regclass::text FROM pg_class AS c"
+            " WHERE c.relnamespace = 'pgmem'::regnamespace AND c.relkind = 'S' ORDER BY 1"
+        )
+    ]
+    assert "pgmem.messages_seq_seq" in sequences
+    for name in sequences:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            app_conn.execute(f"SELECT last_value FROM {name}")  # noqa: S608 - a catalog name
+        assert app_conn.execute("SELECT has_sequence_privilege(%s, 'USAGE')", (name,)).fetchone() == (True,)
+    with pgmem.connect(dsn, namespace="tenant-a", max_size=1) as client:  # acts as pgmem_app
+        first = client.queues.push("jobs", Message(content="once"), idempotency_key="k-1")
+        again = client.queues.push("jobs", Message(content="once"), idempotency_key="k-1")
+    assert first.id is not None and again.id == first.id
