@@ -13,9 +13,11 @@ postmaster's zombie to be reaped (:func:`_clear_stale`).
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
+import urllib.parse
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +25,7 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg import sql
+from psycopg import pq, sql
 
 from pgmem.errors import ConnectionFailed
 
@@ -73,12 +75,45 @@ def _postmaster(pgdata: Path) -> Any:
     return info
 
 
+#: What the embedded server's DSN pins besides its socket, port, user and database: libpq fills every
+#: parameter a DSN leaves out from the environment (PGPORT, PGHOSTADDR, PGSSLMODE, PGGSSENCMODE, PGOPTIONS,
+#: PGREQUIREAUTH, PGTARGETSESSIONATTRS, ...), and a user's settings for their own servers must not send
+#: the embedded one elsewhere or ask of its local socket what it cannot do. Only the keywords this libpq
+#: knows are sent (older ones reject the newer keywords).
+_PINNED = {
+    "hostaddr": "",
+    "options": "",
+    "sslmode": "disable",
+    "gssencmode": "disable",
+    "sslnegotiation": "postgres",
+    "sslcertmode": "disable",
+    "channel_binding": "disable",
+    "require_auth": "",
+    "target_session_attrs": "any",
+    "load_balance_hosts": "disable",
+}
+
+
+@functools.cache
+def _pinned() -> dict[str, str]:
+    known = {option.keyword.decode() for option in pq.Conninfo.get_defaults()}
+    return {key: value for key, value in _PINNED.items() if key in known}
+
+
+def _dsn(info: Any, database: str = "postgres", user: str = "postgres") -> str:
+    """The DSN of the running server ``info`` describes: its socket directory and port as its postmaster.pid
+    says (not the environment's PGPORT), everything else libpq would take from the environment pinned."""
+    host = info.socket_dir if info.socket_dir is not None else info.pgdata
+    query = urllib.parse.urlencode({"host": str(host), "port": info.port, **_pinned()}, safe="/")
+    return f"postgresql://{user}@/{database}?{query}"
+
+
 def status(home: Path) -> ServerStatus:
     pgdata = pgdata_dir(home)
     info = _postmaster(pgdata)
     if info is None:
         return ServerStatus(False, pgdata, None, None)
-    return ServerStatus(True, pgdata, info.pid, info.get_uri(database=DATABASE))
+    return ServerStatus(True, pgdata, info.pid, _dsn(info, DATABASE))
 
 
 #: The package's file lock is per process (fcntl): threads of one process take this one first.
@@ -108,8 +143,15 @@ def ensure_server(home: Path) -> str:
                 if info is None:
                     raise ConnectionFailed(f"the embedded PostgreSQL under {pgdata} stopped right after starting")
         try:
-            _ensure_database(info.get_uri())
+            _ensure_database(_dsn(info))
         except psycopg.OperationalError as exc:
+            if os.environ.get("PGSERVICE") and "definition of service" in str(exc):
+                # libpq applies PGSERVICE to every connection, and no DSN parameter turns it off
+                raise ConnectionFailed(
+                    f"PGSERVICE={os.environ['PGSERVICE']!r} names a service libpq cannot find ({exc}); libpq "
+                    "applies it to every connection, the embedded server's too: unset PGSERVICE, define the "
+                    "service (pg_service.conf), or set PGMEM_DSN"
+                ) from None
             # A server killed a moment ago still looks alive for a few milliseconds: wait for it to go.
             give_up = time.monotonic() + 1.0
             while _alive(info.pid) and time.monotonic() < give_up:
@@ -117,7 +159,7 @@ def ensure_server(home: Path) -> str:
             if attempt == 2 or _alive(info.pid):
                 raise ConnectionFailed(f"the embedded PostgreSQL under {pgdata} does not answer: {exc}") from None
             continue
-        return str(info.get_uri(database=DATABASE))
+        return _dsn(info, DATABASE)
     raise AssertionError("unreachable")
 
 
