@@ -36,6 +36,44 @@ def _home(home: Path | None) -> Path:
     return home or get_settings().home
 
 
+def _version(value: bool) -> None:
+    if value:
+        from pgmem import __version__
+        from pgmem.revision import SCHEMA_REVISION
+
+        console.print(f"pgmem {__version__} (schema revision {SCHEMA_REVISION})", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """pgmem: Postgres-native memory for LLM agents."""
+
+
+@app.command()
+def doctor(
+    dsn: DsnOption = None,
+    embedder: Annotated[bool, typer.Option(help="Also embed a text with the configured embedder.")] = True,
+) -> None:
+    """Check what a deployment needs: the server and pgvector, the schema's revision, the app role and
+    row-level security, connections, autovacuum, the embedding backlog, the doorbell, the embedder. Each
+    line OK or what to do; exits 1 when a check fails."""
+    from pgmem.ops.doctor import run_checks
+
+    checks = run_checks(_dsn(dsn), embedder=embedder)
+    marks = {"ok": "[green]ok[/green]  ", "warn": "[yellow]warn[/yellow]", "fail": "[red]FAIL[/red]"}
+    for check in checks:
+        console.print(f"{marks[check.status]} {check.name}: {check.found}", highlight=False, soft_wrap=True)
+        if check.advice:
+            console.print(f"       -> {check.advice}", highlight=False, soft_wrap=True)
+    if any(check.status == "fail" for check in checks):
+        raise typer.Exit(code=1)
+
+
 @server_app.command("start")
 def server_start(home: HomeOption = None) -> None:
     """Start the embedded server (or find it running) and print its DSN."""
