@@ -27,19 +27,29 @@ __all__ = [
     "NotFound",
     "PermissionDenied",
     "PgmemError",
+    "ResourceExhausted",
     "SchemaOutOfDate",
     "SchemaTooNew",
+    "ServerError",
     "SummaryError",
     "Timeout",
     "check_conninfo",
     "redact",
+    "scrub",
     "secrets_in",
     "translate",
 ]
 
 
 class PgmemError(Exception):
-    """Base class of every error pgmem raises."""
+    """Base class of every error pgmem raises.
+
+    Attributes:
+        sqlstate: the SQLSTATE of the database error it was translated from (``"53100"``), None when it
+            has none (pgmem's own checks, a driver error, a lost connection).
+    """
+
+    sqlstate: str | None = None
 
 
 class InvalidInput(PgmemError, ValueError):
@@ -90,7 +100,9 @@ class CommitUnknown(ConnectionFailed):
 
 class Timeout(PgmemError, TimeoutError):
     """The operation did not finish within its timeout (``pgmem.connect(..., timeout=)``,
-    ``client.with_timeout(...)``); its connection was closed and discarded.
+    ``client.with_timeout(...)``); its connection was closed and discarded. Also the server's own
+    cancellation of a statement (SQLSTATE 57014: its ``statement_timeout``, ``pg_cancel_backend``): the
+    statement wrote nothing and the connection is kept.
 
     Attributes:
         may_have_committed: True for a write whose statement may have reached the server: it committed
@@ -100,6 +112,22 @@ class Timeout(PgmemError, TimeoutError):
     def __init__(self, message: str, *, may_have_committed: bool = False) -> None:
         super().__init__(message)
         self.may_have_committed = may_have_committed
+
+
+class ServerError(PgmemError):
+    """The server could not carry out the statement because of its own state, not because of the request
+    or the connection: a fault of the server (SQLSTATE class 58: an I/O error, a missing file; class F0:
+    its configuration) or an operator's intervention (57000). The failed statement wrote nothing (a
+    transaction it was part of is rolled back) and the connection still works. pgmem does not retry it;
+    running it again succeeds only once the server is fixed: alert an operator, retry with back-off."""
+
+
+class ResourceExhausted(ServerError):
+    """The server ran out of a resource (SQLSTATE class 53): disk full (53100, "could not extend file: No
+    space left on device"), out of memory (53200), too many connections (53300), a configured limit
+    (53400). The failed statement wrote nothing and the connection still works, but running it again at
+    once fails the same way: free the resource first (or retry with back-off while an operator does).
+    ``sqlstate`` tells which."""
 
 
 class ClientClosed(PgmemError):
@@ -127,28 +155,65 @@ _KEYED_SECRET_RE = re.compile(
     r"""('(?:[^'\\]|\\.)*(?:'|$)|"(?:[^"\\]|\\.)*(?:"|$)|[^\s&,;'"}]+)""",
     re.IGNORECASE,
 )
-# A URL's user:password@ (greedy up to the authority's last @: a password may hold an unescaped @).
-_URL_SECRET_RE = re.compile(r"(://[^:/@\s?#]*:)([^\s/?#]+)(@)")
+# A URL's user:password@ (greedy up to the authority's last @: a password may hold an unescaped @, and
+# spaces, ? or # that libpq refuses or takes as they are; the authority ends at the first / or line end).
+_URL_SECRET_RE = re.compile(r"(://[^:/@\s?#]*:)([^/\r\n]+)(@)")
 # API keys in the shape of OpenAI's (sk-…, sk-proj-…), wherever they appear.
 _API_KEY_RE = re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}")
+# An unquoted key=value password up to the next key= (a DSN libpq cannot parse: ``password=pa ss word``).
+_UNQUOTED_PASSWORD_RE = re.compile(r"\b\w*password\s*=\s*([^'\"\s].*?)(?=\s+\w+\s*=|\s*$)", re.IGNORECASE)
+# libpq's complaints about a conninfo string it cannot parse quote the part it choked on: a piece of the
+# password, or the whole URL (``invalid percent-encoded token: "S3cret%zz"``, ``missing "=" after "ss"``).
+_CONNINFO_ERROR_RE = re.compile(
+    r"connection info string|\bURI\b|percent-encoded|unexpected spaces found|connection option", re.IGNORECASE
+)
+_QUOTED_RE = re.compile(r'"(?:[^"\\]|\\.)*"')
+# Keys of a parsed conninfo whose values are secret.
+_SECRET_KEYS = ("password", "sslpassword")
 
 
 def _quoted(value: str) -> str:
     return "'***'" if value[:1] == "'" else '"***"' if value[:1] == '"' else "***"
 
 
+def _url_password(text: str) -> str | None:
+    """The password of a URL DSN read as libpq's parser does (the user info is what precedes the last @
+    before the first /), whether or not libpq accepts the rest: it may hold spaces or a bad escape."""
+    start = text.find("://")
+    if start < 0:
+        return None
+    authority = text[start + 3 :].split("/", 1)[0]
+    userinfo, at, _ = authority.rpartition("@")
+    if not at or ":" not in userinfo:
+        return None
+    return userinfo.split(":", 1)[1] or None
+
+
 def secrets_in(text: str) -> list[str]:
     """The passwords and keys that :func:`redact` finds in ``text`` (a DSN), unquoted and percent-decoded
     too: so that an error message quoting one on its own (``invalid percent-encoded token: "S3cret%zz"``)
-    can be cleaned of it."""
+    can be cleaned of it. A DSN libpq can parse gives its password as libpq reads it (with
+    ``conninfo_to_dict``); one it cannot is read as a URL's user info, or key=value up to the next key."""
     from urllib.parse import unquote
 
     found = [m.group(2) for m in _URL_SECRET_RE.finditer(text)]
     found += [m.group(2).strip("'\"") for m in _KEYED_SECRET_RE.finditer(text)]
     found += [m.group(0) for m in _API_KEY_RE.finditer(text)]
+    found += [m.group(1) for m in _UNQUOTED_PASSWORD_RE.finditer(text)]
+    url_password = _url_password(text)
+    if url_password is not None:
+        found.append(url_password)
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(text)
+    except psycopg.Error:
+        pass
+    else:
+        found += [str(params[key]) for key in _SECRET_KEYS if params.get(key)]
     found += [unquote(s) for s in found]
     found += [s.replace("\\'", "'").replace("\\\\", "\\") for s in found]
-    return sorted({s for s in found if s}, key=len, reverse=True)
+    # A piece of a longer one (a pattern that stopped at a space) would only mangle the words around it.
+    unique = sorted({s for s in found if s}, key=len, reverse=True)
+    return [s for i, s in enumerate(unique) if not any(s in longer for longer in unique[:i])]
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
@@ -163,18 +228,68 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     return _API_KEY_RE.sub("sk-***", text)
 
 
+def _redact_driver_text(text: str, secrets: Iterable[str] = ()) -> str:
+    """:func:`redact`, and, in libpq's complaint about a conninfo it could not parse, every quoted part
+    (a piece of the password that no pattern can recognise)."""
+    text = redact(text, secrets)
+    if _CONNINFO_ERROR_RE.search(text):
+        text = _QUOTED_RE.sub('"***"', text)
+    return text
+
+
+def _redact_for(exc: BaseException, text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` (of ``exc``) redacted; the driver's own messages (a psycopg error without a SQLSTATE: the
+    server did not write it) as libpq's conninfo complaints too (:func:`_redact_driver_text`)."""
+    if isinstance(exc, psycopg.Error) and exc.sqlstate is None:
+        return _redact_driver_text(text, secrets)
+    return redact(text, secrets)
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and every exception chained to it (``__cause__`` and ``__context__``, suppressed or not),
+    each once."""
+    seen: set[int] = set()
+    todo = [exc]
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        todo += [e for e in (current.__cause__, current.__context__) if e is not None]
+
+
+def scrub(exc: BaseException, secrets: Iterable[str] = ()) -> BaseException:
+    """Redact ``exc`` and every exception chained to it, in place, and return ``exc``: their arguments
+    (what ``str()``, ``repr()`` and a traceback show) go through :func:`redact` (with ``secrets``, e.g.
+    :func:`secrets_in` of the DSN they are about), and a driver's complaint about a conninfo it could not
+    parse loses its quoted parts. The exceptions stay chained and typed, so a traceback still shows where
+    and why; only the secret is gone."""
+    secrets = list(secrets)
+    for current in _chain(exc):
+        args = tuple(_redact_for(current, a, secrets) if isinstance(a, str) else a for a in current.args)
+        if args != current.args:
+            current.args = args
+        notes = getattr(current, "__notes__", None)
+        if isinstance(notes, list):
+            current.__notes__ = [_redact_for(current, n, secrets) if isinstance(n, str) else n for n in notes]
+    return exc
+
+
 def check_conninfo(dsn: str) -> str:
     """Return ``dsn`` if libpq can parse it, else raise :class:`InvalidInput` without the password.
 
     psycopg's own error (a ``ProgrammingError``) quotes the part it could not parse, which may be the
-    password (``postgresql://alice:S3cret%zz@h/db``); it is dropped (``from None``), so no traceback
-    carries it either."""
+    password (``postgresql://alice:S3cret%zz@h/db``, ``password=pa ss word``); it is neither chained nor
+    left as the context, so no traceback carries it either: the message keeps libpq's reason."""
     try:
         psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
-        reason = redact(str(exc).strip(), secrets_in(dsn))
-        raise InvalidInput(f"invalid DSN {redact(dsn)!r}: {reason}") from None
-    return dsn
+        reason: str | None = _redact_driver_text(str(exc).strip(), secrets_in(dsn))
+    else:
+        return dsn
+    # Raised outside the except block: the psycopg error is not even kept as __context__.
+    raise InvalidInput(f"invalid DSN {redact(dsn, secrets_in(dsn))!r}: {reason}") from None
 
 
 def _described(exc: psycopg.Error) -> str:
@@ -184,45 +299,90 @@ def _described(exc: psycopg.Error) -> str:
     return f"{text} (SQLSTATE {exc.sqlstate})" if exc.sqlstate else text
 
 
+#: SQLSTATEs of a session the server ended (besides class 08 and any FATAL error): admin_shutdown
+#: (pg_terminate_backend, a fast shutdown), crash_shutdown, cannot_connect_now (starting or in recovery),
+#: database_dropped, idle_session_timeout, idle_in_transaction_session_timeout, transaction_timeout.
+_SESSION_ENDED = frozenset({"57P01", "57P02", "57P03", "57P04", "57P05", "25P03", "25P04"})
+
+#: Lost a race for a lock: lock_not_available (lock_timeout, NOWAIT), object_in_use.
+_CONTENDED = frozenset({"55P03", "55006"})
+
+
+def _session_ended(exc: psycopg.Error) -> bool:
+    """Whether ``exc`` means the connection is gone: the driver's own connection error (no SQLSTATE),
+    class 08, a SQLSTATE of :data:`_SESSION_ENDED`, or any error the server reported as FATAL or PANIC."""
+    state = exc.sqlstate
+    if state is None:
+        return isinstance(exc, psycopg.OperationalError)
+    if state.startswith("08") or state in _SESSION_ENDED:
+        return True
+    severity = exc.diag.severity_nonlocalized if isinstance(exc, psycopg.DatabaseError) else None
+    return severity in ("FATAL", "PANIC")
+
+
+def _translated(exc: psycopg.Error) -> PgmemError:
+    """pgmem's error for the driver error ``exc`` (docs/reliability.md has the table)."""
+    state = exc.sqlstate or ""
+    described = _redact_for(exc, _described(exc))
+    if isinstance(exc, psycopg_pool.PoolClosed):
+        return ClientClosed(f"the client is closed: {_redact_for(exc, str(exc))}")
+    if isinstance(exc, pg_errors.UndefinedTable):
+        return SchemaOutOfDate(
+            f"pgmem's tables are missing ({exc.diag.message_primary}); run `pgmem migrate` or connect with migrate=True"
+        )
+    if isinstance(exc, pg_errors.CharacterNotInRepertoire | pg_errors.UntranslatableCharacter):
+        return InvalidInput(f"text the database cannot store: {exc.diag.message_primary}")
+    if isinstance(exc, pg_errors.ForeignKeyViolation):
+        # A row names one that does not exist (e.g. a file of a store nobody registered).
+        return NotFound(exc.diag.message_detail or described)
+    if isinstance(exc, pg_errors.UniqueViolation):
+        return Conflict(exc.diag.message_detail or described)
+    if isinstance(exc, pg_errors.InsufficientPrivilege):
+        # e.g. "new row violates row-level security policy": a write outside the transaction's namespace.
+        return PermissionDenied(exc.diag.message_primary or described)
+    if _session_ended(exc):
+        # The connection is gone (resilience.connection_lost decides whether the call is run again).
+        return ConnectionFailed(_redact_for(exc, str(exc)))
+    if state.startswith("40"):
+        # SQLSTATE class 40 (deadlock, serialization failure) is an OperationalError in psycopg, but the
+        # server is fine: the transaction lost a race with another one and can be retried.
+        return Conflict(f"rolled back by a concurrent transaction ({exc.diag.message_primary}); retry the operation")
+    if state in _CONTENDED:
+        return Conflict(f"a lock was not available ({described}); retry the operation")
+    if state.startswith("53"):
+        return ResourceExhausted(
+            f"the server ran out of a resource: {described}; the statement wrote nothing: free the resource "
+            "(disk space, memory, connections), then retry"
+        )
+    if state.startswith("54"):
+        return InvalidInput(f"value too large for the database: {described}")
+    if state == "57014":
+        return Timeout(f"the server canceled the statement: {described}; it wrote nothing")
+    if state.startswith(("57", "58", "F0")):
+        return ServerError(f"the server failed: {described}; the statement wrote nothing")
+    if isinstance(exc, psycopg.InterfaceError):
+        return ClientClosed(f"the connection is closed: {_redact_for(exc, str(exc))}")
+    if state == "" and _CONNINFO_ERROR_RE.search(str(exc)):
+        return InvalidInput(f"invalid DSN: {described}")
+    if isinstance(exc, pg_errors.DataError | pg_errors.IntegrityError):
+        # A value the database refused (out of range, a check or not-null constraint): the caller's input.
+        return InvalidInput(f"the database refused a value: {described}")
+    # Anything else the server or the driver raised (an error raised by a function or trigger, a statement
+    # it cannot run): still one of pgmem's errors, its cause chained.
+    return PgmemError(f"the database refused the operation: {described}")
+
+
 @contextmanager
 def translate() -> Iterator[None]:
-    """Translate driver errors raised inside the block into pgmem's exception tree."""
+    """Translate driver errors raised inside the block into pgmem's exception tree (the table in
+    docs/reliability.md), each chained to its cause (``raise ... from exc``) with the cause and whatever
+    it chains redacted (:func:`scrub`): no password in any part of a traceback."""
     try:
         yield
-    except PgmemError:
+    except PgmemError as exc:
+        scrub(exc)
         raise
-    except pg_errors.UndefinedTable as exc:
-        raise SchemaOutOfDate(
-            f"pgmem's tables are missing ({exc.diag.message_primary}); run `pgmem migrate` or connect with migrate=True"
-        ) from exc
-    except (pg_errors.CharacterNotInRepertoire, pg_errors.UntranslatableCharacter) as exc:
-        raise InvalidInput(f"text the database cannot store: {exc.diag.message_primary}") from exc
-    except pg_errors.ProgramLimitExceeded as exc:
-        raise InvalidInput(f"value too large for the database: {exc.diag.message_primary}") from exc
-    except pg_errors.ForeignKeyViolation as exc:
-        # A row names one that does not exist (e.g. a file of a store nobody registered).
-        raise NotFound(exc.diag.message_detail or str(exc)) from exc
-    except pg_errors.UniqueViolation as exc:
-        raise Conflict(exc.diag.message_detail or str(exc)) from exc
-    except pg_errors.InsufficientPrivilege as exc:
-        # e.g. "new row violates row-level security policy": a write outside the transaction's namespace.
-        raise PermissionDenied(exc.diag.message_primary or str(exc)) from exc
-    except psycopg_pool.PoolClosed as exc:
-        raise ClientClosed(f"the client is closed: {exc}") from exc
-    except psycopg.OperationalError as exc:
-        if (exc.sqlstate or "").startswith("40"):
-            # SQLSTATE class 40 (deadlock, serialization failure) is an OperationalError in psycopg, but
-            # the server is fine: the transaction lost a race with another one and can be retried.
-            raise Conflict(
-                f"rolled back by a concurrent transaction ({exc.diag.message_primary}); retry the operation"
-            ) from exc
-        raise ConnectionFailed(redact(str(exc))) from exc
-    except psycopg.InterfaceError as exc:
-        raise ClientClosed(f"the connection is closed: {exc}") from exc
-    except (pg_errors.DataError, pg_errors.IntegrityError) as exc:
-        # A value the database refused (out of range, a check or not-null constraint): the caller's input.
-        raise InvalidInput(f"the database refused a value: {redact(_described(exc))}") from exc
     except psycopg.Error as exc:
-        # Anything else the server or the driver raised (an error raised by a function or trigger, a
-        # statement it cannot run): still one of pgmem's errors, its cause chained.
-        raise PgmemError(f"the database refused the operation: {redact(_described(exc))}") from exc
+        error = _translated(exc)
+        error.sqlstate = exc.sqlstate
+        raise error from scrub(exc)

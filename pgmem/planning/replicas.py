@@ -72,6 +72,10 @@ def check_replicas(conninfos: Any, wait: Any) -> tuple[list[str], float]:
         try:
             psycopg.conninfo.conninfo_to_dict(conninfo)
         except psycopg.ProgrammingError:
+            parses = False  # raised below, outside the handler: psycopg's error quotes the password
+        else:
+            parses = True
+        if not parses:
             raise InvalidInput(f"replica DSN #{conninfos.index(conninfo) + 1} does not parse") from None
     if isinstance(wait, bool) or not isinstance(wait, int | float) or not math.isfinite(wait) or wait < 0:
         raise InvalidInput(f"replica_wait must be a finite number of seconds >= 0, got {wait!r}")
