@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -48,6 +49,7 @@ def key_for(prefix: str, name: str) -> str:
     """
     if not isinstance(name, str) or not name or "\x00" in name:
         raise InvalidInput("a name must be a non-empty string without NUL bytes")
+    _storable(name, "name", "")  # a lone surrogate: the digest below could not encode it
     key = prefix + name
     if _KEY_RE.fullmatch(key):
         return key
@@ -65,17 +67,78 @@ def check_key(key: str, what: str = "memory key") -> str:
     return key
 
 
-def check_text(value: str, field: str, where: str, *, max_chars: int | None = MAX_NAME_CHARS) -> None:
+def _storable(value: str, field: str, where: str) -> bytes:
+    """``value`` in UTF-8; raises :class:`InvalidInput` naming ``field`` for a NUL byte or a lone surrogate
+    (which UTF-8 cannot encode: the encoder's error is the check, at memory speed)."""
     if "\x00" in value:
         raise InvalidInput(f"{where}{field} contains a NUL byte (\\x00), which PostgreSQL text cannot store")
     try:
-        encoded = value.encode("utf-8")
+        return value.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise InvalidInput(f"{where}{field} contains a lone surrogate at position {exc.start}") from None
+
+
+def check_text(value: str, field: str, where: str, *, max_chars: int | None = MAX_NAME_CHARS) -> None:
+    encoded = _storable(value, field, where)
     if max_chars is not None and len(value) > max_chars:
         raise InvalidInput(f"{where}{field} is {len(value)} characters long; the limit is {max_chars}")
     if max_chars is None and len(encoded) > MAX_CONTENT_BYTES:
         raise InvalidInput(f"{where}{field} is {len(encoded)} bytes; the limit is {MAX_CONTENT_BYTES}")
+
+
+def check_query_text(value: Any, name: str) -> str:
+    """A string a read compares with stored text (a role, an action, a needle, a query, a label...):
+    raises :class:`InvalidInput` naming the parameter ``name`` unless it is a string Postgres text could
+    hold, before anything is sent.
+
+    A NUL byte is refused like a lone surrogate, as writes refuse both: no stored text can contain one, so
+    the read could only ever find nothing, and refusing it says so instead of hiding a caller's bug. Other
+    Unicode (RTL marks, BOM, zero-width joiners, U+2028) is ordinary text. No length limit: a long
+    needle finds nothing, which is its answer.
+    """
+    if not isinstance(value, str):
+        raise InvalidInput(f"{name} must be a string, got {type(value).__name__}")
+    _storable(value, name, "")
+    return value
+
+
+def check_query_texts(values: Any, name: str) -> list[str]:
+    """:func:`check_query_text` for each string of ``values`` (one encoding of them all: a list of
+    thousands costs one pass); the error names the parameter and the string's index."""
+    if isinstance(values, str) or not isinstance(values, Iterable):
+        raise InvalidInput(f"{name} must be a list of strings, got {type(values).__name__}")
+    texts = list(values)
+    for i, value in enumerate(texts):
+        if not isinstance(value, str):
+            raise InvalidInput(f"{name}[{i}] must be a string, got {type(value).__name__}")
+    joined = "".join(texts)
+    if "\x00" in joined or not _encodes(joined):
+        for i, value in enumerate(texts):
+            _storable(value, f"{name}[{i}]", "")
+    return texts
+
+
+def unencodable(params: Mapping[str, Any]) -> InvalidInput:
+    """The error for a statement's parameters the driver could not encode (a lone surrogate that reached
+    it past the checks): names the first parameter holding one. Only called once encoding failed, so
+    the statements that pass pay nothing for it."""
+    for name, value in params.items():
+        values = [value] if isinstance(value, str) else value if isinstance(value, list | tuple) else ()
+        for text in values:
+            if isinstance(text, str) and not _encodes(text):
+                try:
+                    _storable(text, name, "")
+                except InvalidInput as exc:
+                    return exc
+    return InvalidInput("a parameter contains text that UTF-8 cannot encode (a lone surrogate)")
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _json_default(value: Any) -> Any:
@@ -235,6 +298,40 @@ def check_message(message: Message, index: int | None = None) -> str:
     if not isinstance(message.created_at, datetime):
         raise InvalidInput(f"{where}created_at must be a datetime, not {type(message.created_at).__name__}")
     return where
+
+
+def messages_pass(messages: list[Any]) -> bool:
+    """Whether every message of a batch passes :func:`check_message`, told in one pass per field at memory
+    speed: each field's strings joined and encoded once (a lone surrogate fails the encoding, a NUL shows in
+    the joined text) instead of a check per field per message. True only when every one passes; False
+    says one may not, and :func:`check_message` on each then names the first bad one exactly."""
+    try:
+        if not all(isinstance(m, Message) for m in messages):
+            return False
+        match = _ID_RE.fullmatch
+        if not all(m.id == IGNORED_MESSAGE_ID or match(m.id) for m in messages):
+            return False
+        if not all(isinstance(m.created_at, datetime) for m in messages):
+            return False
+        contents = [m.content for m in messages]
+        text = "".join(contents)
+        if "\x00" in text or not _encodes(text):
+            return False
+        # Only a text longer than a quarter of the limit can hold more bytes than the limit (4 bytes at
+        # most per character): only those are measured.
+        quarter = MAX_CONTENT_BYTES // 4
+        if any(len(c.encode("utf-8")) > MAX_CONTENT_BYTES for c in contents if len(c) > quarter):
+            return False
+        names = [m.role for m in messages]
+        names += [m.cause_by for m in messages]
+        names += [m.sent_from for m in messages]
+        names += [m.name for m in messages if m.name is not None]
+        names += [m.tool_call_id for m in messages if m.tool_call_id is not None]
+        names += [name for m in messages for name in m.send_to]
+        text = "".join(names)
+        return "\x00" not in text and _encodes(text) and max(map(len, names), default=0) <= MAX_NAME_CHARS
+    except (TypeError, AttributeError):  # a field of the wrong type: check_message says which
+        return False
 
 
 def check_ttl(ttl: Any) -> float | None:

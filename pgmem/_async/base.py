@@ -8,6 +8,7 @@ from psycopg import AsyncConnection
 
 from pgmem._async import scope
 from pgmem._async.retrying import resilient
+from pgmem.checks import unencodable
 from pgmem.errors import translate
 
 if TYPE_CHECKING:
@@ -33,9 +34,14 @@ class AsyncRepository:
         """Run the named query (``%(ns)s`` is the client's namespace) in a transaction scoped to the
         namespace (:func:`pgmem._async.scope.execute`) and return its rows."""
         ns = self.namespace
-        with translate():
-            async with self._client.connection(connection) as conn:
-                return await scope.rows(conn, ns, self.queries[name], {"ns": ns, **params})
+        try:
+            with translate():
+                async with self._client.connection(connection) as conn:
+                    return await scope.rows(conn, ns, self.queries[name], {"ns": ns, **params})
+        except UnicodeEncodeError:
+            # A lone surrogate the public method's checks missed: the driver failed to encode it before
+            # sending the statement. Still the caller's input, named.
+            raise unencodable(params) from None
 
     async def _scalar(self, name: str, params: dict[str, Any], connection: AsyncConnection[Any] | None) -> Any:
         """The value of a one-column statement's first row (None when it returned no row)."""

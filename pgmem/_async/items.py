@@ -20,7 +20,7 @@ from pgmem._async.embedding_models import AsyncModelRegistry
 from pgmem._async.search_planner import COUNT_TTL
 from pgmem._async.searcher import hnsw_settings
 from pgmem._async.sessions import SESSION_EF_SEARCH
-from pgmem.checks import dump_json
+from pgmem.checks import check_query_text, dump_json
 from pgmem.embeddings import Embedder, check_query_vector, check_vectors
 from pgmem.errors import Conflict, InvalidInput, translate
 from pgmem.planning import items as plan
@@ -352,6 +352,8 @@ class AsyncItemRepository(AsyncRepository):
             raise InvalidInput(f"mode must be 'auto', 'exact' or 'ann', got {mode!r}")
         pre = plan.check_path(prefix, "prefix", empty=True)
         shape, filter_params = plan.check_filter(filter)
+        if isinstance(query, str):
+            check_query_text(query, "query")
         params: dict[str, Any] = {"limit": limit, "offset": offset, **plan.path_params(pre), **filter_params}
         refresh = bool(refresh_ttl)
         omit = bool(omit_expired)

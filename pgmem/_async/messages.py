@@ -10,7 +10,7 @@ from psycopg import errors as pg_errors
 
 from pgmem._async import scope
 from pgmem._async.base import AsyncRepository
-from pgmem.checks import MAX_BATCH, check_key, check_message_id, load_json
+from pgmem.checks import MAX_BATCH, check_key, check_message_id, check_query_text, check_query_texts, load_json
 from pgmem.errors import Conflict, InvalidInput, NotFound, translate
 from pgmem.models import MESSAGE_ROUTE_TO_ALL, Message, any_to_str, storage_id
 from pgmem.planning import statements as queries
@@ -375,6 +375,7 @@ class AsyncMessageRepository(AsyncRepository):
         check_key(memory)
         if not isinstance(field, str) or not field or "\x00" in field:
             raise InvalidInput(f"field must be a non-empty string without NUL bytes, got {field!r}")
+        check_query_text(field, "field")
         if last is not None:
             _positive(last, "last")
             if offset or limit is not None or merged_with is not None:
@@ -414,27 +415,32 @@ class AsyncMessageRepository(AsyncRepository):
     ) -> list[Message]:
         """Messages of ``memory`` caused by ``action`` (a class or its ``module.ClassName``), in order."""
         check_key(memory)
-        return await self._messages("by_action", {"memory": memory, "action": any_to_str(action)}, connection)
+        name = check_query_text(any_to_str(action), "action")
+        return await self._messages("by_action", {"memory": memory, "action": name}, connection)
 
     async def by_actions(
         self, memory: str, actions: Iterable[Any], *, connection: AsyncConnection[Any] | None = None
     ) -> list[Message]:
         """Messages of ``memory`` caused by any of ``actions``, in memory order."""
         check_key(memory)
-        names = sorted({any_to_str(a) for a in actions})
+        names = sorted(set(check_query_texts([any_to_str(a) for a in actions], "actions")))
         if not names:
             return []
         return await self._messages("by_actions", {"memory": memory, "actions": names}, connection)
 
     async def by_role(self, memory: str, role: str, *, connection: AsyncConnection[Any] | None = None) -> list[Message]:
+        """Messages of ``memory`` with this ``role``, in order. A ``role`` no stored text can equal (a NUL
+        byte, a lone surrogate) raises :class:`pgmem.InvalidInput`, as a write of it would."""
         check_key(memory)
+        check_query_text(role, "role")
         return await self._messages("by_role", {"memory": memory, "role": role}, connection)
 
     async def by_sender(
         self, memory: str, sender: Any, *, connection: AsyncConnection[Any] | None = None
     ) -> list[Message]:
         check_key(memory)
-        return await self._messages("by_sender", {"memory": memory, "sender": any_to_str(sender)}, connection)
+        name = check_query_text(any_to_str(sender), "sender")
+        return await self._messages("by_sender", {"memory": memory, "sender": name}, connection)
 
     async def by_recipient(
         self,
@@ -446,7 +452,8 @@ class AsyncMessageRepository(AsyncRepository):
     ) -> list[Message]:
         """Messages of ``memory`` addressed to ``recipient`` (and broadcasts unless ``include_broadcast=False``)."""
         check_key(memory)
-        names = [any_to_str(recipient)] + ([MESSAGE_ROUTE_TO_ALL] if include_broadcast else [])
+        name = check_query_text(any_to_str(recipient), "recipient")
+        names = [name] + ([MESSAGE_ROUTE_TO_ALL] if include_broadcast else [])
         return await self._messages("by_recipient", {"memory": memory, "names": names}, connection)
 
     async def by_content(
@@ -456,6 +463,7 @@ class AsyncMessageRepository(AsyncRepository):
         check_key(memory)
         if not isinstance(needle, str) or "\x00" in needle:
             raise InvalidInput("needle must be a string without NUL bytes")
+        check_query_text(needle, "needle")
         return await self._messages("by_content", {"memory": memory, "needle": needle}, connection)
 
     async def search_text(
@@ -473,6 +481,7 @@ class AsyncMessageRepository(AsyncRepository):
         _positive(limit, "limit", allow_zero=False)
         if not isinstance(query, str) or "\x00" in query:
             raise InvalidInput("query must be a string without NUL bytes")
+        check_query_text(query, "query")
         return await self._messages("search_text", {"memory": memory, "query": query, "limit": limit}, connection)
 
     async def new_positions(
@@ -536,6 +545,7 @@ class AsyncMessageRepository(AsyncRepository):
             return await self._column("list_memories", {}, connection)
         if not isinstance(prefix, str) or "\x00" in prefix:
             raise InvalidInput("prefix must be a string without NUL bytes")
+        check_query_text(prefix, "prefix")
         params = {"prefix": prefix, "nonempty": bool(nonempty)}
         return await self._column("list_memories_matching", params, connection)
 

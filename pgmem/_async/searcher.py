@@ -14,6 +14,7 @@ from pgmem._async.base import AsyncRepository
 from pgmem._async.embedding_models import AsyncModelRegistry
 from pgmem._async.search_planner import AsyncSearchPlanner
 from pgmem._async.sessions import SESSION_EF_SEARCH, AsyncSessions
+from pgmem.checks import check_query_text, check_query_texts
 from pgmem.embeddings import Embedder, Vectors
 from pgmem.errors import InvalidInput, translate
 from pgmem.planning import statements
@@ -100,7 +101,7 @@ class AsyncSearcher(AsyncRepository):
         threshold = check_threshold(threshold)
         mode = check_mode(mode)
         check_exact_limit(exact_limit)
-        texts = None if query is None else [query]
+        texts = None if query is None else [check_query_text(query, "query")]
         logged = self._client.retrieval_log
 
         def plan(model: EmbeddingModel, qs: Any, strategy: str) -> _Plan:
@@ -144,7 +145,7 @@ class AsyncSearcher(AsyncRepository):
         check_k(k)
         threshold = check_threshold(threshold)
         check_exact_limit(exact_limit)
-        texts = None if queries is None else list(queries)
+        texts = None if queries is None else check_query_texts(queries, "queries")
         count = len(texts) if texts is not None else len(vectors)
         if count == 0:
             return []
@@ -194,6 +195,7 @@ class AsyncSearcher(AsyncRepository):
         filters = SearchFilters(memory, cause_by, role, sender, since, until)
         if not isinstance(text, str) or not text.strip():
             raise InvalidInput("hybrid search needs a non-empty text")
+        check_query_text(text, "text")
         check_k(k)
         for name, weight in (("w_vector", w_vector), ("w_text", w_text)):
             if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 <= weight <= 1000:

@@ -9,6 +9,7 @@ from psycopg import Connection
 
 from pgmem._sync import scope
 from pgmem._sync.retrying import resilient
+from pgmem.checks import unencodable
 from pgmem.errors import translate
 
 if TYPE_CHECKING:
@@ -34,9 +35,14 @@ class Repository:
         """Run the named query (``%(ns)s`` is the client's namespace) in a transaction scoped to the
         namespace (:func:`pgmem._async.scope.execute`) and return its rows."""
         ns = self.namespace
-        with translate():
-            with self._client.connection(connection) as conn:
-                return scope.rows(conn, ns, self.queries[name], {"ns": ns, **params})
+        try:
+            with translate():
+                with self._client.connection(connection) as conn:
+                    return scope.rows(conn, ns, self.queries[name], {"ns": ns, **params})
+        except UnicodeEncodeError:
+            # A lone surrogate the public method's checks missed: the driver failed to encode it before
+            # sending the statement. Still the caller's input, named.
+            raise unencodable(params) from None
 
     def _scalar(self, name: str, params: dict[str, Any], connection: Connection[Any] | None) -> Any:
         """The value of a one-column statement's first row (None when it returned no row)."""

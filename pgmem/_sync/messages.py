@@ -11,7 +11,7 @@ from psycopg import errors as pg_errors
 
 from pgmem._sync import scope
 from pgmem._sync.base import Repository
-from pgmem.checks import MAX_BATCH, check_key, check_message_id, load_json
+from pgmem.checks import MAX_BATCH, check_key, check_message_id, check_query_text, check_query_texts, load_json
 from pgmem.errors import Conflict, InvalidInput, NotFound, translate
 from pgmem.models import MESSAGE_ROUTE_TO_ALL, Message, any_to_str, storage_id
 from pgmem.planning import statements as queries
@@ -376,6 +376,7 @@ class MessageRepository(Repository):
         check_key(memory)
         if not isinstance(field, str) or not field or "\x00" in field:
             raise InvalidInput(f"field must be a non-empty string without NUL bytes, got {field!r}")
+        check_query_text(field, "field")
         if last is not None:
             _positive(last, "last")
             if offset or limit is not None or merged_with is not None:
@@ -415,27 +416,32 @@ class MessageRepository(Repository):
     ) -> list[Message]:
         """Messages of ``memory`` caused by ``action`` (a class or its ``module.ClassName``), in order."""
         check_key(memory)
-        return self._messages("by_action", {"memory": memory, "action": any_to_str(action)}, connection)
+        name = check_query_text(any_to_str(action), "action")
+        return self._messages("by_action", {"memory": memory, "action": name}, connection)
 
     def by_actions(
         self, memory: str, actions: Iterable[Any], *, connection: Connection[Any] | None = None
     ) -> list[Message]:
         """Messages of ``memory`` caused by any of ``actions``, in memory order."""
         check_key(memory)
-        names = sorted({any_to_str(a) for a in actions})
+        names = sorted(set(check_query_texts([any_to_str(a) for a in actions], "actions")))
         if not names:
             return []
         return self._messages("by_actions", {"memory": memory, "actions": names}, connection)
 
     def by_role(self, memory: str, role: str, *, connection: Connection[Any] | None = None) -> list[Message]:
+        """Messages of ``memory`` with this ``role``, in order. A ``role`` no stored text can equal (a NUL
+        byte, a lone surrogate) raises :class:`pgmem.InvalidInput`, as a write of it would."""
         check_key(memory)
+        check_query_text(role, "role")
         return self._messages("by_role", {"memory": memory, "role": role}, connection)
 
     def by_sender(
         self, memory: str, sender: Any, *, connection: Connection[Any] | None = None
     ) -> list[Message]:
         check_key(memory)
-        return self._messages("by_sender", {"memory": memory, "sender": any_to_str(sender)}, connection)
+        name = check_query_text(any_to_str(sender), "sender")
+        return self._messages("by_sender", {"memory": memory, "sender": name}, connection)
 
     def by_recipient(
         self,
@@ -447,7 +453,8 @@ class MessageRepository(Repository):
     ) -> list[Message]:
         """Messages of ``memory`` addressed to ``recipient`` (and broadcasts unless ``include_broadcast=False``)."""
         check_key(memory)
-        names = [any_to_str(recipient)] + ([MESSAGE_ROUTE_TO_ALL] if include_broadcast else [])
+        name = check_query_text(any_to_str(recipient), "recipient")
+        names = [name] + ([MESSAGE_ROUTE_TO_ALL] if include_broadcast else [])
         return self._messages("by_recipient", {"memory": memory, "names": names}, connection)
 
     def by_content(
@@ -457,6 +464,7 @@ class MessageRepository(Repository):
         check_key(memory)
         if not isinstance(needle, str) or "\x00" in needle:
             raise InvalidInput("needle must be a string without NUL bytes")
+        check_query_text(needle, "needle")
         return self._messages("by_content", {"memory": memory, "needle": needle}, connection)
 
     def search_text(
@@ -474,6 +482,7 @@ class MessageRepository(Repository):
         _positive(limit, "limit", allow_zero=False)
         if not isinstance(query, str) or "\x00" in query:
             raise InvalidInput("query must be a string without NUL bytes")
+        check_query_text(query, "query")
         return self._messages("search_text", {"memory": memory, "query": query, "limit": limit}, connection)
 
     def new_positions(
@@ -537,6 +546,7 @@ class MessageRepository(Repository):
             return self._column("list_memories", {}, connection)
         if not isinstance(prefix, str) or "\x00" in prefix:
             raise InvalidInput("prefix must be a string without NUL bytes")
+        check_query_text(prefix, "prefix")
         params = {"prefix": prefix, "nonempty": bool(nonempty)}
         return self._column("list_memories_matching", params, connection)
 

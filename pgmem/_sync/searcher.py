@@ -15,6 +15,7 @@ from pgmem._sync.base import Repository
 from pgmem._sync.embedding_models import ModelRegistry
 from pgmem._sync.search_planner import SearchPlanner
 from pgmem._sync.sessions import SESSION_EF_SEARCH, Sessions
+from pgmem.checks import check_query_text, check_query_texts
 from pgmem.embeddings import Embedder, Vectors
 from pgmem.errors import InvalidInput, translate
 from pgmem.planning import statements
@@ -101,7 +102,7 @@ class Searcher(Repository):
         threshold = check_threshold(threshold)
         mode = check_mode(mode)
         check_exact_limit(exact_limit)
-        texts = None if query is None else [query]
+        texts = None if query is None else [check_query_text(query, "query")]
         logged = self._client.retrieval_log
 
         def plan(model: EmbeddingModel, qs: Any, strategy: str) -> _Plan:
@@ -145,7 +146,7 @@ class Searcher(Repository):
         check_k(k)
         threshold = check_threshold(threshold)
         check_exact_limit(exact_limit)
-        texts = None if queries is None else list(queries)
+        texts = None if queries is None else check_query_texts(queries, "queries")
         count = len(texts) if texts is not None else len(vectors)
         if count == 0:
             return []
@@ -195,6 +196,7 @@ class Searcher(Repository):
         filters = SearchFilters(memory, cause_by, role, sender, since, until)
         if not isinstance(text, str) or not text.strip():
             raise InvalidInput("hybrid search needs a non-empty text")
+        check_query_text(text, "text")
         check_k(k)
         for name, weight in (("w_vector", w_vector), ("w_text", w_text)):
             if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 <= weight <= 1000:

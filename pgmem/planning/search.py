@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal, LiteralString, NamedTuple
 
 from psycopg import sql
 
-from pgmem.checks import check_key
+from pgmem.checks import check_key, check_query_text
 from pgmem.embeddings import check_query_vector
 from pgmem.errors import EmbeddingError, InvalidInput
 from pgmem.models import Message
@@ -195,6 +195,8 @@ class SearchFilters:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or "\x00" in value or len(value) > 1000):
                 raise InvalidInput(f"{name} must be a string of at most 1,000 characters without NUL bytes")
+            if value is not None:
+                check_query_text(value, name)
         for name in ("since", "until"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
