@@ -451,7 +451,8 @@ async def test_models_are_named_after_the_embedder(make: Callable[..., Any], dsn
     with psycopg.connect(dsn) as conn:
         names = {r[0] for r in conn.execute("SELECT name FROM pgmem.embedding_models")}
     assert "my-letters" in names and any(n.startswith("langgraph:") and n.endswith(":16") for n in names)
-    assert [h.key for h in await a.search(("n",), query="hello")] == ["k"]  # b's vectors are another model's
+    # b's vectors are another model's: k2 is unscored for a, after the scored items (as index=False items)
+    assert [(h.key, h.score is None) for h in await a.search(("n",), query="hello")] == [("k", False), ("k2", True)]
 
 
 # -- bad input and failures: nothing written -------------------------------------------------------------

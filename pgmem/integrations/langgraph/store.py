@@ -9,7 +9,9 @@
   other; the last write of a key wins.
 * **Reads.** A batch's reads run before its writes (as LangGraph's ``PostgresStore`` does). A search with
   a query returns ``limit`` items whenever that many match, exactly ordered, at any ``offset``
-  (:meth:`pgmem.Client.items.search`); without one, newest ``updated_at`` first.
+  (:meth:`pgmem.Client.items.search`), then, as LangGraph's ``InMemoryStore`` does, the items without a
+  vector (put with ``index=False``) with ``score=None`` (see :func:`_search_steps`); without one, newest
+  ``updated_at`` first.
 * **TTL.** In (fractional) minutes. ``refresh_ttl`` extends the expiry of what a read returned (never
   ``updated_at``, never an expired item's); ``ttl_config["omit_expired"]`` is read per operation; the
   sweeper deletes expired items with their vectors.
@@ -23,10 +25,11 @@ import hashlib
 import logging
 import threading
 from collections import defaultdict
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
+import langgraph.store.base as _langgraph_base
 from langgraph.store.base import (
     BaseStore,
     GetOp,
@@ -43,7 +46,6 @@ from langgraph.store.base import (
     ensure_embeddings,
     get_text_at_path,
     tokenize_path,
-    validate_op_namespace,
 )
 from langgraph.store.base.batch import AsyncBatchedBaseStore
 
@@ -62,10 +64,46 @@ __all__ = ["AsyncPgmemStore", "InvalidNamespace", "PgmemStore"]
 
 log = logging.getLogger("pgmem.integrations.langgraph")
 
+#: LangGraph's own check of an op's namespace labels (langgraph-checkpoint >= 4.3; None before).
+_langgraph_validate: Callable[[Op], None] | None = getattr(_langgraph_base, "validate_op_namespace", None)
+
 
 class InvalidNamespace(InvalidInput, InvalidNamespaceError):
     """A namespace LangGraph rejects (empty label, ``.``, NUL, not a string): both LangGraph's
     ``InvalidNamespaceError`` and :class:`pgmem.InvalidInput`."""
+
+
+def _check_labels(namespace: Any) -> None:
+    for label in namespace:
+        if not isinstance(label, str):
+            raise InvalidNamespace(
+                f"Invalid namespace label {label!r} found in {namespace}: labels must be strings, "
+                f"not {type(label).__name__}"
+            )
+        if not label:
+            raise InvalidNamespace(f"Namespace labels cannot be empty strings. Got {label!r} in {namespace}")
+        if "." in label:
+            raise InvalidNamespace(f"Invalid namespace label {label!r} found in {namespace}: labels cannot contain '.'")
+        if "\x00" in label:
+            raise InvalidNamespace(f"Invalid namespace label {label!r} found in {namespace}: labels cannot contain NUL")
+
+
+def _validate_op_namespace(op: Op) -> None:
+    """The labels of ``op``'s namespace as LangGraph's ``validate_op_namespace`` checks them (added in
+    langgraph-checkpoint 4.3; earlier versions, which the extra allows, lack it), and NUL (which 4.3.0
+    let through) checked here whatever the version."""
+    if _langgraph_validate is not None:
+        try:
+            _langgraph_validate(op)
+        except InvalidNamespaceError as exc:
+            raise InvalidNamespace(str(exc)) from None
+    if isinstance(op, GetOp | PutOp):
+        _check_labels(op.namespace)
+    elif isinstance(op, SearchOp):
+        _check_labels(op.namespace_prefix)
+    elif isinstance(op, ListNamespacesOp):
+        for condition in op.match_conditions or ():
+            _check_labels(condition.path)
 
 
 class _Embedder:
@@ -161,10 +199,7 @@ class _Batch:
         self.omit_expired = bool(store.ttl_config and store.ttl_config.get("omit_expired"))
         index = store._index
         for i, op in enumerate(self.ops):
-            try:
-                validate_op_namespace(op)
-            except InvalidNamespaceError as exc:
-                raise InvalidNamespace(str(exc)) from None
+            _validate_op_namespace(op)
             if isinstance(op, GetOp):
                 self.gets[tuple(op.namespace)].append((i, op))
             elif isinstance(op, SearchOp):
@@ -203,10 +238,12 @@ class _Batch:
             row = by_key.get(op.key)
             self.results[i] = None if row is None else _item(row)
 
-    def search_args(self, vectors: Sequence[Any]) -> Iterator[tuple[int, tuple[str, ...], dict[str, Any]]]:
+    def search_args(self, vectors: Sequence[Any]) -> Iterator[tuple[int, _Steps]]:
+        """Each search as the steps that run it (:func:`_search_steps`)."""
         embedded = {i: v for (i, _), v in zip(self.queries, vectors, strict=True)}
         for i, op in self.searches:
             kwargs: dict[str, Any] = {
+                "prefix": tuple(op.namespace_prefix),
                 "filter": op.filter,
                 "limit": op.limit,
                 "offset": op.offset,
@@ -215,7 +252,7 @@ class _Batch:
             }
             if i in embedded:
                 kwargs["vector"] = embedded[i]
-            yield i, tuple(op.namespace_prefix), kwargs
+            yield i, _search_steps(kwargs)
 
     def list_args(self) -> Iterator[tuple[int, dict[str, Any]]]:
         for i, op in self.lists:
@@ -230,6 +267,44 @@ class _Batch:
                     raise InvalidInput(f"unknown match type {condition.match_type!r}")
                 kwargs[condition.match_type] = tuple(condition.path)
             yield i, kwargs
+
+
+#: A search as steps: it yields ``("search", kwargs of client.items.search)`` and is sent the hits, or
+#: ``("refresh", rows)`` (extend those items' TTLs) and is sent None; it returns the search's result.
+_Steps = Generator[tuple[str, Any], Any, list[SearchItem]]
+
+
+def _search_steps(kwargs: dict[str, Any]) -> _Steps:
+    """A search; one with a query returns, as LangGraph's ``InMemoryStore`` does, the items without a
+    vector of the store's model (put with ``index=False``, before the store had an index, or by a store of
+    another model) after the scored ones, with ``score=None``, newest first. The scored items and then the
+    unscored ones are one sequence that ``offset`` and ``limit`` page: as ``InMemoryStore`` whenever a
+    page starts among the scored items; past them ``InMemoryStore`` returns the first unscored items again
+    at every offset, this goes on through them (pages never repeat an item). Costs nothing more while the
+    scored items fill the page; the page that runs past them reads up to ``offset + limit`` more rows
+    (two statements)."""
+    hits = yield "search", kwargs
+    limit, offset = kwargs["limit"], kwargs["offset"]
+    if "vector" not in kwargs or len(hits) >= limit:
+        return [_hit(r) for r in hits]
+    quiet = {k: v for k, v in kwargs.items() if k != "vector"} | {"refresh_ttl": False, "offset": 0}
+    # Every scored item: fewer than offset + limit of them, as this page came back short.
+    scored = hits if offset == 0 else (yield "search", {**quiet, "vector": kwargs["vector"], "limit": offset + limit})
+    seen = {(tuple(r.path), r.key) for r in scored}
+    skip, need = max(0, offset - len(scored)), limit - len(hits)
+    # The newest skip + need unscored items are among the newest skip + need + len(scored) items.
+    listed = yield "search", {**quiet, "limit": skip + need + len(scored)}
+    unscored = [r for r in listed if (tuple(r.path), r.key) not in seen][skip : skip + need]
+    if unscored and kwargs["refresh_ttl"]:
+        yield "refresh", unscored
+    return [_hit(r) for r in hits] + [_hit(r) for r in unscored]
+
+
+def _by_path(rows: Sequence[Any]) -> dict[tuple[str, ...], list[str]]:
+    keys: dict[tuple[str, ...], list[str]] = defaultdict(list)
+    for row in rows:
+        keys[tuple(row.path)].append(row.key)
+    return keys
 
 
 def _item(row: Any) -> Item:
@@ -284,6 +359,10 @@ class PgmemStore(_StoreBase, BaseStore):
         >>> store.search(("memories", "u1"), query="drinks", limit=3)
     """
 
+    #: Class defaults: a store whose constructor raised still stops (and is collected) cleanly.
+    _sweeper: threading.Thread | None = None
+    _stop: threading.Event | None = None
+
     def __init__(
         self, client: pgmem.Client | None = None, *, index: IndexConfig | None = None, ttl: TTLConfig | None = None
     ) -> None:
@@ -291,7 +370,6 @@ class PgmemStore(_StoreBase, BaseStore):
             raise InvalidInput("PgmemStore takes a pgmem.Client; use AsyncPgmemStore with a pgmem.AsyncClient")
         self._client = client
         self._configure(index, ttl)
-        self._sweeper: threading.Thread | None = None
         self._stop = threading.Event()
 
     @property
@@ -336,13 +414,28 @@ class PgmemStore(_StoreBase, BaseStore):
             if batch.queries:
                 assert self._index is not None
                 vectors = list(self._index.embedder.embed([cast(str, op.query) for _, op in batch.queries]))
-            for i, prefix, kwargs in batch.search_args(vectors):
-                batch.results[i] = [_hit(r) for r in items.search(prefix, **kwargs, **self._search_kwargs)]
+            for i, steps in batch.search_args(vectors):
+                batch.results[i] = self._run(steps, batch.omit_expired)
         for i, kwargs in batch.list_args():
             batch.results[i] = items.list_paths(**kwargs)
         if batch.writes:
             items.put_many(batch.writes, embedder=self._index.embedder if self._index else None)
         return batch.results
+
+    def _run(self, steps: _Steps, omit_expired: bool) -> list[SearchItem]:
+        items = self.client.items
+        try:
+            kind, arg = next(steps)
+            while True:
+                if kind == "search":
+                    kind, arg = steps.send(items.search(**arg, **self._search_kwargs))
+                else:
+                    for path, keys in _by_path(arg).items():
+                        items.get_many(path, keys, refresh_ttl=True, omit_expired=omit_expired)
+                    kind, arg = steps.send(None)
+        except StopIteration as done:
+            result: list[SearchItem] = done.value
+            return result
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """:meth:`batch` in a worker thread (the sync client never blocks the event loop)."""
@@ -357,13 +450,15 @@ class PgmemStore(_StoreBase, BaseStore):
         until :meth:`stop_ttl_sweeper`; the future completes when it stops (cancelling it stops it)."""
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
         if self._sweeper is not None and self._sweeper.is_alive():
-            future.add_done_callback(lambda f: self._stop.set() if f.cancelled() else None)
+            running = self._stop
+            future.add_done_callback(lambda f: running.set() if f.cancelled() and running else None)
             return future
         interval = self._sweep_interval(sweep_interval_minutes)
-        self._stop.clear()
+        stop = self._stop = self._stop or threading.Event()
+        stop.clear()
 
         def sweep() -> None:
-            while not self._stop.wait(interval):
+            while not stop.wait(interval):
                 try:
                     swept = self.sweep_ttl()
                     if swept:
@@ -374,14 +469,14 @@ class PgmemStore(_StoreBase, BaseStore):
                 future.set_result(None)
 
         self._sweeper = threading.Thread(target=sweep, name="pgmem-ttl-sweeper", daemon=True)
-        future.add_done_callback(lambda f: self._stop.set() if f.cancelled() else None)
+        future.add_done_callback(lambda f: stop.set() if f.cancelled() else None)
         self._sweeper.start()
         return future
 
     def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
         """Stop the sweeper; True when it stopped (or none ran) within ``timeout`` seconds."""
         sweeper = self._sweeper
-        if sweeper is None or not sweeper.is_alive():
+        if sweeper is None or not sweeper.is_alive() or self._stop is None:
             return True
         self._stop.set()
         sweeper.join(timeout)
@@ -402,6 +497,9 @@ class AsyncPgmemStore(_StoreBase, AsyncBatchedBaseStore):
         ...     await store.asearch(("memories", "u1"), query="drinks")
     """
 
+    #: Class default: a store whose constructor raised stops cleanly.
+    _sweeper: asyncio.Task[None] | None = None
+
     def __init__(
         self, client: pgmem.AsyncClient, *, index: IndexConfig | None = None, ttl: TTLConfig | None = None
     ) -> None:
@@ -409,8 +507,17 @@ class AsyncPgmemStore(_StoreBase, AsyncBatchedBaseStore):
             raise InvalidInput(f"AsyncPgmemStore takes a pgmem.AsyncClient, not {type(client).__name__}")
         self.client = client
         self._configure(index, ttl)
-        self._sweeper: asyncio.Task[None] | None = None
         super().__init__()
+
+    def __del__(self) -> None:
+        """``AsyncBatchedBaseStore.__del__`` on a store whose constructor may have raised before its
+        ``__init__`` set ``_task`` (it raised ``AttributeError: _task`` then)."""
+        task = getattr(self, "_task", None)
+        if task is not None:
+            try:
+                task.cancel()
+            except RuntimeError:  # its loop is closed
+                pass
 
     @classmethod
     @asynccontextmanager
@@ -446,13 +553,28 @@ class AsyncPgmemStore(_StoreBase, AsyncBatchedBaseStore):
             if batch.queries:
                 assert self._index is not None
                 vectors = list(await self._index.embedder.aembed([cast(str, op.query) for _, op in batch.queries]))
-            for i, prefix, kwargs in batch.search_args(vectors):
-                batch.results[i] = [_hit(r) for r in await items.search(prefix, **kwargs, **self._search_kwargs)]
+            for i, steps in batch.search_args(vectors):
+                batch.results[i] = await self._run(steps, batch.omit_expired)
         for i, kwargs in batch.list_args():
             batch.results[i] = await items.list_paths(**kwargs)
         if batch.writes:
             await items.put_many(batch.writes, embedder=self._index.embedder if self._index else None)
         return batch.results
+
+    async def _run(self, steps: _Steps, omit_expired: bool) -> list[SearchItem]:
+        items = self.client.items
+        try:
+            kind, arg = next(steps)
+            while True:
+                if kind == "search":
+                    kind, arg = steps.send(await items.search(**arg, **self._search_kwargs))
+                else:
+                    for path, keys in _by_path(arg).items():
+                        await items.get_many(path, keys, refresh_ttl=True, omit_expired=omit_expired)
+                    kind, arg = steps.send(None)
+        except StopIteration as done:
+            result: list[SearchItem] = done.value
+            return result
 
     async def sweep_ttl(self) -> int:
         """Delete expired items (and their vectors) now; return how many."""

@@ -7,6 +7,12 @@ keys). A message is one row of ``pgmem.messages``: its role, its text (the text 
 dumped as JSON (blocks, additional_kwargs), in ``metadata["__object__"]``: reads validate that back.
 Archiving moves entries from one memory to the other in one statement, keeping their order; no message
 row is copied.
+
+A store's ``model_dump()`` (``to_dict()``) holds its client's ``namespace`` and ``dsn`` (the password
+replaced by ``***``: never a secret). A store rebuilt from it needs a client again:
+``PgmemChatStore(client=pgmem.connect(dsn, namespace=ns), **dump)`` (a client of another namespace is used
+for the dumped one, sharing its pool); without one it raises :class:`pgmem.InvalidInput` rather than
+reading and writing the default client's namespace. A store on the default client dumps neither.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from typing import Any
 from llama_index.core.llms import ChatMessage
 from llama_index.core.storage.chat_store.base import BaseChatStore
 from llama_index.core.storage.chat_store.base_db import AsyncDBChatStore, MessageStatus
-from pydantic import PrivateAttr, TypeAdapter
+from pydantic import Field, PrivateAttr, TypeAdapter
 
 from pgmem.errors import InvalidInput
 from pgmem.integrations._adapters import (
@@ -131,6 +137,42 @@ async def _akeys_of(client: Any, prefixes: tuple[str, ...]) -> list[str]:
     return sorted(found)
 
 
+def _unbound_message(store: Any) -> str:
+    name = type(store).__name__
+    return (
+        f"this {name} was dumped from a store on namespace {store.namespace!r} (dsn {store.dsn!r}); rebuild "
+        f"it with a client: {name}(client=pgmem.connect(dsn, namespace={store.namespace!r}), **dump) "
+        "(or async_client=), so that it does not use the default client's namespace"
+    )
+
+
+def _with_namespace(client: Any, namespace: str) -> Any:
+    if client is None or client.namespace == namespace:
+        return client
+    return client.with_namespace(namespace)
+
+
+def _bind(store: Any, client: Any, async_client: Any) -> Adapter:
+    """The store's adapter, its ``namespace`` and ``dsn`` fields set from the client (or, when the store
+    was given a namespace, as a dump holds it, the clients moved to that namespace)."""
+    adapter = Adapter(client, async_client)  # checks the clients' types
+    given = client if client is not None else async_client
+    if store.namespace is None:
+        if given is not None:
+            store.namespace = given.namespace
+            store.dsn = given.conninfo
+        return adapter
+    if given is None:
+        raise InvalidInput(_unbound_message(store))
+    if store.dsn is None:
+        store.dsn = given.conninfo
+    return Adapter(_with_namespace(client, store.namespace), _with_namespace(async_client, store.namespace))
+
+
+_NAMESPACE_DOC = "The pgmem namespace of the store's client (None: the default client's)."
+_DSN_DOC = "The client's DSN, its password replaced by ***: what to connect to when rebuilding the store."
+
+
 def _count(memory: str) -> Callable[[Any], Any]:
     return lambda c: c.messages.count(memory)
 
@@ -151,12 +193,14 @@ class PgmemChatStore(BaseChatStore):
     message pgmem cannot store raises :class:`pgmem.InvalidInput` with nothing written.
     """
 
-    _adapter: Adapter = PrivateAttr()
+    namespace: str | None = Field(default=None, description=_NAMESPACE_DOC)
+    dsn: str | None = Field(default=None, description=_DSN_DOC)
+    _adapter: Any = PrivateAttr()
     _owned: Any = PrivateAttr(default=None)
 
     def __init__(self, client: Any = None, *, async_client: Any = None, **data: Any) -> None:
         super().__init__(**data)
-        self._adapter = Adapter(client, async_client)
+        self._adapter = _bind(self, client, async_client)
 
     @classmethod
     def from_uri(cls, uri: str | None = None, *, namespace: str = "default") -> PgmemChatStore:
@@ -275,11 +319,13 @@ class PgmemDBChatStore(AsyncDBChatStore):
     moves entries to the ARCHIVED memory in one statement; ``status=None`` reads both in their order.
     """
 
-    _adapter: Adapter = PrivateAttr()
+    namespace: str | None = Field(default=None, description=_NAMESPACE_DOC)
+    dsn: str | None = Field(default=None, description=_DSN_DOC)
+    _adapter: Any = PrivateAttr()
 
     def __init__(self, client: Any = None, *, async_client: Any = None, **data: Any) -> None:
         super().__init__(**data)
-        self._adapter = Adapter(client, async_client)
+        self._adapter = _bind(self, client, async_client)
 
     @classmethod
     def class_name(cls) -> str:

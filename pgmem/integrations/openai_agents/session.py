@@ -10,6 +10,7 @@ and call id in ``name`` and ``tool_call_id``, and the item itself, as JSON, in
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -47,6 +48,18 @@ def _optional_str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _check_json(item: Mapping[str, Any], index: int) -> None:
+    """Reject an item that is not plain JSON, as the SDK's own sessions do (``json.dumps``): pgmem's JSON
+    writer would store a set as a list, a datetime or a pydantic model as what they dump to, and reads
+    would return something else than was added."""
+    try:
+        json.dumps(item, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"item {index} is not JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidInput(f"item {index} nests JSON too deep") from None
+
+
 class PgmemSession(SessionABC):
     """Conversation history of one Agents SDK session, kept in pgmem.
 
@@ -57,14 +70,14 @@ class PgmemSession(SessionABC):
             fresh ones included.
         async_client: a :class:`pgmem.AsyncClient`, used natively (on its own event loop).
         session_settings: :class:`agents.SessionSettings` or a dict of its fields (unknown keys: TypeError);
-            its ``limit`` is ``get_items``' default.
+            its ``limit`` is ``get_items``' default. None: ``SessionSettings()``, as the SDK's sessions.
 
     ``add_items`` writes all its items in one statement, all or nothing (an item pgmem cannot store raises
     :class:`pgmem.InvalidInput` with nothing written); ``pop_item`` is one statement, and pops from several
     processes at once return each item once.
     """
 
-    session_settings: SessionSettings | None
+    session_settings: SessionSettings
 
     def __init__(
         self,
@@ -76,7 +89,9 @@ class PgmemSession(SessionABC):
     ) -> None:
         self._memory = memory_key(PREFIX, session_id)
         self.session_id = session_id
-        self.session_settings = coerce_session_settings(session_settings) if session_settings is not None else None
+        self.session_settings = (
+            coerce_session_settings(session_settings) if session_settings is not None else SessionSettings()
+        )
         self._adapter = Adapter(client, async_client)
 
     @property
@@ -108,6 +123,7 @@ class PgmemSession(SessionABC):
         for index, item in enumerate(items):
             if not isinstance(item, Mapping):
                 raise InvalidInput(f"item {index}: expected a dict (an input item), got {type(item).__name__}")
+            _check_json(item, index)
             text = _text_of(item.get("content"))
             if text is None:
                 text = _text_of(item.get("output")) or ""
