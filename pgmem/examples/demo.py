@@ -27,11 +27,13 @@ of the run, in which every panel has data.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import multiprocessing as mp
 import os
 import re
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +45,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pgmem import Client, connect
-from pgmem.errors import DemoIncomplete, redact
+from pgmem.errors import DemoIncomplete, InvalidInput, redact
 from pgmem.integrations.metagpt.longterm import LongTermMemory
 from pgmem.integrations.metagpt.memory import Memory
 from pgmem.integrations.metagpt.message_queue import MessageQueue
@@ -52,15 +54,22 @@ from pgmem.planning import statements as queries
 from pgmem.planning.queues import QueueItem
 from pgmem.planning.rows import ActionFlowRow, RoleActionRow
 
-__all__ = ["DemoIncomplete", "run"]
+__all__ = ["DemoIncomplete", "check_report", "run"]
 
 TEAM = "team"
-START_SECONDS = 30.0  # for the role processes to import pgmem and connect
-DEADLINE_SECONDS = 45.0  # for the team's work, once every role is ready
+# Bounds, not expectations (the whole run takes seconds): a role process that is still starting is waited
+# for as long as it lives, up to START_LIMIT_SECONDS (a busy machine is slow, not broken); the team fails
+# if no message comes for STALL_SECONDS once it works (a real model's call may take ~20 s, retried once).
+START_LIMIT_SECONDS = 300.0
+STALL_SECONDS = 60.0
 WAIT_SECONDS = 0.5  # a role waits this long on its inbox (woken at once by NOTIFY) between checks of `stop`
 LEASE_SECONDS = 30.0  # a claimed message not acknowledged by then is claimed again
 RETRY_SECONDS = 0.5  # the delay before a message whose handling timed out is retried
 RECALL_K = 3  # long-term messages a role recalls before it answers
+# What a role's client imports on its first connection (the vector adapters), imported before the roles are
+# forked: once instead of four times, and never by a pool's thread while the role's own thread imports too
+# (two threads importing numpy for the first time can see it half-initialised).
+PRELOAD = ("numpy", "pgvector.psycopg")
 
 
 # The actions, named like MetaGPT's (cause_by becomes "pgmem.examples.demo.WritePRD" and so on).
@@ -319,22 +328,70 @@ def _task(source: Message, name: str, purpose: str, version: int) -> Message:
     )
 
 
-def role_process(dsn: str, namespace: str, role_name: str, ready: Any, stop: Any) -> None:
+def role_process(dsn: str, namespace: str, role_name: str, go: Any, ready: Any, stop: Any) -> None:
     """One agent: claim what its inbox holds, act on it, publish its answers.
 
-    It runs until the parent sets ``stop`` (when every file is approved) or its own deadline passes: a role
-    cannot know alone that nobody will ask it anything more.
+    It connects at once, then waits for ``go`` (the parent has emptied the namespace meanwhile) before it
+    subscribes. It runs until the parent sets ``stop`` (when every file is approved) or the parent is gone:
+    a role cannot know alone that nobody will ask it anything more.
     """
     spec = next(r for r in ROLES if r.name == role_name)
+    parent = mp.parent_process()
     # MetaGPT's "the long-term memory is empty" warning, on every fresh run: the demo empties it on purpose.
     logging.getLogger("pgmem.integrations.metagpt").setLevel(logging.ERROR)
+
+    def going() -> bool:
+        return not stop.is_set() and (parent is None or parent.is_alive())
+
     with connect(dsn, namespace=namespace, min_size=1, max_size=3, retrieval_log=True) as client:
+        while not go.wait(WAIT_SECONDS):
+            if not going():
+                return
         agent = _Role(client, spec)
         ready.set()
-        deadline = time.monotonic() + START_SECONDS + DEADLINE_SECONDS
-        while not stop.is_set() and time.monotonic() < deadline:
+        while going():
             agent.step()
         agent.drain()
+
+
+def _start_method() -> str:
+    """``fork`` where it is safe and cheapest (Linux, and this process has no other thread: nothing a child
+    could inherit half-done; the children connect with clients of their own), else ``forkserver`` (one
+    interpreter imports pgmem, the roles are forked from it), else ``spawn`` (each role imports pgmem)."""
+    methods = mp.get_all_start_methods()
+    if sys.platform == "linux" and "fork" in methods and threading.active_count() == 1:
+        return "fork"
+    return "forkserver" if "forkserver" in methods else "spawn"
+
+
+def check_report(path: Path) -> Path:
+    """``path``, checked before the run: the report can be written there.
+
+    A missing folder is not created: it is more often a typo than a wish, and the user should see it.
+
+    Raises:
+        InvalidInput: ``path`` is a directory, its folder does not exist (or is not a folder), or it cannot
+            be written (permissions, a read-only file system); nothing was started or written.
+    """
+    folder = path.parent
+    if path.is_dir():
+        raise InvalidInput(
+            f"report path {str(path)!r} is a directory: give a file name, e.g. {str(path / 'report.html')!r}"
+        )
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist (pgmem does not create it)"
+        raise InvalidInput(f"report path {str(path)!r}: folder {str(folder)!r} {what}")
+    try:
+        if path.exists():
+            with path.open("ab"):  # writes nothing: the report replaces it after the run
+                pass
+        else:
+            with path.open("xb"):
+                pass
+            path.unlink()
+    except OSError as exc:
+        raise InvalidInput(f"report path {str(path)!r} cannot be written: {exc.strerror or exc}") from None
+    return path
 
 
 def _finished(team: Memory) -> bool:
@@ -373,84 +430,124 @@ def run(
 ) -> None:
     """Run the team in ``namespace`` (its memories, queues and retrieval log are emptied first), wait for
     it, and print the report; with ``report``, also write the HTML report of the namespace there (``pgmem
-    report``) and say where.
+    report``) and say where. It says what it is doing as it goes: the role processes starting, each one
+    ready, every message, the summaries, the report.
 
     Raises:
-        DemoIncomplete: a role process died, or the team did not finish in time (after the report).
+        InvalidInput: ``report`` cannot be written there (:func:`check_report`); nothing was started.
+        DemoIncomplete: a role process died, or the team stopped making progress (after the report).
     """
     console = console or Console()
+    if report is not None:
+        check_report(report)
     started = time.monotonic()
+    console.print(f"[bold]pgmem demo[/bold]: {len(ROLES)} agent processes, idea: {idea!r}", highlight=False)
+    method = _start_method()
+    if method == "fork":
+        for module in PRELOAD:  # once here, not in every role (see PRELOAD)
+            importlib.import_module(module)
+    ctx: Any = mp.get_context(method)  # typeshed: a BaseContext (no Process) for a method not spelt out
+    if method == "forkserver":
+        ctx.set_forkserver_preload([__name__, *PRELOAD])  # imported once, in the server the roles are forked from
+    go, stop = ctx.Event(), ctx.Event()
+    ready = {r.name: ctx.Event() for r in ROLES}
+    procs = [
+        ctx.Process(target=role_process, args=(dsn, namespace, r.name, go, ready[r.name], stop), name=r.name)
+        for r in ROLES
+    ]
     failure = None
-    with connect(dsn, namespace=namespace, min_size=1, max_size=2) as client:
-        _reset(client)  # a fresh run each time: the same report for the same idea
-        team = Memory(TEAM, client=client)
-        ctx = mp.get_context("spawn")
-        stop = ctx.Event()
-        ready = {r.name: ctx.Event() for r in ROLES}
-        procs = [
-            ctx.Process(target=role_process, args=(dsn, namespace, r.name, ready[r.name], stop), name=r.name)
-            for r in ROLES
-        ]
-        console.print(f"[bold]pgmem demo[/bold]: {len(procs)} agent processes, idea: {idea!r}", highlight=False)
+    try:
+        # The roles start first (before this process connects: a fork copies no connection, no thread):
+        # they import and connect while this process empties the namespace, then wait for `go`.
         for p in procs:
             p.start()
-        try:
-            for p in procs:
-                while not ready[p.name].wait(0.1):
-                    if not p.is_alive() or time.monotonic() - started > START_SECONDS:
-                        failure = f"{p.name} did not start (exit code {p.exitcode})"
-                        break
-                if failure:
-                    break
+        console.print(f"  starting {len(procs)} role processes ({method})…", highlight=False)
+        with (
+            console.status("emptying the namespace…") as status,
+            connect(dsn, namespace=namespace, min_size=1, max_size=2) as client,
+        ):
+            _reset(client)  # a fresh run each time: the same report for the same idea
+            go.set()
+            failure = _wait_ready(procs, ready, console, status, started)
             if failure is None:
-                console.print(f"  team ready in {time.monotonic() - started:.1f} s", highlight=False)
-                # The requirement goes to every role watching requirements (the product manager); the
-                # shortcut to the engineer alone, which refuses it (the scripted dead letter).
-                for content, send_to in ((idea, MESSAGE_ROUTE_TO_ALL), (f"Skip the PRD, just code {idea}", "Engineer")):
-                    human = Message(
-                        content=content,
-                        role="user",
-                        cause_by=any_to_str(UserRequirement),
-                        sent_from="Human",
-                        send_to={send_to},
-                    )
-                    client.queues.publish(TEAM, human)
-                work_started = time.monotonic()
-                seen = 0
-                while True:
-                    messages = team.get()
-                    for m in messages[seen:]:
-                        _progress(console, m)
-                    seen = len(messages)
-                    if _finished(team):
-                        break
-                    dead = [p for p in procs if not p.is_alive()]
-                    if dead:
-                        failure = f"{dead[0].name} exited early (exit code {dead[0].exitcode})"
-                        break
-                    if time.monotonic() - work_started > DEADLINE_SECONDS:
-                        failure = f"the team did not finish in {DEADLINE_SECONDS:.0f} s"
-                        break
-                    time.sleep(0.1)
-        finally:
-            stop.set()
-            for p in procs:
-                p.join(timeout=10)
-                if p.is_alive():
-                    p.kill()
-                    p.join()
-        if failure is None:
-            _summarise(client, console)
+                failure = _work(client, procs, console, status, idea)
+            if failure is None:
+                stop.set()  # the roles finish while this process summarises
+                status.update("summarising the team's history…")
+                _summarise(client, console)
+    finally:
+        stop.set()
+        for p in procs:
+            if p.pid is None:
+                continue  # never started
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+                p.join()
     _report(dsn, namespace, console, time.monotonic() - started)
     if report is not None:
-        from pgmem.ops.report import write_report
+        with console.status("writing the HTML report…"):
+            from pgmem.ops.report import write_report
 
-        written = write_report(dsn, report, namespace=namespace)
+            written = write_report(dsn, report, namespace=namespace)
         console.print("charts of this run, with the SQL behind them:", highlight=False)
         console.print(f"  {written.path.resolve().as_uri()}", highlight=False, soft_wrap=True, markup=False)
     if failure:
         console.print(f"[red]{failure}[/red]", highlight=False)
         raise DemoIncomplete(failure)
+
+
+def _wait_ready(procs: list[Any], ready: dict[str, Any], console: Console, status: Any, started: float) -> str | None:
+    """Wait for every role to be ready, saying so as each one is; the failure, if a role process died or
+    is still starting after START_LIMIT_SECONDS (a slow start is not a failure: it is waited for)."""
+    waiting = list(procs)
+    while waiting:
+        for p in list(waiting):
+            if ready[p.name].is_set():
+                waiting.remove(p)
+                console.print(f"  {p.name} ready ({time.monotonic() - started:.1f} s)", highlight=False)
+            elif not p.is_alive() and not ready[p.name].is_set():
+                return f"the {p.name} process exited (exit code {p.exitcode}) before it was ready: see its error above"
+        elapsed = time.monotonic() - started
+        status.update(f"starting the roles: {len(procs) - len(waiting)} of {len(procs)} ready ({elapsed:.0f} s)")
+        if waiting and elapsed > START_LIMIT_SECONDS:
+            names = ", ".join(p.name for p in waiting)
+            return f"{names} still starting after {START_LIMIT_SECONDS:.0f} s (alive, but is the machine overloaded?)"
+        if waiting:
+            time.sleep(0.05)
+    console.print(f"  team ready in {time.monotonic() - started:.1f} s", highlight=False)
+    status.update("the team at work…")
+    return None
+
+
+def _work(client: Client, procs: list[Any], console: Console, status: Any, idea: str) -> str | None:
+    """Give the team its work and print every message as it comes, until every file is approved; the
+    failure, if a role process died or no message came for STALL_SECONDS."""
+    team = Memory(TEAM, client=client)
+    # The requirement goes to every role watching requirements (the product manager); the shortcut to the
+    # engineer alone, which refuses it (the scripted dead letter).
+    for content, send_to in ((idea, MESSAGE_ROUTE_TO_ALL), (f"Skip the PRD, just code {idea}", "Engineer")):
+        human = Message(
+            content=content, role="user", cause_by=any_to_str(UserRequirement), sent_from="Human", send_to={send_to}
+        )
+        client.queues.publish(TEAM, human)
+    seen = 0
+    last = time.monotonic()
+    while True:
+        messages = team.get()
+        for m in messages[seen:]:
+            _progress(console, m)
+        if len(messages) > seen:
+            seen, last = len(messages), time.monotonic()
+            status.update(f"the team at work: {seen} messages so far…")
+        if _finished(team):
+            return None
+        dead = [p for p in procs if not p.is_alive()]
+        if dead:
+            return f"{dead[0].name} exited early (exit code {dead[0].exitcode})"
+        if time.monotonic() - last > STALL_SECONDS:
+            return f"the team sent no message for {STALL_SECONDS:.0f} s ({seen} messages in all)"
+        time.sleep(0.1)
 
 
 def _reset(client: Client) -> None:

@@ -546,8 +546,12 @@ def demo(
     ] = Path("pgmem-demo-report.html"),
 ) -> None:
     """Run a small software team as separate processes sharing one memory, then report from SQL."""
-    from pgmem.examples.demo import run
+    from pgmem.examples.demo import check_report, run
 
+    check_report(report)  # before anything starts: a path that cannot be written fails now, not after the run
+    if not dsn and not get_settings().dsn and not _server.status(get_settings().home).running:
+        # The one wait before the demo's own progress: say what it is (seconds the first time: initdb).
+        console.print(f"starting the embedded PostgreSQL under {get_settings().home}…", highlight=False)
     run(_dsn(dsn), namespace=namespace, console=console, idea=idea, report=report)
 
 

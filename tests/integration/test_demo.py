@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from rich.console import Console
 
-from pgmem.errors import redact
+from pgmem.errors import InvalidInput, redact
 from pgmem.examples import demo
 from pgmem.planning import statements as queries
 
@@ -156,6 +156,86 @@ def test_demo_report_has_data_in_every_panel(dsn: str, tmp_path: Path, record_pr
     retrieval_labels = {r["label"] for r in data["tables"]["retrievals"]["rows"]}
     assert {"Engineer:WriteCode", "Reviewer:WriteCodeReview"} <= retrieval_labels
     assert {r["memory"] for r in data["tables"]["summaries"]["rows"]} == {"team"}
+
+
+def test_demo_says_what_it_does_from_the_start(dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The other tests fork the roles (Linux, one thread); this one starts them as macOS does, and as a
+    # process with threads of its own does: from a fork server.
+    monkeypatch.setattr(demo, "_start_method", lambda: "forkserver")
+    # A terminal (so the spinner between the lines is drawn too), without colours: the lines stay whole.
+    out = io.StringIO()
+    console = Console(file=out, width=140, force_terminal=True, color_system=None)
+    demo.run(dsn, namespace="progress", console=console, report=tmp_path / "r.html")
+    text = out.getvalue()
+    # The first line comes before any process starts; then the roles start, each says it is ready (in the
+    # order they are), the messages, the summaries, the tables, and last where the report is.
+    steps = [
+        "pgmem demo: 4 agent processes",
+        "starting 4 role processes (forkserver)",
+        "team ready in",
+        "Human -> <all>",
+        "summary (level 2",
+        "messages by role and action",
+        "finished in",
+        "charts of this run",
+        (tmp_path / "r.html").resolve().as_uri(),
+    ]
+    positions = [text.find(step) for step in steps]
+    assert -1 not in positions, [step for step, at in zip(steps, positions, strict=True) if at == -1]
+    assert positions == sorted(positions)
+    for role in ("ProductManager", "Architect", "Engineer", "Reviewer"):
+        ready = text.find(f"{role} ready (")
+        assert positions[1] < ready < positions[2], role
+
+
+@pytest.mark.parametrize("where", ["missing folder", "a directory", "a file as folder", "unwritable folder"])
+def test_demo_report_path_is_checked_before_anything_starts(dsn: str, tmp_path: Path, where: str) -> None:
+    (tmp_path / "file.txt").write_text("not a folder")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    report = {
+        "missing folder": tmp_path / "no-such-folder" / "r.html",
+        "a directory": tmp_path,
+        "a file as folder": tmp_path / "file.txt" / "r.html",
+        "unwritable folder": locked / "r.html",
+    }[where]
+    if where == "unwritable folder":
+        if os.geteuid() == 0:
+            pytest.skip("root writes into a folder whatever its mode")
+        locked.chmod(0o500)
+    out = io.StringIO()
+    try:
+        with pytest.raises(InvalidInput) as caught:
+            demo.run(dsn, namespace="badpath", console=Console(file=out, width=140), report=report)
+    finally:
+        locked.chmod(0o700)
+    assert str(report) in str(caught.value)
+    assert out.getvalue() == ""  # failed before its first line: no process started, nothing printed
+    assert not (tmp_path / "no-such-folder").exists()  # a missing folder is the user's to create
+    with psycopg.connect(dsn) as conn:
+        written = conn.execute(
+            "SELECT (SELECT count(*) FROM pgmem.messages WHERE namespace = 'badpath')"
+            " + (SELECT count(*) FROM pgmem.queue_items WHERE namespace = 'badpath')"
+            " + (SELECT count(*) FROM pgmem.memories WHERE namespace = 'badpath')"
+        ).fetchone()
+    assert written == (0,)
+
+
+def test_cli_demo_bad_report_path_fails_before_the_server_starts(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "PGMEM_DSN")}
+    env["PGMEM_HOME"] = str(tmp_path / "home")  # the embedded server would start here
+    report = tmp_path / "missing" / "r.html"
+    result = subprocess.run(
+        [sys.executable, "-m", "pgmem.ops.cli", "demo", "--report", str(report)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert result.returncode == 1
+    assert "InvalidInput" in result.stderr and "does not exist" in result.stderr
+    assert str(report.parent) in " ".join(result.stderr.split())  # rich wraps the line
+    assert result.stdout == "" and not (tmp_path / "home").exists()
 
 
 def test_demo_twice_gives_the_same_report_and_follows_the_idea(dsn: str) -> None:
