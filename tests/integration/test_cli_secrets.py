@@ -1,0 +1,37 @@
+"""No password in what the ``pgmem`` command prints, whatever shape of DSN it is given (issue 35, item 2).
+
+Each DSN form holds a fresh random secret; each command runs in a subprocess, as a user would, and
+neither its output nor its error stream may hold the secret (tracebacks included: the CLI prints its
+own for unexpected errors).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from tests.integration.test_cli import run_cli
+
+#: DSN forms that once leaked: spaces in a URL's password, an unquoted key=value password with spaces, a
+#: bad percent-escape, and a well-formed one to a port nobody listens on. {s} is the secret.
+FORMS = (
+    "postgresql://user:pass word{s}@127.0.0.1:1/db",
+    "password=pa ss {s} host=127.0.0.1 port=1",
+    "postgresql://u:pw-{s}%zz@127.0.0.1:1/db",
+    "postgresql://u:{s}@127.0.0.1:1/db",
+    "host=127.0.0.1 port=1 password='q {s} q'",
+)
+COMMANDS = (("stats",), ("migrate",), ("doctor", "--no-embedder"))
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_no_command_prints_the_password(form: str) -> None:
+    secret = uuid.uuid4().hex
+    dsn = form.format(s=secret)
+    for command in COMMANDS:
+        result = run_cli(*command, "--dsn", dsn, env={"PGMEM_DSN": "", "PGCONNECT_TIMEOUT": "5"}, check=False)
+        assert result.returncode != 0, (command, result.stdout)
+        shown = result.stdout + result.stderr
+        assert secret not in shown, (command, shown)
+        assert secret[:12] not in shown and secret[-12:] not in shown, (command, shown)
