@@ -121,6 +121,67 @@ def _roles(conn: psycopg.Connection[Any]) -> Iterator[Check]:
             else f"{user} is held by row-level security"
         )
         yield Check("app role", "ok", f"pgmem_app exists, row-level security forced; {note}")
+        yield from _drift(conn)
+
+
+#: What pgmem_app may do on each table of schema pgmem (migrations 0004, 0012): read and write, but only
+#: read and insert the shared model registry and the doorbell, only read alembic's bookkeeping.
+_APP_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE")
+_NARROWED = {
+    "embedding_models": ("SELECT", "INSERT"),
+    "doorbell": ("SELECT", "INSERT"),
+    "alembic_version": ("SELECT",),
+}
+# Per table of schema pgmem: whether it has a namespace column, RLS enabled, forced, its policies, and
+# pgmem_app's privileges; per view, whether it runs with the caller's rights.
+_TABLES = """
+SELECT c.relname,
+       EXISTS (SELECT 1 FROM pg_attribute AS a WHERE a.attrelid = c.oid AND a.attname = 'namespace'
+                                                  AND NOT a.attisdropped),
+       c.relrowsecurity, c.relforcerowsecurity,
+       array(SELECT p.polname::text FROM pg_policy AS p WHERE p.polrelid = c.oid ORDER BY 1),
+       array(SELECT x FROM unnest(%(privileges)s::text[]) AS x
+             WHERE has_table_privilege('pgmem_app', c.oid, x) ORDER BY 1)
+FROM pg_class AS c
+WHERE c.relnamespace = 'pgmem'::regnamespace AND c.relkind IN ('r', 'p')
+ORDER BY 1"""
+_VIEWS = """
+SELECT c.relname FROM pg_class AS c
+WHERE c.relnamespace = 'pgmem'::regnamespace AND c.relkind = 'v'
+  AND NOT coalesce('security_invoker=true' = ANY(c.reloptions), false)
+ORDER BY 1"""
+
+
+def _drift(conn: psycopg.Connection[Any]) -> Iterator[Check]:
+    """The live catalog against what the schema's revision declares for tenants' isolation: a stamp can say
+    a revision whose work never ran (a database stamped while a migration was a placeholder)."""
+    wrong: list[str] = []
+    for table, namespaced, enabled, forced, policies, granted in conn.execute(
+        _TABLES, {"privileges": list(_APP_PRIVILEGES)}
+    ):
+        if namespaced:
+            if not (enabled and forced):
+                wrong.append(f"{table}: row-level security not {'forced' if enabled else 'enabled'}")
+            for policy in sorted({"pgmem_namespace", "pgmem_admin"} - set(policies)):
+                wrong.append(f"{table}: policy {policy} missing")
+        expected = sorted(_NARROWED.get(table, _APP_PRIVILEGES))
+        if sorted(granted) != expected:
+            wrong.append(f"{table}: pgmem_app may {', '.join(sorted(granted)) or 'nothing'}, not {', '.join(expected)}")
+    if conn.execute("SELECT current_setting('server_version_num')::int >= 150000").fetchone() == (True,):
+        wrong += [f"view {view}: not security_invoker" for (view,) in conn.execute(_VIEWS)]
+    if wrong:
+        shown = "; ".join(wrong[:8]) + (f"; and {len(wrong) - 8} more" if len(wrong) > 8 else "")
+        yield Check(
+            "isolation",
+            "fail",
+            f"{len(wrong)} difference(s) from the revision's schema: {shown}",
+            "the schema does not match its revision: run `pgmem migrate` as the owner; if it says the schema is "
+            "current, the revision's stamp is wrong: migrate a new database and copy the data over",
+        )
+    else:
+        yield Check(
+            "isolation", "ok", "every namespaced table forces row-level security with both policies; grants as declared"
+        )
 
 
 def _settings(conn: psycopg.Connection[Any]) -> Iterator[Check]:

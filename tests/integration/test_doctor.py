@@ -8,6 +8,7 @@ import pytest
 from pgmem import __version__, doorbell
 from pgmem.ops.doctor import Check, run_checks
 from pgmem.revision import SCHEMA_REVISION
+from tests.conftest import needs_own_database
 from tests.integration.test_cli import run_cli
 
 
@@ -22,6 +23,7 @@ def test_a_migrated_database_passes(dsn: str, monkeypatch: pytest.MonkeyPatch) -
     assert checks["schema"].found == f"revision {SCHEMA_REVISION}, as this pgmem needs"
     assert checks["pgvector"].status == "ok" and "installed" in checks["pgvector"].found
     assert checks["app role"].status == "ok"
+    assert checks["isolation"].status == "ok"
     assert checks["embedder"].status == "ok" and "384 dimensions" in checks["embedder"].found
     assert {"server", "connections", "autovacuum", "embeddings", "doorbell"} <= set(checks)
 
@@ -69,3 +71,27 @@ def test_an_embedder_that_cannot_answer_fails_with_advice(dsn: str) -> None:
 def test_version() -> None:
     result = run_cli("--version")
     assert result.stdout.strip() == f"pgmem {__version__} (schema revision {SCHEMA_REVISION})"
+
+
+def test_a_schema_that_drifted_from_its_revision_is_named(dsn: str, single_database: bool) -> None:
+    """A stamp can lie (a database stamped while a migration was a placeholder): the live catalog is
+    checked against what the revision declares for tenants' isolation."""
+    needs_own_database(single_database)  # it takes the schema apart
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE pgmem.memories NO FORCE ROW LEVEL SECURITY")
+        conn.execute("DROP POLICY pgmem_admin ON pgmem.summaries")
+        conn.execute("REVOKE DELETE ON pgmem.items FROM pgmem_app")
+        conn.execute("GRANT DELETE ON pgmem.doorbell TO pgmem_app")
+        conn.execute("ALTER VIEW pgmem.queue_archive SET (security_invoker = false)")
+    check = _by_name(run_checks(dsn, embedder=False))["isolation"]
+    assert check.status == "fail"
+    assert check.found.startswith("5 difference(s) from the revision's schema: ")
+    for difference in (
+        "memories: row-level security not forced",
+        "summaries: policy pgmem_admin missing",
+        "items: pgmem_app may INSERT, SELECT, UPDATE, not DELETE, INSERT, SELECT, UPDATE",
+        "doorbell: pgmem_app may DELETE, INSERT, SELECT, not INSERT, SELECT",
+        "view queue_archive: not security_invoker",
+    ):
+        assert difference in check.found, (difference, check.found)
+    assert "run `pgmem migrate`" in check.advice
