@@ -81,23 +81,32 @@ FROM (
 WHERE g.gram IS NOT NULL
 $$;
 
--- name: fts_query
--- The tsquery of a keyword query: its other words in websearch syntax through `english` (every word, "a
--- phrase", or, -not), AND any one of its CJK lexemes (the CJK part matches a message holding one of the
--- query's bigrams; BM25 puts those holding more and rarer ones first). NULL, which matches nothing, when
--- the query has no lexeme. No NOTICE for a query that is all CJK (websearch_to_tsquery is not called).
-CREATE OR REPLACE FUNCTION pgmem.fts_query(p_query text) RETURNS tsquery
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-SELECT CASE WHEN w.q IS NULL THEN c.q WHEN c.q IS NULL THEN w.q ELSE w.q && c.q END
-FROM (SELECT CASE WHEN pgmem.fts_words(p_query) ~ '\w'
-                  THEN websearch_to_tsquery('english'::regconfig, pgmem.fts_words(p_query)) END AS q) AS w,
-     (SELECT string_agg('''' || g.gram || '''', ' | ')::tsquery AS q
-      FROM unnest(pgmem.fts_query_grams(p_query)) AS g(gram)) AS c
-$$;
-
 -- name: fts_terms
 -- The lexemes of a query that BM25 scores: its English ones (stemmed) and its CJK lexemes.
 CREATE OR REPLACE FUNCTION pgmem.fts_terms(p_query text) RETURNS text[]
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
 SELECT tsvector_to_array(to_tsvector('english'::regconfig, pgmem.fts_words(p_query))) || pgmem.fts_query_grams(p_query)
+$$;
+
+-- name: fts_query
+-- The tsquery of a keyword query (README, "Keyword search"). A query in plain words, as agents ask ("what
+-- did Caroline research?"), matches a message holding ANY of its lexemes (pgmem.fts_terms: English words
+-- stemmed, stop words out, and CJK bigrams); BM25 puts the messages holding more and rarer ones first. A
+-- query written in search syntax (a double quote, a word starting with `-`, AND or OR in capitals) keeps
+-- websearch_to_tsquery's meaning for its English words (every word, "a phrase", or, -not), AND any one
+-- of its CJK lexemes. NULL, which matches nothing, when the query has no lexeme (only stop words or
+-- punctuation). No NOTICE either way (websearch_to_tsquery is not called on a query without words).
+CREATE OR REPLACE FUNCTION pgmem.fts_query(p_query text) RETURNS tsquery
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+SELECT CASE
+    WHEN p_query ~ '"|(^|\s)-[[:alpha:]]|(^|\s)(AND|OR)(\s|$)' THEN
+        (SELECT CASE WHEN w.q IS NULL THEN c.q WHEN c.q IS NULL THEN w.q ELSE w.q && c.q END
+         FROM (SELECT CASE WHEN pgmem.fts_words(p_query) ~ '\w'
+                           THEN websearch_to_tsquery('english'::regconfig, pgmem.fts_words(p_query)) END AS q) AS w,
+              (SELECT string_agg('''' || g.gram || '''', ' | ')::tsquery AS q
+               FROM unnest(pgmem.fts_query_grams(p_query)) AS g(gram)) AS c)
+    ELSE
+        (SELECT string_agg('''' || replace(replace(t.lexeme, '\', '\\'), '''', '''''') || '''', ' | ')::tsquery
+         FROM unnest(pgmem.fts_terms(p_query)) AS t(lexeme))
+END
 $$;

@@ -472,9 +472,11 @@ class MessageRepository(Repository):
     ) -> list[Message]:
         """Keyword search, best match first (BM25; README, "Keyword search").
 
-        English words follow ``websearch_to_tsquery`` (every word, ``"a phrase"``, ``or``, ``-not``);
-        Chinese, Japanese and Korean runs match by their characters' bigrams, so a message holding any of
-        them is found and those holding more (and rarer) ones rank first.
+        A query in plain words, as agents ask ("what did Caroline research?"), finds the messages holding
+        any of its words (stemmed, stop words out) and ranks those holding more and rarer ones first.
+        Chinese, Japanese and Korean runs match by their characters' bigrams the same way. A query in
+        search syntax (a double quote, a word starting with ``-``, ``AND`` or ``OR`` in capitals) follows
+        ``websearch_to_tsquery``: every other word required, ``"a phrase"``, ``OR``, ``-not``.
 
         Example: ``client.messages.search_text("role:PM", "贪吃蛇")`` finds "请编写一个命令行贪吃蛇游戏".
         """

@@ -79,14 +79,29 @@ def test_a_single_character_and_script_boundaries(client: pgmem.Client, memory: 
     assert contents(client.messages.search_text(memory, "功订")) == []
 
 
-def test_english_rules_are_unchanged(client: pgmem.Client, memory: str) -> None:
-    # Every English word is required (websearch syntax), a mixed query needs its English words too.
-    assert contents(client.messages.search_text(memory, "snake payment")) == []
+def test_plain_words_match_any_word_and_search_syntax_keeps_its_meaning(client: pgmem.Client, memory: str) -> None:
+    # Plain words (how agents ask): a message holding any of them; the one holding more comes first.
+    assert set(contents(client.messages.search_text(memory, "snake payment"))) == {
+        "The payment service times out under load",
+        "Write a cli snake game",
+    }
+    assert contents(client.messages.search_text(memory, "which game has a snake in it?"))[0] == "Write a cli snake game"
+    assert contents(client.messages.search_text(memory, "java 贪吃蛇"))[:2] == [
+        "用Python写贪吃蛇",
+        "请编写一个命令行贪吃蛇游戏",
+    ]
+    # Search syntax (a quote, -word, AND / OR in capitals): websearch rules, every bare word required.
     assert contents(client.messages.search_text(memory, "payment -load")) == []
+    assert contents(client.messages.search_text(memory, "snake AND payment")) == []
+    assert contents(client.messages.search_text(memory, "snake OR payment")) != []
     assert contents(client.messages.search_text(memory, '"snake game"')) == ["Write a cli snake game"]
-    assert contents(client.messages.search_text(memory, "python 贪吃蛇")) == ["用Python写贪吃蛇"]
-    assert contents(client.messages.search_text(memory, "java 贪吃蛇")) == []
+    assert contents(client.messages.search_text(memory, '"game snake"')) == []
+    assert contents(client.messages.search_text(memory, "python 贪吃蛇 -java")) == ["用Python写贪吃蛇"]
+    assert contents(client.messages.search_text(memory, '"python" 贪吃蛇')) == ["用Python写贪吃蛇"]
+    assert contents(client.messages.search_text(memory, "java AND 贪吃蛇")) == []
+    # Nothing to look for: punctuation, or stop words only.
     assert contents(client.messages.search_text(memory, "，。！")) == []
+    assert contents(client.messages.search_text(memory, "what is it?")) == []
 
 
 def test_rank_uses_document_frequency(client: pgmem.Client) -> None:
@@ -197,9 +212,15 @@ def test_the_tsvector_of_a_message(dsn: str) -> None:
         many = "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(100_000))
         size = conn.execute("SELECT pg_column_size(pgmem.fts_document(%s))", (many,)).fetchone()[0]  # type: ignore[index]
         assert size < 1 << 20
-        # Queries: English through websearch, CJK bigrams ORed, a run of one character as itself.
+        # Queries: plain words and CJK bigrams ORed; in search syntax, English words through websearch AND a
+        # CJK bigram; a run of one character as itself.
         query = conn.execute("SELECT pgmem.fts_query(%s)::text", ("python 贪吃蛇",)).fetchone()[0]  # type: ignore[index]
+        assert query == "'python' | '吃蛇' | '贪吃'"
+        query = conn.execute("SELECT pgmem.fts_query(%s)::text", ('"python" 贪吃蛇',)).fetchone()[0]  # type: ignore[index]
         assert query == "'python' & ( '吃蛇' | '贪吃' )"
+        # A lexeme holding a quote or a backslash is quoted, not parsed.
+        query = conn.execute("SELECT pgmem.fts_query(%s)::text", ("e-mail o'brien back\\slash",)).fetchone()[0]  # type: ignore[index]
+        assert set(query.split(" | ")) == {"'back'", "'brien'", "'e'", "'e-mail'", "'mail'", "'o'", "'slash'"}
         assert conn.execute("SELECT pgmem.fts_query('蛇')::text").fetchone()[0] == "'蛇'"  # type: ignore[index]
         assert conn.execute("SELECT pgmem.fts_query('，')").fetchone()[0] is None  # type: ignore[index]
 
