@@ -14,6 +14,7 @@ from rich.table import Table
 from pgmem.checks import check_key, check_namespace
 from pgmem.errors import InvalidInput, PgmemError, redact
 from pgmem.ops import server as _server
+from pgmem.ops.tables import print_table as _print_table
 from pgmem.settings import get_settings
 
 # Typer's rich tracebacks show every frame's local variables by default: a DSN among them, with its password.
@@ -216,6 +217,7 @@ def retention_run(
             }
     targets = sorted({t for counts in removed.values() for t in counts})
     _print_table(
+        console,
         "removed",
         [{"namespace": ns, **c} for ns, c in removed.items()],
         {"namespace": "namespace", **{t: t for t in targets}},
@@ -312,7 +314,7 @@ def purge(
                 counts["retrieval log"] = retention.purge_retrieval_log(age)
     kinds = [k for k in headers if cutoffs.get(k) is not None or (k == "brains" and brains)]
     rows: list[dict[str, object]] = [{"namespace": ns, **counts} for ns, counts in removed.items()]
-    _print_table("purged", rows, {"namespace": "namespace", **{k: headers[k] for k in kinds}})
+    _print_table(console, "purged", rows, {"namespace": "namespace", **{k: headers[k] for k in kinds}})
     totals = ", ".join(f"{headers[k]} {sum(c[k] for c in removed.values())}" for k in kinds)
     console.print(f"purged in {len(removed)} namespace{'' if len(removed) == 1 else 's'}: {totals}", highlight=False)
 
@@ -323,29 +325,6 @@ SinceOption = Annotated[
         "--since", help="Only messages since then: a span back from now (90s, 15m, 2h, 7d, 1w) or an ISO time."
     ),
 ]
-
-
-def _cell(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.3f}".rstrip("0").rstrip(".")
-    if isinstance(value, int):
-        return f"{value:,}"
-    if hasattr(value, "isoformat"):
-        return str(value.isoformat(sep=" ", timespec="seconds"))
-    return str(value)
-
-
-def _print_table(title: str, rows: list[dict[str, object]], columns: dict[str, str]) -> None:
-    """A rich table of ``rows`` (``columns``: key -> header); numbers right-aligned."""
-    table = Table(title=title, title_justify="left")
-    numeric = {k for k in columns if any(isinstance(r.get(k), int | float) for r in rows)}
-    for key, header in columns.items():
-        table.add_column(header, justify="right" if key in numeric else "left")
-    for row in rows:
-        table.add_row(*(_cell(row.get(k)) for k in columns))
-    console.print(table)
 
 
 @app.command()
@@ -394,6 +373,7 @@ def stats(
     memories = len({(r["namespace"], r["memory"]) for r in by_memory})
     console.print(f"{sum(r['messages'] for r in by_memory)} message references in {memories} memories")
     _print_table(
+        console,
         "agents (each message once)",
         agents,
         {
@@ -407,13 +387,17 @@ def stats(
         },
     )
     _print_table(
+        console,
         "action flow (largest memory of each namespace)",
         flow,
         {"from_action_name": "from", "to_action_name": "to", "edges": "edges", "median_delay_s": "median delay (s)"},
     )
-    _print_table("who talks to whom", talk, {"sender": "sender", "recipient": "recipient", "messages": "messages"})
+    _print_table(
+        console, "who talks to whom", talk, {"sender": "sender", "recipient": "recipient", "messages": "messages"}
+    )
     if queues:
         _print_table(
+            console,
             "queue health (now)",
             queues,
             {
@@ -431,9 +415,10 @@ def stats(
             },
         )
     if retrievals:
-        _print_table("logged searches", retrievals, {"label": "label", "searches": "searches", "hits": "hits"})
+        _print_table(console, "logged searches", retrievals, {"label": "label", "searches": "searches", "hits": "hits"})
     if summaries:
         _print_table(
+            console,
             "summaries (compression per memory and level)",
             summaries,
             {
@@ -534,6 +519,35 @@ def embed(
         console.print(f"queued for other models (set PGMEM_EMBEDDER to embed them): {', '.join(others)}")
     if failed:
         raise typer.Exit(code=1)
+
+
+@app.command("eval")
+def eval_(
+    cases: Annotated[Path, typer.Argument(help="JSON lines: {memory, query, relevant: [message ids]} per line.")],
+    dsn: DsnOption = None,
+    namespace: Annotated[str, typer.Option("--namespace", "-n", help="The namespace the memories are in.")] = "default",
+    k: Annotated[int, typer.Option("--k", "-k", help="Results per search; the metrics' cut-off.")] = 10,
+    retrievers: Annotated[str, typer.Option(help="Comma-separated: vector, keyword, hybrid, cache.")] = "",
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the report here as JSON.")] = None,
+) -> None:
+    """Score each search on an evaluation set: recall@k, NDCG@k, hit@k, MRR and p50/p99 latency per retriever.
+
+    The vector retrievers embed the queries with the configured embedder (PGMEM_EMBEDDER), once, beforehand.
+    """
+    import json
+
+    import pgmem
+    from pgmem import eval as evaluation
+
+    check_namespace(namespace)
+    names = [r.strip() for r in retrievers.split(",") if r.strip()] or list(evaluation.RETRIEVERS)
+    todo = evaluation.read_cases(cases)
+    with pgmem.connect(_dsn(dsn), namespace=namespace, min_size=0, max_size=1) as client:
+        with console.status(f"{len(todo):,} queries x {len(names)} retrievers"):
+            report = evaluation.evaluate(client, todo, k=k, retrievers=names)
+    console.print(report.table(), highlight=False, markup=False)
+    if json_out is not None:
+        json_out.write_text(json.dumps(report.as_dict(), indent=2) + "\n", encoding="utf-8")
 
 
 @app.command()
