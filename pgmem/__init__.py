@@ -34,6 +34,7 @@ from pgmem.errors import (
     Timeout,
 )
 from pgmem.models import IGNORED_MESSAGE_ID, MESSAGE_ROUTE_TO_ALL, Message, any_to_str
+from pgmem.planning.distances import DISTANCES
 
 if TYPE_CHECKING:
     from pgmem._async.client import AsyncClient
@@ -63,6 +64,7 @@ def __getattr__(name: str) -> Any:
 __version__ = "0.1.0"
 
 __all__ = [
+    "DISTANCES",
     "IGNORED_MESSAGE_ID",
     "MAX_BATCH",
     "MAX_CONTENT_BYTES",

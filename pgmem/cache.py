@@ -29,7 +29,10 @@ purged past it).
   trip on 2 cores). When the mark moved, the entry catches up and the search runs again.
 
 Answers equal an exact search in Postgres over the same rows: same ids, same order (ties by id), scores
-as cosine similarities. Search is brute force (exact), by one of two kernels:
+as cosine similarities. The cache mirrors memories whose model ranks by cosine distance; a memory of an
+``l2`` or ``inner_product`` model (``client.vectors.enable(..., distance=...)``) is searched exactly in
+Postgres instead, with that distance's scores (counted in ``stats.bypassed``). Search is brute force
+(exact), by one of two kernels:
 
 * ``numpy``: a matrix-vector product (OpenBLAS's gemv, on its thread pool) and ``argpartition``. The
   fastest on an idle machine: 29 / 235 / 1,121 / 3,820 µs at 1k / 10k / 30k / 100k 384-d vectors (single
@@ -85,6 +88,7 @@ from pgmem.embeddings import Vectors, check_vectors
 from pgmem.errors import EmbeddingError, InvalidInput, PgmemError, redact, translate
 from pgmem.planning import notify
 from pgmem.planning import statements as _queries
+from pgmem.planning.distances import DEFAULT_DISTANCE, check_threshold, distance_of, max_distance
 from pgmem.planning.rows import MemoryModelRow, MemoryVectorRow, VectorChangeRow, decode
 from pgmem.planning.search import (
     MODEL_SWITCH_ATTEMPTS,
@@ -93,7 +97,6 @@ from pgmem.planning.search import (
     SearchHit,
     as_query_vector,
     check_k,
-    check_threshold,
     model_of,
     retrieval_params,
     statement,
@@ -451,7 +454,9 @@ def _unit(vectors: Vectors) -> Vectors:
 
 
 class VectorCache:
-    """Process-local exact vector search over memories, kept consistent with Postgres.
+    """Process-local exact vector search over memories, kept consistent with Postgres. It mirrors memories
+    searched by cosine distance; one whose model ranks by ``l2`` or ``inner_product`` is searched exactly
+    in Postgres on every call (same answer as ``client.search``, that distance's scores; no entry).
 
     Args:
         client: the (sync) client whose namespace and connections the cache uses; its own writes are
@@ -948,7 +953,7 @@ class VectorCache:
         if type(k) is not int or not 1 <= k <= 1000:
             check_k(k)
         if threshold is not None:
-            threshold = check_threshold(threshold)
+            threshold = check_threshold(threshold, None)
         else:
             hits = self._search_current(memory, vectors, k)
             if hits is not None:
@@ -956,8 +961,15 @@ class VectorCache:
         for _ in range(MODEL_SWITCH_ATTEMPTS):
             # the active model is remembered (forgotten on a switch); looked up on the reader only when unknown
             model = self._models.get(memory) or self._model(memory)
-            queries, scales = self._queries(vectors, model.dimension)
+            check_threshold(threshold, model.distance)
             try:
+                if model.distance != DEFAULT_DISTANCE:
+                    # The entries hold unit vectors (cosine); other distances are searched in Postgres.
+                    self.stats.bypassed += 1
+                    raw = np.asarray(vectors, dtype=np.float32)
+                    rows = [as_query_vector(v, model.dimension) for v in (raw[None, :] if raw.ndim == 1 else raw)]
+                    return self._search_in_postgres(memory, model, np.stack(rows), k, threshold)
+                queries, scales = self._queries(vectors, model.dimension)
                 entry, confirm = self._entry(memory, model)
                 if entry is None:
                     return self._search_in_postgres(memory, model, queries, k, threshold)
@@ -1073,19 +1085,20 @@ class VectorCache:
     def _search_in_postgres(
         self, memory: str, model: EmbeddingModel, queries: Vectors, k: int, threshold: float | None
     ) -> list[list[tuple[str, float]]]:
-        """An exact search in Postgres, for a memory larger than the whole budget (on the reader)."""
+        """An exact search in Postgres, for a memory larger than the whole budget or of a model not ranked by
+        cosine distance (on the reader)."""
         filters = SearchFilters(memory=memory)
         query = statement("vector", model, filters, "exact", k, threshold is not None)
         out = []
         for q in queries:
             params: dict[str, Any] = {"q": q, **filters.params()}
             if threshold is not None:
-                params["max_distance"] = 1.0 - threshold
+                params["max_distance"] = max_distance(model.distance, threshold)
             with self._reader_lock:
                 rows = self._reader_connection().execute(query, {"ns": self._client.namespace, **params}).fetchall()
             if rows and switched(rows[0]):
                 raise _ModelChanged
-            out.append([(hit.message.id, hit.score) for hit in vector_hits(rows)])
+            out.append([(hit.message.id, hit.score) for hit in vector_hits(rows, model.distance)])
         return out
 
     def _queries(self, vectors: Any, dimension: int) -> tuple[Vectors, list[float]]:
@@ -1337,7 +1350,7 @@ class VectorCache:
             hits = [(i, s) for i, s in found if i in messages]
             text = query if isinstance(query, str) else None
             self._read("log_retrieval", retrieval_params("cache", memory, text, k, hits, label))
-        return [SearchHit(messages[i], s, 1.0 - s) for i, s in found if i in messages]
+        return [SearchHit(messages[i], s, distance_of(model.distance, s)) for i, s in found if i in messages]
 
     def close(self) -> None:
         """Stop the listener and drop every entry."""

@@ -259,7 +259,10 @@ class SentenceTransformerEmbedder:
             raise EmbeddingError("sentence-transformers is not installed: pip install 'pgmem[local]'") from exc
         self._model = SentenceTransformer(model, device=device)
         self.model = model
-        self.dimension = int(self._model.get_sentence_embedding_dimension())
+        dimension = self._model.get_sentence_embedding_dimension()
+        if dimension is None:  # a model whose output size is not fixed cannot fill a vector(n) column
+            raise EmbeddingError(f"{model!r} does not say its embedding dimension; pgmem needs a fixed one")
+        self.dimension = int(dimension)
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         vectors = self._model.encode(list(texts), normalize_embeddings=True, convert_to_numpy=True)

@@ -191,7 +191,8 @@ SELECT c.reltuples AS n FROM pg_class AS c WHERE c.oid = 'pgmem.messages'::regcl
 -- which hold every message of the scope containing a scored lexeme (but under a websearch `or`/`-not`,
 -- where it can only count too few), and N at least the number of hits; tf is a lexeme's number of
 -- positions in the message (Postgres keeps 256 at most); a message's length is its number of distinct
--- lexemes, against their mean over the hits.
+-- lexemes, against their mean over the hits. matched: the sum of the idfs of the query's lexemes the message
+-- holds (hybrid search's text coverage, pgmem/planning/search.py).
 tf AS (
     SELECT h.id, t.lexeme, coalesce(cardinality(t.positions), 1) AS tf
     FROM hit AS h CROSS JOIN LATERAL unnest(h.qv) AS t
@@ -204,7 +205,8 @@ stats AS (
 bm25 AS (
     SELECT h.id, h.seq,
            coalesce(sum(ln(1 + (s.n - df.df + 0.5) / (df.df + 0.5))
-                        * tf.tf * 2.2 / (tf.tf + 1.2 * (0.25 + 0.75 * h.dl / s.avgdl))), 0) AS score
+                        * tf.tf * 2.2 / (tf.tf + 1.2 * (0.25 + 0.75 * h.dl / s.avgdl))), 0) AS score,
+           coalesce(sum(ln(1 + (s.n - df.df + 0.5) / (df.df + 0.5))), 0) AS matched
     FROM hit AS h CROSS JOIN stats AS s
     LEFT JOIN tf ON tf.id = h.id
     LEFT JOIN df ON df.lexeme = tf.lexeme

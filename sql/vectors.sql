@@ -16,15 +16,16 @@ SELECT pg_advisory_unlock(%(key)s);
 SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%(index)s);
 
 -- name: register_model
--- A model is its definition, (name, dimension): two namespaces registering the same definition share one
--- row (and its HNSW index); the same name with another dimension is another model (kind follows from
--- the dimension).
-INSERT INTO pgmem.embedding_models (name, dimension, kind)
-VALUES (%(name)s, %(dimension)s, %(kind)s)
-ON CONFLICT (name, dimension) DO NOTHING;
+-- A model is its definition, (name, dimension, distance): two namespaces registering the same definition
+-- share one row (and its HNSW index); the same name with another dimension or distance is another model
+-- (kind follows from the dimension; the distance picks the index's operator class, migration 0015).
+INSERT INTO pgmem.embedding_models (name, dimension, kind, distance)
+VALUES (%(name)s, %(dimension)s, %(kind)s, %(distance)s)
+ON CONFLICT (name, dimension, distance) DO NOTHING;
 
 -- name: get_model
-SELECT id, name, dimension, kind FROM pgmem.embedding_models WHERE name = %(name)s AND dimension = %(dimension)s;
+SELECT id, name, dimension, kind, distance FROM pgmem.embedding_models
+WHERE name = %(name)s AND dimension = %(dimension)s AND distance = %(distance)s;
 
 -- name: notify_key
 -- The namespace's notification key (created on first use): the client computes the tags of its queues and
@@ -32,7 +33,7 @@ SELECT id, name, dimension, kind FROM pgmem.embedding_models WHERE name = %(name
 SELECT pgmem.notify_key(%(ns)s)::text;
 
 -- name: get_model_by_id
-SELECT id, name, dimension, kind FROM pgmem.embedding_models WHERE id = %(id)s;
+SELECT id, name, dimension, kind, distance FROM pgmem.embedding_models WHERE id = %(id)s;
 
 -- name: enable
 -- Give a memory an embedding model: `active` when it has none yet, else `building` (a switch, which the
@@ -64,7 +65,7 @@ SELECT coalesce((SELECT status FROM model),
 
 -- name: memory_models
 -- The models of a memory, the active one first.
-SELECT mm.status, m.id, m.name, m.dimension, m.kind
+SELECT mm.status, m.id, m.name, m.dimension, m.kind, m.distance
 FROM pgmem.memory_models mm JOIN pgmem.embedding_models m ON m.id = mm.model_id
 WHERE mm.namespace = %(ns)s AND mm.memory = %(memory)s
 ORDER BY mm.status = 'active' DESC, mm.created_at;
@@ -144,7 +145,7 @@ ORDER BY m.name;
 -- name: pending_models
 -- Models with queued messages in the namespace, and whether a model switch is under way in it (then the
 -- embedder checks for switches to finish).
-SELECT m.id, m.name, m.dimension, m.kind,
+SELECT m.id, m.name, m.dimension, m.kind, m.distance,
        EXISTS (SELECT 1 FROM pgmem.memory_models mm WHERE mm.namespace = %(ns)s AND mm.status = 'building')
          AS switching
 FROM pgmem.embedding_models m
@@ -162,7 +163,7 @@ SELECT DISTINCT namespace FROM pgmem.embedding_outbox ORDER BY namespace;
 -- name: unindexed_switches
 -- Models some memory of the namespace is switching to whose HNSW index is missing or not yet valid (the
 -- embedder builds it before it can promote them). The index name is EmbeddingModel.index_name's.
-SELECT DISTINCT m.id, m.name, m.dimension, m.kind
+SELECT DISTINCT m.id, m.name, m.dimension, m.kind, m.distance
 FROM pgmem.memory_models mm JOIN pgmem.embedding_models m ON m.id = mm.model_id
 WHERE mm.namespace = %(ns)s AND mm.status = 'building'
   AND NOT coalesce((SELECT i.indisvalid FROM pg_index i
@@ -267,7 +268,7 @@ SELECT pg_try_advisory_xact_lock(%(key)s) AS locked, set_config('lock_timeout', 
 -- Every registered model, and whether item vectors use it: `pgmem migrate` builds their missing HNSW
 -- indexes (pgmem.ops.migrate.build_model_indexes; with pgmem.admin on, item_vectors being under
 -- row-level security).
-SELECT m.id, m.name, m.dimension, m.kind,
+SELECT m.id, m.name, m.dimension, m.kind, m.distance,
        EXISTS (SELECT 1 FROM pgmem.item_vectors AS v WHERE v.model_id = m.id) AS items
 FROM pgmem.embedding_models AS m
 ORDER BY m.id;

@@ -83,10 +83,11 @@ class AsyncItemRepository(AsyncRepository):
 
     # -- models -------------------------------------------------------------------------------------
 
-    async def model(self, embedder: Embedder) -> EmbeddingModel:
-        """Register ``embedder``'s model (``pgmem.embedding_models``) and its HNSW index on the item
-        vectors, once per process; return it (a model is its name and dimension)."""
-        model = await self._registry.register(embedder)
+    async def model(self, embedder: Embedder, distance: str = "cosine") -> EmbeddingModel:
+        """Register ``embedder``'s model with ``distance`` (``pgmem.embedding_models``) and its HNSW index on
+        the item vectors, once per process; return it (a model is its name, dimension and distance: items
+        written with one distance are searched with that one)."""
+        model = await self._registry.register(embedder, distance=distance)
         if model.id not in self._indexed:
             # built concurrently (writes go on), as the registry builds the messages' index
             if await self._registry.build_index(model, "item_vectors", plan.index_name(model)):
@@ -104,11 +105,12 @@ class AsyncItemRepository(AsyncRepository):
         ttl: float | None = None,
         texts: Sequence[tuple[str, str]] | None = None,
         embedder: Embedder | None = None,
+        distance: str = "cosine",
         connection: AsyncConnection[Any] | None = None,
     ) -> None:
         """Insert or replace one item (see :meth:`put_many`)."""
         write: ItemWrite = {"path": path, "key": key, "value": value, "ttl": ttl, "texts": texts}
-        await self.put_many([write], embedder=embedder, connection=connection)
+        await self.put_many([write], embedder=embedder, distance=distance, connection=connection)
 
     async def delete(self, path: Sequence[str], key: str, *, connection: AsyncConnection[Any] | None = None) -> None:
         """Delete one item and its vectors (nothing happens when it does not exist)."""
@@ -119,16 +121,17 @@ class AsyncItemRepository(AsyncRepository):
         writes: Iterable[ItemWrite],
         *,
         embedder: Embedder | None = None,
+        distance: str = "cosine",
         connection: AsyncConnection[Any] | None = None,
     ) -> None:
         """Write a batch of items in one transaction, all or nothing: ``value`` inserts or replaces an
         item (``updated_at`` moves, ``created_at`` stays), ``None`` deletes it.
 
         ``texts`` of a write are embedded with ``embedder`` (one call for the whole batch, before anything
-        is written) and replace every vector the item had; a write without texts leaves the item with
-        none. Of several writes to one item, the last one counts. Batches running at once from many
-        processes never fail on each other: rows are locked in (path, key) order and a deadlock victim
-        runs again (when the repository owns the transaction).
+        is written) and replace every vector the item had (they belong to the model of ``distance``); a
+        write without texts leaves the item with none. Of several writes to one item, the last one counts.
+        Batches running at once from many processes never fail on each other: rows are locked in (path,
+        key) order and a deadlock victim runs again (when the repository owns the transaction).
 
         Raises:
             InvalidInput: a bad path, key, value (not a JSON object, NaN, NUL, over 1 MiB) or TTL;
@@ -179,7 +182,7 @@ class AsyncItemRepository(AsyncRepository):
         if texts_in_order:
             if embedder is None:
                 raise InvalidInput("texts to embed need an embedder")
-            model = await self.model(embedder)
+            model = await self.model(embedder, distance)
             vectors = list(
                 check_vectors(await embedder.aembed(texts_in_order), len(texts_in_order), model.dimension, model.name)
             )
@@ -327,6 +330,7 @@ class AsyncItemRepository(AsyncRepository):
         query: str | None = None,
         vector: Any = None,
         embedder: Embedder | None = None,
+        distance: str = "cosine",
         vectors_per_item: int = 1,
         refresh_ttl: bool = False,
         omit_expired: bool = False,
@@ -338,12 +342,13 @@ class AsyncItemRepository(AsyncRepository):
 
         Without ``query`` or ``vector``: newest ``updated_at`` first (``score`` None). With one (``query``
         is embedded with ``embedder``; ``vector`` is taken as is, ``embedder`` naming its model): the
-        items with vectors of that model, best first, an item scoring as its best vector (cosine
-        similarity). A search (the namespace filters it, whatever else does) is exact when few items pass
-        (``exact_limit``, default ``8 * sqrt(item vectors)``, counted once per COUNT_TTL seconds), else an
-        iterative HNSW scan with the filters applied during the scan; a scan that comes back short is
-        followed by the exact search, so every page holds ``limit`` items whenever that many match, at any
-        ``offset``.
+        items with vectors of that model and ``distance``, best first, an item scoring as its best vector
+        (the scores of LangGraph's ``PostgresStore``: cosine similarity, ``-`` Euclidean distance for
+        ``"l2"``, the inner product for ``"inner_product"``). A search (the namespace filters it, whatever
+        else does) is exact when few items pass (``exact_limit``, default ``8 * sqrt(item vectors)``,
+        counted once per COUNT_TTL seconds), else an iterative HNSW scan with the filters applied during
+        the scan; a scan that comes back short is followed by the exact search, so every page holds
+        ``limit`` items whenever that many match, at any ``offset``.
         ``vectors_per_item``: how many vectors an item usually has (the scan reads that many per hit).
         ``mode``: ``auto``, ``exact`` or ``ann``.
         """
@@ -370,7 +375,7 @@ class AsyncItemRepository(AsyncRepository):
             return await self._found(rows, refresh, connection)
         if embedder is None:
             raise InvalidInput("a search by query or vector needs the embedder (its model) of the items' vectors")
-        model = await self.model(embedder)
+        model = await self.model(embedder, distance)
         if vector is None:
             if not isinstance(query, str):
                 raise InvalidInput(f"a query must be a string, got {type(query).__name__}")

@@ -17,6 +17,7 @@ from pgmem.checks import check_key
 from pgmem.embeddings import Embedder, Vectors, check_vectors
 from pgmem.errors import EmbeddingError, InvalidInput, translate
 from pgmem.planning import statements
+from pgmem.planning.distances import DEFAULT_DISTANCE, check_distance
 from pgmem.planning.rows import EmbeddingModelRow, MemoryModelRow
 from pgmem.planning.search import EmbeddingModel, SearchFilters, model_of, storage_kind
 
@@ -38,16 +39,16 @@ _UNBUILT: set[tuple[str | None, str]] = set()
 
 
 class ModelRegistry(Repository):
-    """Embedding models of a client: registration (name, dimension, HNSW index; once per process and
-    model), the model each memory is searched with (remembered until a switch is seen), and the embedders
-    this client has for each model. A model is its definition, (name, dimension): the same name with
-    another dimension is another model."""
+    """Embedding models of a client: registration (name, dimension, distance, HNSW index; once per process
+    and model), the model each memory is searched with (remembered until a switch is seen), and the
+    embedders this client has for each model. A model is its definition, (name, dimension, distance): the
+    same name with another dimension or distance is another model (the embedder serves them all)."""
 
     queries = Q
 
     def __init__(self, client: Client) -> None:
         super().__init__(client)
-        self._models: dict[tuple[str, int], EmbeddingModel] = {}
+        self._models: dict[tuple[str, int, str], EmbeddingModel] = {}
         self._indexed: set[str] = set()  # names of indexes this client saw valid
         #: Whether this client registered a model inside a caller's transaction, its index unbuilt then.
         self.deferred = False
@@ -98,19 +99,25 @@ class ModelRegistry(Repository):
     # -- models -------------------------------------------------------------------------------------
 
     def register(
-        self, embedder: Embedder | None = None, *, connection: Connection[Any] | None = None
+        self,
+        embedder: Embedder | None = None,
+        *,
+        distance: str = DEFAULT_DISTANCE,
+        connection: Connection[Any] | None = None,
     ) -> EmbeddingModel:
-        """Register ``embedder``'s model (name and dimension) and build its HNSW index, once; return it.
+        """Register ``embedder``'s model (name and dimension) with ``distance`` (``cosine``, ``l2`` or
+        ``inner_product``) and build its HNSW index, once; return it.
 
         The index is built with ``CREATE INDEX CONCURRENTLY`` (:meth:`build_index`): other processes keep
         writing embeddings meanwhile. Inside the caller's transaction it cannot be built; the embedding
         worker (or the next registration outside one) builds it, and a switch to the model waits for it.
 
-        The same name with another dimension is another model (its own row and index): namespaces share a
-        registry entry only when their definitions are identical.
+        The same name with another dimension or distance is another model (its own row, vectors and index):
+        namespaces share a registry entry only when their definitions are identical.
         """
+        distance = check_distance(distance)
         chosen = self.embedder(embedder)
-        definition = (chosen.model, chosen.dimension)
+        definition = (chosen.model, chosen.dimension, distance)
         known = self._models.get(definition)
         if known is None:
             dimension = chosen.dimension
@@ -120,9 +127,16 @@ class ModelRegistry(Repository):
                 with self._client.transaction(connection) as conn:
                     conn.execute(
                         Q["register_model"],
-                        {"name": chosen.model, "dimension": dimension, "kind": storage_kind(dimension)},
+                        {
+                            "name": chosen.model,
+                            "dimension": dimension,
+                            "kind": storage_kind(dimension),
+                            "distance": distance,
+                        },
                     )
-                    cur = conn.execute(Q["get_model"], {"name": chosen.model, "dimension": dimension})
+                    cur = conn.execute(
+                        Q["get_model"], {"name": chosen.model, "dimension": dimension, "distance": distance}
+                    )
                     row = cur.fetchone()
                     assert row is not None
                     known = model_of(EmbeddingModelRow._make(row))
@@ -231,20 +245,30 @@ class ModelRegistry(Repository):
             self._active.pop(memory, None)
             return None
         self._active[memory] = found[0]
-        self._models.setdefault((found[0].name, found[0].dimension), found[0])
+        self._models.setdefault((found[0].name, found[0].dimension, found[0].distance), found[0])
         return found[0]
 
     def forget(self, memory: str) -> None:
         """Drop the remembered active model of ``memory`` (the next search looks it up)."""
         self._active.pop(memory, None)
 
-    def for_search(self, filters: SearchFilters, embedder: Embedder | None, refresh: bool) -> EmbeddingModel:
-        """The model a search with these filters runs on: the memory's active one, else ``embedder``'s."""
+    def for_search(
+        self, filters: SearchFilters, embedder: Embedder | None, refresh: bool, distance: str | None = None
+    ) -> EmbeddingModel:
+        """The model a search with these filters runs on: the memory's active one (``distance``, when given,
+        must be its), else ``embedder``'s with ``distance`` (default cosine)."""
+        if distance is not None:
+            check_distance(distance)
         if filters.memory is None:
-            return self.register(embedder)
+            return self.register(embedder, distance=distance or DEFAULT_DISTANCE)
         model = self.active(filters.memory, refresh=refresh)
         if model is None:
             raise InvalidInput(f"memory {filters.memory!r} has no embedding model; call client.vectors.enable() first")
+        if distance is not None and distance != model.distance:
+            raise InvalidInput(
+                f"memory {filters.memory!r} is searched by {model.distance!r} distance (its model's), not "
+                f"{distance!r}; enable it with distance={distance!r} to switch"
+            )
         if embedder is not None and (embedder.model, embedder.dimension) != (model.name, model.dimension):
             raise EmbeddingError(
                 f"memory {filters.memory!r} is searched with {model.name!r} ({model.dimension} dimensions), not "

@@ -19,6 +19,7 @@ from pgmem.checks import check_query_text, check_query_texts
 from pgmem.embeddings import Embedder, Vectors
 from pgmem.errors import InvalidInput, translate
 from pgmem.planning import statements
+from pgmem.planning.distances import DEFAULT_DISTANCE, check_threshold, max_distance
 from pgmem.planning.search import (
     MODEL_SWITCH_ATTEMPTS,
     EmbeddingModel,
@@ -27,10 +28,10 @@ from pgmem.planning.search import (
     as_query_vector,
     batch_hits,
     check_exact_limit,
+    check_fusion,
     check_half_life,
     check_k,
     check_mode,
-    check_threshold,
     hybrid_hit,
     log_text,
     statement,
@@ -91,6 +92,7 @@ class Searcher(Repository):
         mode: str = "auto",
         exact_limit: int | None = None,
         embedder: Embedder | None = None,
+        distance: str | None = None,
         label: str | None = None,
         connection: Connection[Any] | None = None,
     ) -> list[SearchHit]:
@@ -99,16 +101,19 @@ class Searcher(Repository):
         if (query is None) == (vector is None):
             raise InvalidInput("search needs exactly one of a query text or a vector")
         check_k(k)
-        threshold = check_threshold(threshold)
+        threshold = check_threshold(threshold, distance)
         mode = check_mode(mode)
         check_exact_limit(exact_limit)
         texts = None if query is None else [check_query_text(query, "query")]
         logged = self._client.retrieval_log
+        ranked_by: str = DEFAULT_DISTANCE  # the distance of the model the search ran on (its scores)
 
         def plan(model: EmbeddingModel, qs: Any, strategy: str) -> _Plan:
+            nonlocal ranked_by
+            ranked_by = model.distance
             base = {"ns": self.namespace, **filters.params()}
             if threshold is not None:
-                base["max_distance"] = 1.0 - threshold
+                base["max_distance"] = max_distance(model.distance, threshold)
             if logged:
                 base["log_label"] = log_text(label)
                 base["log_query"] = log_text(query)
@@ -120,9 +125,17 @@ class Searcher(Repository):
             )
 
         (rows,) = self._run(
-            filters, texts, None if vector is None else [vector], embedder, mode, exact_limit, plan, connection
+            filters,
+            texts,
+            None if vector is None else [vector],
+            embedder,
+            mode,
+            exact_limit,
+            plan,
+            connection,
+            distance=distance,
         )
-        return vector_hits(rows)
+        return vector_hits(rows, ranked_by)
 
     def search_many(
         self,
@@ -136,6 +149,7 @@ class Searcher(Repository):
         threshold: float | None = None,
         exact_limit: int | None = None,
         embedder: Embedder | None = None,
+        distance: str | None = None,
         label: str | None = None,
         connection: Connection[Any] | None = None,
     ) -> list[list[SearchHit]]:
@@ -144,20 +158,23 @@ class Searcher(Repository):
         if (queries is None) == (vectors is None):
             raise InvalidInput("search_many needs exactly one of query texts or vectors")
         check_k(k)
-        threshold = check_threshold(threshold)
+        threshold = check_threshold(threshold, distance)
         check_exact_limit(exact_limit)
         texts = None if queries is None else check_query_texts(queries, "queries")
         count = len(texts) if texts is not None else len(vectors)
         if count == 0:
             return []
         logged = self._client.retrieval_log
+        ranked_by: str = DEFAULT_DISTANCE
 
         def plan(model: EmbeddingModel, qs: Any, strategy: str) -> _Plan:
+            nonlocal ranked_by
+            ranked_by = model.distance
             params = {
                 "ns": self.namespace,
                 "qs": list(qs),
                 "k": k,
-                "max_distance": 2.0 if threshold is None else 1.0 - threshold,
+                "max_distance": max_distance(model.distance, threshold),
                 **filters.params(),
             }
             if logged:
@@ -170,8 +187,10 @@ class Searcher(Repository):
                 model.depth(k),
             )
 
-        (rows,) = self._run(filters, texts, vectors, embedder, "auto", exact_limit, plan, connection, stack=True)
-        return batch_hits(rows, count)
+        (rows,) = self._run(
+            filters, texts, vectors, embedder, "auto", exact_limit, plan, connection, stack=True, distance=distance
+        )
+        return batch_hits(rows, count, ranked_by)
 
     def hybrid_search(
         self,
@@ -187,6 +206,7 @@ class Searcher(Repository):
         w_vector: float = 1.0,
         w_text: float = 1.0,
         rrf_k: int = 60,
+        fusion: str = "convex",
         half_life: timedelta | float | None = None,
         embedder: Embedder | None = None,
         label: str | None = None,
@@ -203,6 +223,7 @@ class Searcher(Repository):
                 raise InvalidInput(f"{name} must be a number in [0, 1000], got {weight!r}")
         if isinstance(rrf_k, bool) or not isinstance(rrf_k, int) or not 0 <= rrf_k <= 10_000:
             raise InvalidInput(f"rrf_k must be an integer in [0, 10000], got {rrf_k!r}")
+        check_fusion(fusion)
         seconds = check_half_life(half_life)
         depth = max(4 * k, 40)
         logged = self._client.retrieval_log
@@ -215,6 +236,7 @@ class Searcher(Repository):
                 "limit": k,
                 "max_distance": 2.0,
                 "text": text,
+                "fusion": fusion,
                 "w_vector": float(w_vector),
                 "w_text": float(w_text),
                 "rrf_k": rrf_k,
@@ -248,12 +270,14 @@ class Searcher(Repository):
         connection: Connection[Any] | None,
         *,
         stack: bool = False,
+        distance: str | None = None,
     ) -> list[Rows]:
         """Run the search ``plan`` builds on the memory's model, again on the new one when a model switch
-        finished under it. ``vectors``: the caller's query vectors (else ``texts`` are embedded)."""
+        finished under it. ``vectors``: the caller's query vectors (else ``texts`` are embedded).
+        ``distance``: the model's without a memory (default cosine); with one, it must be the memory's."""
         self._planner.fresh_statistics(connection)
         for attempt in range(MODEL_SWITCH_ATTEMPTS):
-            model = self._registry.for_search(filters, embedder, refresh=attempt > 0)
+            model = self._registry.for_search(filters, embedder, attempt > 0, distance)
             qs: Vectors | list[Any]
             if texts is not None:
                 qs = self._registry.query_vectors(model, texts, embedder)

@@ -61,25 +61,47 @@ class VectorRepository(Repository):
     # -- models -------------------------------------------------------------------------------------
 
     def model(
-        self, embedder: Embedder | None = None, *, connection: Connection[Any] | None = None
+        self,
+        embedder: Embedder | None = None,
+        *,
+        distance: str = "cosine",
+        connection: Connection[Any] | None = None,
     ) -> EmbeddingModel:
-        """Register ``embedder``'s model (name and dimension) and its HNSW index, once; return it.
+        """Register ``embedder``'s model (name and dimension) with ``distance`` and its HNSW index, once;
+        return it.
 
-        The same name with another dimension is another model.
+        The same name with another dimension or distance is another model.
         """
-        return self.registry.register(embedder, connection=connection)
+        return self.registry.register(embedder, distance=distance, connection=connection)
 
     def enable(
-        self, memory: str, embedder: Embedder | None = None, *, connection: Connection[Any] | None = None
+        self,
+        memory: str,
+        embedder: Embedder | None = None,
+        *,
+        distance: str | None = None,
+        connection: Connection[Any] | None = None,
     ) -> str:
         """Embed ``memory``'s messages with ``embedder`` (default: the client's); queue those it holds.
 
-        The first model of a memory is ``active`` at once. Enabling another model on a memory starts a
-        switch (``building``): its vectors are filled in the background while searches keep using the
-        current model, and it becomes the active one when every entry has a vector. Returns the status.
+        ``distance``: what the memory's searches rank by and score with, ``"cosine"`` (cosine similarity),
+        ``"l2"`` (negated Euclidean distance) or ``"inner_product"`` (the inner product), as LangGraph's
+        ``distance_type`` (see :mod:`pgmem.planning.distances`); None keeps the memory's (cosine for a new
+        one). The model with that distance has its own HNSW index, built with that distance's operator class.
+
+        The first model of a memory is ``active`` at once. Enabling another model (or another distance: its
+        vectors are another model's) on a memory starts a switch (``building``): its vectors are filled in
+        the background while searches keep using the current model, and it becomes the active one when
+        every entry has a vector. Returns the status.
+
+        Example:
+            >>> await client.vectors.enable("role:Alice", distance="l2")
         """
         check_key(memory)
-        model = self.registry.register(embedder, connection=connection)
+        if distance is None:
+            current = self.registry.active(memory, connection=connection)
+            distance = "cosine" if current is None else current.distance
+        model = self.registry.register(embedder, distance=distance, connection=connection)
         status = self._scalar("enable", {"memory": memory, "model": model.id}, connection)
         self.registry.forget(memory)
         if connection is None:
@@ -87,18 +109,27 @@ class VectorRepository(Repository):
         return str(status)
 
     def switch_model(
-        self, memory: str, embedder: Embedder, *, connection: Connection[Any] | None = None
+        self,
+        memory: str,
+        embedder: Embedder,
+        *,
+        distance: str | None = None,
+        connection: Connection[Any] | None = None,
     ) -> str:
         """Move ``memory`` to another model with no downtime (see :meth:`enable`); return its status."""
-        return self.enable(memory, embedder, connection=connection)
+        return self.enable(memory, embedder, distance=distance, connection=connection)
 
     def forget_model(self, memory: str) -> None:
         """Drop the remembered active model of ``memory`` (the next search looks it up)."""
         self.registry.forget(memory)
 
     def models(self, memory: str, *, connection: Connection[Any] | None = None) -> dict[str, str]:
-        """``{model name: status}`` of a memory (``active`` first)."""
-        return {model.name: status for status, model in self.registry.memory_models(memory, connection)}
+        """``{model name: status}`` of a memory (``active`` first); a model of another distance than cosine
+        is named ``"<name> (<distance>)"`` (a switch between distances of one embedder lists both)."""
+        return {
+            model.name if model.distance == "cosine" else f"{model.name} ({model.distance})": status
+            for status, model in self.registry.memory_models(memory, connection)
+        }
 
     def active_model(
         self, memory: str, *, connection: Connection[Any] | None = None, refresh: bool = False
@@ -197,6 +228,7 @@ class VectorRepository(Repository):
         mode: str = "auto",
         exact_limit: int | None = None,
         embedder: Embedder | None = None,
+        distance: str | None = None,
         label: str | None = None,
         connection: Connection[Any] | None = None,
     ) -> list[SearchHit]:
@@ -204,8 +236,11 @@ class VectorRepository(Repository):
 
         Filters restrict the search to one memory, an action (``cause_by``), a role, a sender and a time
         range (``max_seq``: only the memory's entries up to that sequence number); the search stays
-        complete under them (see :mod:`pgmem.planning.search`). ``threshold`` keeps hits
-        whose score (cosine similarity) is at least that. ``mode``: ``auto`` (exact for small filtered
+        complete under them (see :mod:`pgmem.planning.search`). Hits rank by the distance of the memory's
+        model (:meth:`enable`); without a memory, by ``distance`` (default ``"cosine"``), among the vectors
+        of the model with that distance; with one, ``distance`` may only repeat the memory's. ``threshold``
+        keeps hits whose score is at least that (a cosine similarity; ``-distance`` for ``"l2"`` and
+        ``"inner_product"``: :mod:`pgmem.planning.distances`). ``mode``: ``auto`` (exact for small filtered
         sets, else the HNSW index), ``exact`` or ``ann``. ``label``: the caller's name for this search (e.g.
         the prompt or the stage), recorded with its hits when the client's retrieval log is on
         (``PGMEM_RETRIEVAL_LOG=1``; ``pgmem.retrieval_hits``), in the same statement.
@@ -225,6 +260,7 @@ class VectorRepository(Repository):
             mode=mode,
             exact_limit=exact_limit,
             embedder=embedder,
+            distance=distance,
             label=label,
             connection=connection,
         )
@@ -241,6 +277,7 @@ class VectorRepository(Repository):
         threshold: float | None = None,
         exact_limit: int | None = None,
         embedder: Embedder | None = None,
+        distance: str | None = None,
         label: str | None = None,
         connection: Connection[Any] | None = None,
     ) -> list[list[SearchHit]]:
@@ -256,6 +293,7 @@ class VectorRepository(Repository):
             threshold=threshold,
             exact_limit=exact_limit,
             embedder=embedder,
+            distance=distance,
             label=label,
             connection=connection,
         )
@@ -274,17 +312,21 @@ class VectorRepository(Repository):
         w_vector: float = 1.0,
         w_text: float = 1.0,
         rrf_k: int = 60,
+        fusion: str = "convex",
         half_life: timedelta | float | None = None,
         embedder: Embedder | None = None,
         label: str | None = None,
         connection: Connection[Any] | None = None,
     ) -> list[SearchHit]:
-        """Full-text and vector rankings fused by reciprocal rank fusion, in one statement.
+        """The vector and keyword rankings of ``text`` fused into one, in one statement.
 
-        ``score = w_vector / (rrf_k + vector rank) + w_text / (rrf_k + text rank)``, times
-        ``0.5 ** (age / half_life)`` with a recency half-life (a timedelta or seconds). Each ranking is cut
-        at ``max(4 k, 40)`` candidates; the result's ``distance`` is None for text-only hits. ``label``: as
-        in :meth:`search` (the log records the fused scores).
+        ``fusion="convex"`` (default): ``score = w_vector * closeness + w_text * coverage``, closeness being
+        the vector distance scaled over the candidates (closest 1, farthest 0) and coverage the share of
+        the query's words the message holds, weighted by rarity (idf). ``fusion="rrf"``: ``score =
+        w_vector / (rrf_k + vector rank) + w_text / (rrf_k + text rank)``. Either times ``0.5 ** (age /
+        half_life)`` with a recency half-life (a timedelta or seconds). Each ranking is cut at ``max(4 k,
+        40)`` candidates; the result's ``distance`` is None for text-only hits. ``label``: as in
+        :meth:`search` (the log records the fused scores). See :mod:`pgmem.planning.search`.
         """
         return self.searcher.hybrid_search(
             text,
@@ -298,6 +340,7 @@ class VectorRepository(Repository):
             w_vector=w_vector,
             w_text=w_text,
             rrf_k=rrf_k,
+            fusion=fusion,
             half_life=half_life,
             embedder=embedder,
             label=label,

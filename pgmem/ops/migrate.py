@@ -110,7 +110,7 @@ def build_model_indexes(dsn: str) -> list[str]:
 
     from pgmem.planning import items as item_plan
     from pgmem.planning import statements
-    from pgmem.planning.rows import EmbeddingModelRow, IndexedModelRow
+    from pgmem.planning.rows import IndexedModelRow
     from pgmem.planning.search import model_of
 
     q = statements.load("vectors")
@@ -125,7 +125,7 @@ def build_model_indexes(dsn: str) -> list[str]:
             conn.execute("SELECT set_config('pgmem.admin', 'on', true)")  # item_vectors: row-level security
             rows = conn.execute(q["indexed_models"]).fetchall()
         for found in map(IndexedModelRow._make, rows):
-            model = model_of(EmbeddingModelRow._make(found[:4]))
+            model = model_of(found)  # its distance picks the index's operator class
             wanted = [("embeddings", model.index_name)]
             if found.items:
                 wanted.append(("item_vectors", item_plan.index_name(model)))

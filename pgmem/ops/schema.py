@@ -271,12 +271,21 @@ embedding_models = Table(
     Column("dimension", Integer, nullable=False),
     Column("kind", Text, nullable=False, comment="vector, or halfvec above 2,000 dimensions (HNSW's limit)"),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column(
+        "distance",
+        Text,
+        nullable=False,
+        server_default=text("'cosine'"),
+        comment="what searches rank by: cosine, l2 or inner_product (the HNSW index's operator class)",
+    ),
     PrimaryKeyConstraint("id", name="embedding_models_pkey"),
-    # A model is its definition: namespaces registering the same (name, dimension) share the row and its
-    # index; the same name with another dimension is another model (migration 0005; was unique by name).
-    Index("embedding_models_definition_key", "name", "dimension", unique=True),
+    # A model is its definition: namespaces registering the same (name, dimension, distance) share the row
+    # and its index; another dimension or distance is another model (was unique by name, then by (name,
+    # dimension) from migration 0005, with the distance from 0015).
+    Index("embedding_models_definition_key", "name", "dimension", "distance", unique=True),
     CheckConstraint("dimension BETWEEN 1 AND 16000", name="embedding_models_dimension_check"),
     CheckConstraint("kind IN ('vector', 'halfvec')", name="embedding_models_kind_check"),
+    CheckConstraint("distance IN ('cosine', 'l2', 'inner_product')", name="embedding_models_distance_check"),
     comment="Embedding models in use; each has a partial HNSW index on pgmem.embeddings (embeddings_hnsw_m<id>).",
 )
 

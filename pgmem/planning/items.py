@@ -5,7 +5,8 @@ embedding model, vectors of some of its texts. A search is one statement:
 
 * without a query vector: the items under a path prefix that pass the filters, newest ``updated_at``
   first (ties by path and key), ``limit`` rows after ``offset``;
-* with one, an item scores as its best vector (cosine similarity, ``1 - distance``). ``exact``: every
+* with one, an item scores as its best vector (by the model's distance, scored as LangGraph's
+  ``PostgresStore`` scores it: :mod:`pgmem.planning.distances`). ``exact``: every
   candidate's vectors are compared (no index); ``ann``: the model's partial HNSW index on
   ``item_vectors`` is walked with pgvector's iterative scans, the filters applied during the scan, for
   ``n`` vectors (at least ``offset + limit`` items' worth), and the hits ordered exactly. The caller runs
@@ -29,6 +30,7 @@ from psycopg import sql
 
 from pgmem.checks import MAX_BATCH, check_text, dump_json
 from pgmem.errors import InvalidInput
+from pgmem.planning import distances
 from pgmem.planning.search import EmbeddingModel
 
 __all__ = [
@@ -187,8 +189,8 @@ def index_name(model: EmbeddingModel) -> str:
 
 
 def index_ddl(model: EmbeddingModel) -> sql.Composed:
-    """The model's partial HNSW index on ``item_vectors`` (cosine; binary-quantized above 4,000
-    dimensions, as the messages' index), built concurrently."""
+    """The model's partial HNSW index on ``item_vectors`` (the operator class of its distance;
+    binary-quantized above 4,000 dimensions, as the messages' index), built concurrently."""
     return model.index_ddl("item_vectors", index_name(model))
 
 
@@ -293,19 +295,28 @@ def search_statement(
         assert model is not None
         vec = model.vector_expr("v")
         q = model.param("q")
+        op = sql.SQL(distances.operator(model.distance))
         if kind == "exact":
             # One index probe of item_vectors per candidate item (a correlated subquery): the exact strategy
             # runs for small candidate sets, which a hash join over every vector of the model would read
             # in full (measured at 34k items, 1% filter: 8.3 ms as a join, 2-3 ms so).
             body = sql.SQL(
-                "SELECT {row}, 1 - i.distance AS score, NULL::bigint AS scanned, i.id, "
+                "SELECT {row}, {score} AS score, NULL::bigint AS scanned, i.id, "
                 "i.ttl_minutes IS NOT NULL AS ttl, row_number() OVER (ORDER BY i.distance, i.path, i.key) AS rn FROM ("
-                "SELECT i.*, (SELECT min({vec} <=> {q}) FROM pgmem.item_vectors AS v "
+                "SELECT i.*, (SELECT min({vec} {op} {q}) FROM pgmem.item_vectors AS v "
                 "WHERE v.namespace = i.namespace AND v.item_id = i.id AND v.model_id = {m}) AS distance "
                 "FROM pgmem.items AS i WHERE i.namespace = %(ns)s{terms}) AS i "
                 "WHERE i.distance IS NOT NULL "
                 "ORDER BY i.distance, i.path, i.key LIMIT %(limit)s OFFSET %(offset)s"
-            ).format(row=sql.SQL(_ROW), vec=vec, q=q, m=sql.Literal(model.id), terms=terms)
+            ).format(
+                row=sql.SQL(_ROW),
+                score=sql.SQL(distances.score_sql(model.distance, "i.distance")),
+                vec=vec,
+                op=op,
+                q=q,
+                m=sql.Literal(model.id),
+                terms=terms,
+            )
         else:
             # The filters are a probe of the item per vector the index scan returns, kept a subplan (OFFSET
             # 0: not pulled up into a join). Under row-level security the planner may not read statistics
@@ -322,11 +333,12 @@ def search_statement(
                 else sql.SQL("")
             )
             scan: sql.Composable = sql.SQL(
-                "SELECT v.item_id, {vec} <=> {q} AS distance "
+                "SELECT v.item_id, {vec} {op} {q} AS distance "
                 "FROM pgmem.item_vectors AS v WHERE v.namespace = %(ns)s AND v.model_id = {m}{exists} "
                 "ORDER BY {order} LIMIT {n}"
             ).format(
                 vec=sql.SQL("v.{}").format(sql.Identifier(model.column)) if model.quantized else vec,
+                op=op,
                 q=q,
                 m=sql.Literal(model.id),
                 exists=exists,
@@ -348,11 +360,11 @@ def search_statement(
             # from the join order: as a join it may hash all the namespace's items, not knowing how
             # few rows LIMIT n leaves).
             body = sql.SQL(
-                "SELECT {row}, 1 - b.distance AS score, b.scanned, i.id, i.ttl_minutes IS NOT NULL AS ttl, "
+                "SELECT {row}, {score} AS score, b.scanned, i.id, i.ttl_minutes IS NOT NULL AS ttl, "
                 "row_number() OVER (ORDER BY b.distance, i.path, i.key) AS rn "
                 "FROM ({best}) AS b CROSS JOIN LATERAL ("
                 "SELECT * FROM pgmem.items AS i WHERE i.namespace = %(ns)s AND i.id = b.item_id OFFSET 0) AS i "
                 "ORDER BY b.distance, i.path, i.key LIMIT %(limit)s OFFSET %(offset)s"
-            ).format(row=sql.SQL(_ROW), best=best)
+            ).format(row=sql.SQL(_ROW), score=sql.SQL(distances.score_sql(model.distance, "b.distance")), best=best)
     columns = sql.SQL("h.path, h.key, h.value, h.created_at, h.updated_at, h.score, h.scanned, h.id, h.ttl")
     return _text(sql.SQL("SELECT {} FROM ({}) AS h ORDER BY h.rn").format(columns, body))

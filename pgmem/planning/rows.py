@@ -437,6 +437,7 @@ class EmbeddingModelRow(NamedTuple):
     name: str
     dimension: int
     kind: str
+    distance: str
 
 
 class IndexedModelRow(NamedTuple):
@@ -446,6 +447,7 @@ class IndexedModelRow(NamedTuple):
     name: str
     dimension: int
     kind: str
+    distance: str
     items: bool
 
 
@@ -457,6 +459,7 @@ class MemoryModelRow(NamedTuple):
     name: str
     dimension: int
     kind: str
+    distance: str
 
 
 class OutboxItemRow(NamedTuple):
@@ -480,6 +483,7 @@ class PendingModelRow(NamedTuple):
     name: str
     dimension: int
     kind: str
+    distance: str
     switching: bool
 
 

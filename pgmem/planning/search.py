@@ -15,14 +15,25 @@ How a vector search runs (one statement, one round trip):
 The namespace is a filter like any other: the index holds every tenant's vectors of a model, so a search
 with no other filter is planned the same way (a tenant holding 1% of a model's vectors is searched
 exactly; a plain index scan post-filtered on the namespace came back short).
-Scores are cosine similarities in [-1, 1] (``1 - cosine distance``); ``threshold`` keeps hits with a
-score at or above it.
+Each model ranks by the distance it was registered with (cosine, L2 or inner product); scores follow
+LangGraph's (:mod:`pgmem.planning.distances`): cosine similarity ``1 - distance`` by default, ``-distance``
+for the other two. ``threshold`` keeps hits with a score at or above it.
 
-Hybrid search fuses the vector ranking with Postgres full-text ranking by reciprocal rank fusion:
-``score = w_vector / (rrf_k + rank_vector) + w_text / (rrf_k + rank_text)`` (a list a message is missing
-from contributes 0), multiplied by ``0.5 ** (age / half_life)`` when a recency half-life is given.
-Defaults: ``w_vector = w_text = 1``, ``rrf_k = 60`` (the constant of Cormack et al., 2009), each list cut
-at ``max(4 k, 40)`` candidates.
+Hybrid search ranks each message by both legs, the vector search and the keyword search (BM25, README,
+"Keyword search"), each cut at ``max(4 k, 40)`` candidates, then fuses them (``fusion``):
+
+* ``convex`` (default): ``w_vector * closeness + w_text * coverage``. Closeness is the vector distance
+  scaled over the leg's candidates (the closest 1, the farthest 0), so every distance and every model's
+  range of scores fuse alike; coverage is the share of the query's words the message holds, each word
+  weighted by its rarity (BM25's idf), so a message holding every word has 1 and one holding a single
+  common word little. A message missing from a leg gets 0 from it. Chosen over RRF by measurement
+  (benchmarks/README.md, "Search quality"): rank fusion gives a leg's first hit the same weight
+  whether it matched the whole question or one common word of it, so a weak leg drags the fused list
+  down; coverage says how well the keyword leg matched, and closeness keeps the vector leg's margins.
+* ``rrf``: reciprocal rank fusion, ``w_vector / (rrf_k + rank_vector) + w_text / (rrf_k + rank_text)``
+  (``rrf_k = 60``, the constant of Cormack et al., 2009), the default before revision 0014.
+
+Either is multiplied by ``0.5 ** (age / half_life)`` when a recency half-life is given.
 """
 
 from __future__ import annotations
@@ -40,6 +51,7 @@ from pgmem.checks import check_key, check_query_text
 from pgmem.embeddings import check_query_vector
 from pgmem.errors import EmbeddingError, InvalidInput
 from pgmem.models import Message
+from pgmem.planning.distances import DEFAULT_DISTANCE, opclass, operator, score_of, score_sql
 from pgmem.planning.rows import MessageRow, decode
 from pgmem.planning.statements import fragment
 
@@ -61,7 +73,7 @@ HALFVEC_ABOVE = 2_000
 #: Models with more dimensions (HNSW indexes ``halfvec`` up to 4,000) keep full ``vector`` values and are
 #: indexed by their binary quantization (one bit per dimension, Hamming distance, HNSW up to 64,000 bits).
 BINARY_ABOVE = 4_000
-#: A binary-quantized search re-ranks ``max(OVERSAMPLE * k, MIN_CANDIDATES)`` candidates by exact cosine
+#: A binary-quantized search re-ranks ``max(OVERSAMPLE * k, MIN_CANDIDATES)`` candidates by the exact
 #: distance on the full vectors. 4x: recall@10 0.98-0.99 at 4,096 and 8,192 dimensions in
 #: benchmarks/vectors.py part E (2x gave 0.97-0.98, 8x 0.99-1.0 at twice the cost; each candidate costs a
 #: read of its TOASTed vector, ~20 µs at 4,096 dimensions).
@@ -79,12 +91,14 @@ MESSAGE_COLUMNS = "m.seq, " + fragment("message_columns")  # a rows.MessageRow, 
 
 @dataclass(frozen=True, slots=True)
 class EmbeddingModel:
-    """A registered embedding model: its id in ``pgmem.embedding_models``, name, dimension and storage."""
+    """A registered embedding model: its id in ``pgmem.embedding_models``, name, dimension, storage and
+    distance (one model per distance: its own vectors and its own HNSW index)."""
 
     id: int
     name: str
     dimension: int
     kind: str  # "vector" | "halfvec": how the values are stored (see storage_kind)
+    distance: str = DEFAULT_DISTANCE  # "cosine" | "l2" | "inner_product" (pgmem.planning.distances)
 
     @property
     def column(self) -> str:
@@ -116,9 +130,9 @@ class EmbeddingModel:
 
     def index_order(self, alias: str, q: sql.Composable) -> sql.Composed:
         """The ORDER BY term an index scan serves, for the query vector expression ``q`` (of this model's
-        kind and dimension): cosine distance, or Hamming distance between the binary quantizations."""
+        kind and dimension): the model's distance, or Hamming distance between the binary quantizations."""
         if not self.quantized:
-            return sql.SQL("{} <=> {}").format(self.vector_expr(alias), q)
+            return sql.SQL("{} {} {}").format(self.vector_expr(alias), sql.SQL(operator(self.distance)), q)
         return sql.SQL("{} <~> binary_quantize({})::bit({})").format(
             self.index_expr(alias), q, sql.Literal(self.dimension)
         )
@@ -151,7 +165,7 @@ class EmbeddingModel:
     def index_ops(self) -> str:
         if self.quantized:
             return "bit_hamming_ops"
-        return "vector_cosine_ops" if self.kind == "vector" else "halfvec_cosine_ops"
+        return opclass(self.kind, self.distance)
 
 
 def storage_kind(dimension: int) -> str:
@@ -162,8 +176,8 @@ def storage_kind(dimension: int) -> str:
 
 
 class SearchHit(NamedTuple):
-    """One search result: the message, its score (higher is closer) and, for vector search, the cosine
-    distance (``1 - score``). A named tuple: cheap to build by the hundred."""
+    """One search result: the message, its score (higher is closer) and, for vector search, the distance
+    (pgmem.planning.distances: ``1 - score`` for cosine). A named tuple: cheap to build by the hundred."""
 
     message: Message
     score: float
@@ -244,20 +258,20 @@ def check_exact_limit(exact_limit: int | None) -> int | None:
     return exact_limit
 
 
-def check_threshold(threshold: float | None) -> float | None:
-    if threshold is None:
-        return None
-    if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not math.isfinite(threshold):
-        raise InvalidInput(f"threshold must be a finite number, got {threshold!r}")
-    if not -1.0 <= threshold <= 1.0:
-        raise InvalidInput(f"threshold is a cosine similarity in [-1, 1], got {threshold}")
-    return float(threshold)
-
-
 def check_mode(mode: str) -> Mode:
     if mode not in ("auto", "exact", "ann"):
         raise InvalidInput(f"mode must be 'auto', 'exact' or 'ann', got {mode!r}")
     return mode  # type: ignore[return-value]
+
+
+#: How hybrid search fuses its two legs (module docstring), the default first.
+FUSIONS = ("convex", "rrf")
+
+
+def check_fusion(fusion: str) -> str:
+    if fusion not in FUSIONS:
+        raise InvalidInput(f"fusion must be one of {', '.join(FUSIONS)}, got {fusion!r}")
+    return fusion
 
 
 def check_half_life(half_life: timedelta | float | None) -> float | None:
@@ -391,6 +405,7 @@ def _hits_sql(
         "q": q,
         "model": sql.Literal(model.id),
         "k": sql.Literal(k) if k else sql.SQL("%(k)s"),
+        "op": sql.SQL(operator(model.distance)),
     }
     if strategy == "exact":
         # The bare column, not the indexed expression: its cast to vector(n) copies every row's vector.
@@ -398,22 +413,22 @@ def _hits_sql(
         if not f.filtered:
             # The namespace's vectors of the model: a range of the primary key, every distance computed.
             return sql.SQL(
-                "SELECT e.message_id, {vec} <=> {q} AS distance FROM pgmem.embeddings e "
+                "SELECT e.message_id, {vec} {op} {q} AS distance FROM pgmem.embeddings e "
                 "WHERE e.namespace = %(ns)s AND e.model_id = {model} ORDER BY distance LIMIT {k}"
             ).format(**parts)
         parts["cand"] = (
             sql.SQL("cand") if shared_cand else sql.SQL("({}) AS cand").format(candidates_sql(f, literal_memory))
         )
         return sql.SQL(
-            "SELECT e.message_id, {vec} <=> {q} AS distance FROM {cand} "
+            "SELECT e.message_id, {vec} {op} {q} AS distance FROM {cand} "
             "JOIN pgmem.embeddings e ON e.namespace = %(ns)s AND e.model_id = {model} "
             "AND e.message_id = cand.message_id ORDER BY distance LIMIT {k}"
         ).format(**parts)
     if model.quantized:
-        # Candidates by Hamming distance between binary quantizations (the index), then the exact cosine
+        # Candidates by Hamming distance between binary quantizations (the index), then the exact
         # distance of each on its full vector (the bare column: no copy), best k of them.
         return sql.SQL(
-            "SELECT c.message_id, c.distance FROM (SELECT e.message_id, e.{col} <=> {q} AS distance "
+            "SELECT c.message_id, c.distance FROM (SELECT e.message_id, e.{col} {op} {q} AS distance "
             "FROM pgmem.embeddings e WHERE e.namespace = %(ns)s AND e.model_id = {model}{filters} "
             "ORDER BY {order} LIMIT {n}) AS c ORDER BY c.distance LIMIT {k}"
         ).format(
@@ -424,8 +439,8 @@ def _hits_sql(
             **parts,
         )
     return sql.SQL(
-        "SELECT e.message_id, {vec} <=> {q} AS distance FROM pgmem.embeddings e "
-        "WHERE e.namespace = %(ns)s AND e.model_id = {model}{filters} ORDER BY {vec} <=> {q} LIMIT {k}"
+        "SELECT e.message_id, {vec} {op} {q} AS distance FROM pgmem.embeddings e "
+        "WHERE e.namespace = %(ns)s AND e.model_id = {model}{filters} ORDER BY {vec} {op} {q} LIMIT {k}"
     ).format(filters=_exists_filter(f), **parts)
 
 
@@ -474,11 +489,11 @@ def batch_search_sql(model: EmbeddingModel, f: SearchFilters, strategy: str, k: 
 
 
 def hybrid_search_sql(model: EmbeddingModel, f: SearchFilters, strategy: str) -> sql.Composed:
-    """Vector and full-text rankings fused by reciprocal rank fusion, in one statement.
+    """Vector and full-text rankings fused in one statement (module docstring: convex or RRF fusion).
 
     Parameters: those of :func:`vector_search_sql` (``k`` here is each list's depth) plus ``text``,
-    ``w_vector``, ``w_text``, ``rrf_k``, ``half_life`` (seconds or NULL) and ``limit``. Rows:
-    ``(seq, id, …, created_at, distance, score, ok)``.
+    ``fusion`` (``convex`` or ``rrf``), ``w_vector``, ``w_text``, ``rrf_k``, ``half_life`` (seconds or
+    NULL) and ``limit``. Rows: ``(seq, id, …, created_at, distance, score, ok)``.
     """
     terms: list[sql.Composable] = [
         sql.SQL("m.namespace = %(ns)s"),
@@ -494,11 +509,18 @@ def hybrid_search_sql(model: EmbeddingModel, f: SearchFilters, strategy: str) ->
     else:
         text_from = sql.SQL("pgmem.messages m")
         scope = sql.SQL(fragment("bm25_messages"))
-    # The keyword ranking of search_text (sql/messages.sql): BM25, df among the hits (the filters apply).
+    # The keyword ranking of search_text (sql/messages.sql): BM25, df among the hits (the filters apply),
+    # and each hit's coverage: the idf of the query's lexemes it holds over the idf of them all (a lexeme
+    # no hit holds counts with df 0), 1 for a message holding every word of the query.
     text_part = sql.SQL(
         "WITH q AS MATERIALIZED (SELECT pgmem.fts_terms(%(text)s) AS terms), scope AS ({scope}), "
         "hit AS MATERIALIZED (SELECT m.id, m.seq, {hit} FROM q, {text_from} WHERE {terms}), "
-        "{bm25} SELECT b.id, row_number() OVER (ORDER BY b.score DESC, b.seq DESC) AS rank FROM bm25 AS b "
+        "{bm25}, "
+        "cover AS (SELECT sum(ln(1 + (s.n - coalesce(df.df, 0) + 0.5) / (coalesce(df.df, 0) + 0.5))) AS total "
+        "FROM (SELECT DISTINCT unnest(q.terms) AS lexeme FROM q) AS t CROSS JOIN stats AS s "
+        "LEFT JOIN df ON df.lexeme = t.lexeme) "
+        "SELECT b.id, row_number() OVER (ORDER BY b.score DESC, b.seq DESC) AS rank, "
+        "b.matched / nullif(c.total, 0) AS coverage FROM bm25 AS b CROSS JOIN cover AS c "
         "ORDER BY rank LIMIT %(k)s"
     ).format(
         scope=scope,
@@ -507,13 +529,18 @@ def hybrid_search_sql(model: EmbeddingModel, f: SearchFilters, strategy: str) ->
         terms=sql.SQL(" AND ").join(terms),
         bm25=sql.SQL(fragment("bm25")),
     )
+    # closeness: the vector candidates' distances scaled to [0, 1] over the list (closest 1, farthest 0;
+    # 1 when they are all equal), so any distance and any model's range of scores fuse alike.
     return sql.SQL(
         "WITH v AS MATERIALIZED ({hits}), "
-        "vr AS (SELECT v.message_id AS id, row_number() OVER (ORDER BY v.distance, v.message_id) AS rank, v.distance "
-        "FROM v), "
+        "vr AS (SELECT v.message_id AS id, row_number() OVER (ORDER BY v.distance, v.message_id) AS rank, v.distance, "
+        "coalesce((max(v.distance) OVER () - v.distance) "
+        "/ nullif(max(v.distance) OVER () - min(v.distance) OVER (), 0), 1) AS closeness FROM v), "
         "tr AS MATERIALIZED ({text_part}), "
         "fused AS (SELECT coalesce(vr.id, tr.id) AS id, "
-        "coalesce(%(w_vector)s / (%(rrf_k)s + vr.rank), 0) + coalesce(%(w_text)s / (%(rrf_k)s + tr.rank), 0) AS score, "
+        "CASE WHEN %(fusion)s::text = 'rrf' "
+        "THEN coalesce(%(w_vector)s / (%(rrf_k)s + vr.rank), 0) + coalesce(%(w_text)s / (%(rrf_k)s + tr.rank), 0) "
+        "ELSE coalesce(%(w_vector)s * vr.closeness, 0) + coalesce(%(w_text)s * tr.coverage, 0) END AS score, "
         "vr.distance FROM vr FULL JOIN tr ON tr.id = vr.id) "
         "SELECT {cols}, f.distance, f.score * CASE WHEN %(half_life)s::float8 IS NULL THEN 1 ELSE "
         "power(0.5, extract(epoch FROM now() - m.created_at) / %(half_life)s::float8) END AS score, {guard} AS ok "
@@ -535,7 +562,7 @@ _ORDER = {
 }
 
 
-def logged_sql(kind: str, search: sql.Composable, k: int = 0) -> sql.Composed:
+def logged_sql(kind: str, search: sql.Composable, k: int = 0, distance: str = DEFAULT_DISTANCE) -> sql.Composed:
     """``search`` that also records what it returned in ``pgmem.retrieval_log``, in the same statement.
 
     The hits go through a CTE; one log row per query (for ``batch``, per query text of
@@ -544,7 +571,7 @@ def logged_sql(kind: str, search: sql.Composable, k: int = 0) -> sql.Composed:
     switched models under the search (its rows' ``ok`` is NULL; the caller searches again).
     """
     order = sql.SQL(_ORDER[kind])
-    score = sql.SQL("h.score") if kind == "hybrid" else sql.SQL("1 - h.distance")
+    score = sql.SQL("h.score") if kind == "hybrid" else sql.SQL(score_sql(distance, "h.distance"))
     if kind == "hybrid":
         limit: sql.Composable = sql.SQL("%(limit)s")
     else:
@@ -606,7 +633,7 @@ def _statement(
     else:
         composed = hybrid_search_sql(model, filters, strategy)
     if logged:
-        composed = logged_sql(kind, composed, k)
+        composed = logged_sql(kind, composed, k, model.distance)
     # Only integers (model id, dimension) and memory keys (letters, digits and _.:@/+=#-, checked) are
     # embedded as literals: no quoting context is needed.
     text: LiteralString = composed.as_string(None)
@@ -671,27 +698,27 @@ def switched(row: tuple[Any, ...]) -> bool:
     return row[-1] is None
 
 
-def vector_hit(row: tuple[Any, ...]) -> SearchHit:
-    """The hit of a vector search row."""
+def vector_hit(row: tuple[Any, ...], kind: str = DEFAULT_DISTANCE) -> SearchHit:
+    """The hit of a vector search row of a model of distance ``kind``."""
     distance = float(row[_DISTANCE])
-    return SearchHit(decode(row[:MESSAGE_WIDTH]), 1.0 - distance, distance)
+    return SearchHit(decode(row[:MESSAGE_WIDTH]), score_of(kind, distance), distance)
 
 
-def vector_hits(rows: list[tuple[Any, ...]]) -> list[SearchHit]:
+def vector_hits(rows: list[tuple[Any, ...]], kind: str = DEFAULT_DISTANCE) -> list[SearchHit]:
     """Hits of vector search rows ordered by distance, ties ordered by message id (the statement leaves
     them: a second sort key there costs an incremental sort, ~5% of an HNSW search)."""
     for i in range(1, len(rows)):
         if rows[i][_DISTANCE] == rows[i - 1][_DISTANCE]:
             rows = sorted(rows, key=lambda r: (r[_DISTANCE], r[_ID]))
             break
-    return [vector_hit(row) for row in rows]
+    return [vector_hit(row, kind) for row in rows]
 
 
-def batch_hits(rows: list[tuple[Any, ...]], count: int) -> list[list[SearchHit]]:
+def batch_hits(rows: list[tuple[Any, ...]], count: int, kind: str = DEFAULT_DISTANCE) -> list[list[SearchHit]]:
     """Hits per query of batch search rows (``ord`` first, then a vector search row)."""
     out: list[list[SearchHit]] = [[] for _ in range(count)]
     for row in rows:  # (ord, *vector search row): ord is the query's 1-based place
-        out[int(row[0]) - 1].append(vector_hit(row[1:]))
+        out[int(row[0]) - 1].append(vector_hit(row[1:], kind))
     return out
 
 
@@ -739,7 +766,7 @@ def unpack_vectors(blobs: Sequence[bytes], dimension: int) -> npt.NDArray[np.flo
 
 def model_of(row: Any) -> EmbeddingModel:
     """The model a row of a model statement names (rows.EmbeddingModelRow, MemoryModelRow, PendingModelRow)."""
-    return EmbeddingModel(int(row.id), str(row.name), int(row.dimension), str(row.kind))
+    return EmbeddingModel(int(row.id), str(row.name), int(row.dimension), str(row.kind), str(row.distance))
 
 
 #: How many times a search runs again when its memory's embedding model switched under it (the first try

@@ -189,7 +189,7 @@ def test_switch_waits_for_the_new_models_index(dsn: str) -> None:
         # switched inside the caller's transaction: the index cannot be built there
         with psycopg.connect(dsn) as conn:
             assert client.vectors.switch_model("m", new, connection=conn) == "building"
-        model = client.vectors.registry._models[new.model, new.dimension]
+        model = client.vectors.registry._models[new.model, new.dimension, "cosine"]
         assert index_of(dsn, model.index_name) is None
         with psycopg.connect(dsn, autocommit=True) as other:
             other.execute("SELECT pg_advisory_lock(%s)", (MODEL_LOCK_KEY,))  # another process is building

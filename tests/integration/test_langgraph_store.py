@@ -45,18 +45,21 @@ ROOT = Path(__file__).resolve().parents[2]
 
 class LetterEmbeddings(Embeddings):
     """Deterministic embeddings for tests: the letters of a text counted into ``dims`` buckets (texts
-    sharing letters are close), plus a constant so that no vector is zero."""
+    sharing letters are close), plus a constant so that no vector is zero; ``unit``: divided by their
+    length (as LangGraph's tests embed for every ``distance_type``)."""
 
-    def __init__(self, dims: int = 64) -> None:
+    def __init__(self, dims: int = 64, unit: bool = False) -> None:
         self.dims = dims
         self.calls = 0
+        self.unit = unit
 
     def _one(self, text: str) -> list[float]:
         v = [0.0] * self.dims
         v[0] = 0.1
         for c in text.lower():
             v[ord(c) % self.dims] += 1.0
-        return v
+        length = math.sqrt(sum(x * x for x in v)) if self.unit else 1.0
+        return [x / length for x in v]
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         self.calls += 1
@@ -125,9 +128,13 @@ def embeddings() -> LetterEmbeddings:
     return LetterEmbeddings()
 
 
-@pytest.fixture
-async def vstore(make: Callable[..., Any], embeddings: LetterEmbeddings) -> Either:
-    return await make(index={"dims": embeddings.dims, "embed": embeddings}, ttl={"default_ttl": 2})
+@pytest.fixture(params=["cosine", "l2", "inner_product"])
+async def vstore(request: pytest.FixtureRequest, make: Callable[..., Any], embeddings: LetterEmbeddings) -> Either:
+    """A store with an index, for each of LangGraph's distance types (unit vectors for l2 and inner
+    product, as in LangGraph's tests; test_store_distances.py compares scores on unnormalised ones)."""
+    embeddings.unit = request.param != "cosine"
+    index = {"dims": embeddings.dims, "embed": embeddings, "distance_type": request.param}
+    return await make(index=index, ttl={"default_ttl": 2})
 
 
 # -- LangGraph's scenarios: batches, basic operations, namespaces, search ------------------------------------
@@ -320,8 +327,10 @@ async def test_vector_store_keeps_the_index_config_as_given(
     index = {"dims": embeddings.dims, "embed": embeddings, "ann_index_config": {"vector_type": "vector"}}
     s = await make(index=index)
     assert s.store.index_config is index and s.store.index_config["embed"] is embeddings
-    for bad in ("l2", "inner_product"):
-        with pytest.raises(ValueError, match="cosine"):
+    for distance in ("cosine", "l2", "inner_product"):  # LangGraph's three (scores: test_store_distances.py)
+        assert PgmemStore(None, index={**index, "distance_type": distance}).index_config["distance_type"] == distance
+    for bad in ("hamming", "euclidean", None):
+        with pytest.raises(ValueError, match="distance_type must be one of"):
             PgmemStore(None, index={**index, "distance_type": bad})
 
 
@@ -391,10 +400,13 @@ async def test_vector_search_pages_and_edge_cases(vstore: Either) -> None:
     assert len(await vstore.search(("test",), query="test!@#$%^&*()")) == 5
 
 
+@pytest.mark.parametrize("distance", ["cosine", "inner_product"])
 async def test_fields_give_one_vector_each_and_an_item_scores_as_its_best(
-    make: Callable[..., Any], embeddings: LetterEmbeddings, dsn: str
+    make: Callable[..., Any], embeddings: LetterEmbeddings, dsn: str, distance: str
 ) -> None:
-    s = await make(index={"dims": embeddings.dims, "embed": embeddings, "fields": ["key0", "key1", "key3"]})
+    embeddings.unit = True  # inner products of unit vectors: 1 for the same text, as cosine
+    fields = ["key0", "key1", "key3"]
+    s = await make(index={"dims": embeddings.dims, "embed": embeddings, "fields": fields, "distance_type": distance})
     await s.put(("test",), "doc1", {"key1": "xxx", "key2": "yyy", "key3": "zzz"})  # key0 missing: skipped
     await s.put(("test",), "doc2", {"key0": "uuu", "key1": "vvv", "key2": "www", "key3": "xxx"})
     with psycopg.connect(dsn) as conn:
@@ -417,16 +429,24 @@ async def test_fields_give_one_vector_each_and_an_item_scores_as_its_best(
     assert (await s.search(("test",), query="aaa", limit=1))[0].key != "doc3"
 
 
+@pytest.mark.parametrize("distance", ["cosine", "l2", "inner_product"])
 @pytest.mark.parametrize("query", ["aaa", "bbb", "abcd", "poisson"])
-async def test_scores_are_cosine_similarities(
-    make: Callable[..., Any], embeddings: LetterEmbeddings, query: str
+async def test_scores_are_those_of_the_distance(
+    make: Callable[..., Any], embeddings: LetterEmbeddings, query: str, distance: str
 ) -> None:
-    s = await make(index={"dims": embeddings.dims, "embed": embeddings, "fields": ["key0"]})
+    """LangGraph's test_scores: cosine similarity, inner product, negated Euclidean distance."""
+    index = {"dims": embeddings.dims, "embed": embeddings, "fields": ["key0"], "distance_type": distance}
+    s = await make(index=index)
     await s.put(("test",), "doc", {"key0": "aaa"}, index=["key0", "key1"])
     results = await s.search((), query=query)
     assert len(results) == 1
-    expected = cosine(embeddings.embed_query(query), embeddings.embed_query("aaa"))
-    assert results[0].score == pytest.approx(expected, abs=1e-5)
+    a, b = embeddings.embed_query(query), embeddings.embed_query("aaa")
+    expected = {
+        "cosine": cosine(a, b),
+        "inner_product": sum(x * y for x, y in zip(a, b, strict=True)),
+        "l2": -math.dist(a, b),
+    }[distance]
+    assert results[0].score == pytest.approx(expected, rel=1e-5, abs=1e-5)
 
 
 async def test_non_ascii(vstore: Either) -> None:

@@ -236,13 +236,31 @@ def test_hybrid_search(client: pgmem.Client) -> None:
     hits = client.vectors.hybrid_search("payment service", memory="m", k=3)
     assert hits[0].message.content == "The payment service times out under load"
     assert all(hits[i].score >= hits[i + 1].score for i in range(len(hits) - 1))
-    # fused score: 1/(60 + 1) from each list for the top message
-    assert hits[0].score == pytest.approx(2 / 61, rel=1e-6)
+    # convex fusion (the default): closeness (1 for the closest vector) + coverage (1: it holds both words)
+    assert hits[0].score == pytest.approx(2.0)
+    assert hits[-1].score < 1  # holds neither word: its closeness alone
     text_only = client.vectors.hybrid_search("payment service", memory="m", w_vector=0)
-    assert text_only[0].score == pytest.approx(1 / 61)
+    assert text_only[0].score == pytest.approx(1.0)
+    # Coverage weighs each word by its rarity: "payment" and "lunch" are each in one of the three messages
+    # (same idf), so a message holding one of them covers half of "payment lunch".
+    half = client.vectors.hybrid_search("payment lunch", memory="m", w_vector=0)
+    assert [h.score for h in half[:2]] == [pytest.approx(0.5), pytest.approx(0.5)]
+    # A common word weighs less than a rare one: two more messages holding "service".
+    client.messages.add_many("m", [Message(content="service desk hours"), Message(content="service window")])
+    rare = client.vectors.hybrid_search("payment service", memory="m", w_vector=0)
+    assert rare[0].score == pytest.approx(1.0)
+    by_content = {h.message.content: h.score for h in rare if h.score > 0}
+    assert 0 < by_content["service window"] < 0.5
+    # reciprocal rank fusion, as before revision 0014: 1/(60 + 1) from each list for the top message
+    rrf = client.vectors.hybrid_search("payment service", memory="m", k=3, fusion="rrf")
+    assert rrf[0].message.content == "The payment service times out under load"
+    assert client.vectors.hybrid_search("payment service", memory="m", w_vector=0, fusion="rrf")[0].score == (
+        pytest.approx(1 / 61)
+    )
     # recency half-life: a score decays with age (a fresh message keeps almost all of it)
-    decayed = client.vectors.hybrid_search("payment service", memory="m", half_life=timedelta(hours=1))
-    assert decayed[0].score == pytest.approx(2 / 61, rel=1e-2)
+    fresh = client.vectors.hybrid_search("payment service", memory="m", w_vector=0)[0].score
+    decayed = client.vectors.hybrid_search("payment service", memory="m", w_vector=0, half_life=timedelta(hours=1))
+    assert decayed[0].score == pytest.approx(fresh, rel=1e-2) and decayed[0].score < fresh
 
 
 def test_bad_input(client: pgmem.Client, dsn: str) -> None:
@@ -272,6 +290,8 @@ def test_bad_input(client: pgmem.Client, dsn: str) -> None:
         client.vectors.hybrid_search("  ", memory="m")
     with pytest.raises(pgmem.InvalidInput):
         client.vectors.hybrid_search("x", memory="m", half_life=-1)
+    with pytest.raises(pgmem.InvalidInput, match="fusion must be one of convex, rrf"):
+        client.vectors.hybrid_search("x", memory="m", fusion="max")
     assert table_counts(dsn) == before
 
 

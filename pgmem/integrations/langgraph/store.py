@@ -152,9 +152,9 @@ class _Index:
     def __init__(self, index: Mapping[str, Any]) -> None:
         if not isinstance(index, Mapping):
             raise InvalidInput(f"index must be a dict (LangGraph's IndexConfig), got {type(index).__name__}")
-        distance = index.get("distance_type", "cosine")
-        if distance != "cosine":
-            raise InvalidInput(f"PgmemStore searches by cosine similarity only; distance_type={distance!r}")
+        self.distance = index.get("distance_type", "cosine")
+        if self.distance not in pgmem.DISTANCES:  # the scores: pgmem.planning.distances
+            raise InvalidInput(f"distance_type must be one of {pgmem.DISTANCES}, got {self.distance!r}")
         dims = index.get("dims")
         if isinstance(dims, bool) or not isinstance(dims, int) or not 1 <= dims <= 16000:
             raise InvalidInput(f"index['dims'] must be an integer in [1, 16000], got {dims!r}")
@@ -331,9 +331,9 @@ class _StoreBase:
         if ttl is not None and not isinstance(ttl, Mapping):
             raise InvalidInput(f"ttl must be a dict (LangGraph's TTLConfig), got {type(ttl).__name__}")
         self.ttl_config = ttl
-        self._search_kwargs: dict[str, Any] = (
-            {"embedder": self._index.embedder, "vectors_per_item": self._index.vectors_per_item} if self._index else {}
-        )
+        idx = self._index
+        self._write_kwargs: dict[str, Any] = {"embedder": idx.embedder, "distance": idx.distance} if idx else {}
+        self._search_kwargs = {**self._write_kwargs, "vectors_per_item": idx.vectors_per_item} if idx else {}
 
     def _sweep_interval(self, minutes: float | None) -> float:
         interval = minutes or (self.ttl_config or {}).get("sweep_interval_minutes") or 5
@@ -347,9 +347,9 @@ class PgmemStore(_StoreBase, BaseStore):
 
     Args:
         client: the client (its namespace is the tenant every item lives in).
-        index: LangGraph's ``IndexConfig`` (``dims``, ``embed``, ``fields``), plus ``distance_type``
-            (``"cosine"`` only), ``ann_index_config`` (accepted, ignored: pgmem builds one HNSW index per
-            model) and ``model``, the name its vectors get in ``pgmem.embedding_models``.
+        index: LangGraph's ``IndexConfig`` (``dims``, ``embed``, ``fields``, ``distance_type``: ``"cosine"``,
+            ``"l2"`` or ``"inner_product"``, scored as ``PostgresStore`` scores them), ``ann_index_config``
+            (accepted, ignored) and ``model``, the name its vectors get in ``pgmem.embedding_models``.
         ttl: LangGraph's ``TTLConfig`` (``default_ttl`` and ``sweep_interval_minutes`` in minutes,
             ``refresh_on_read``, ``omit_expired``).
 
@@ -402,7 +402,7 @@ class PgmemStore(_StoreBase, BaseStore):
         """Make ready what the store needs: the index's model and its HNSW index (the tables come with
         pgmem's migrations, which connecting applies). Idempotent."""
         if self._index is not None:
-            self.client.items.model(self._index.embedder)
+            self.client.items.model(self._index.embedder, self._index.distance)
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         batch = _Batch(self, ops)
@@ -419,7 +419,7 @@ class PgmemStore(_StoreBase, BaseStore):
         for i, kwargs in batch.list_args():
             batch.results[i] = items.list_paths(**kwargs)
         if batch.writes:
-            items.put_many(batch.writes, embedder=self._index.embedder if self._index else None)
+            items.put_many(batch.writes, **self._write_kwargs)
         return batch.results
 
     def _run(self, steps: _Steps, omit_expired: bool) -> list[SearchItem]:
@@ -540,7 +540,7 @@ class AsyncPgmemStore(_StoreBase, AsyncBatchedBaseStore):
     async def setup(self) -> None:
         """See :meth:`PgmemStore.setup`."""
         if self._index is not None:
-            await self.client.items.model(self._index.embedder)
+            await self.client.items.model(self._index.embedder, self._index.distance)
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         batch = _Batch(self, ops)
@@ -558,7 +558,7 @@ class AsyncPgmemStore(_StoreBase, AsyncBatchedBaseStore):
         for i, kwargs in batch.list_args():
             batch.results[i] = await items.list_paths(**kwargs)
         if batch.writes:
-            await items.put_many(batch.writes, embedder=self._index.embedder if self._index else None)
+            await items.put_many(batch.writes, **self._write_kwargs)
         return batch.results
 
     async def _run(self, steps: _Steps, omit_expired: bool) -> list[SearchItem]:
