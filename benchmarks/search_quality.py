@@ -74,6 +74,24 @@ def load(client: pgmem.Client, evalset: evalsets.EvalSet) -> float:
     return time.perf_counter() - started
 
 
+def wrongly_empty(dsn: str, evalset: evalsets.EvalSet, empty: list[EvalCase]) -> int:
+    """How many of the questions keyword search found nothing for share a word (an `english` lexeme) with
+    a message of their memory: the target says none may."""
+    lexemes = "SELECT coalesce(tsvector_to_array(to_tsvector('english', %s)), '{}')"
+    with psycopg.connect(dsn) as conn:
+        vocabulary: dict[str, set[str]] = {}
+        for memory in {c.memory for c in empty}:
+            words: set[str] = set()
+            for turn in evalset.memories[memory]:
+                words.update(conn.execute(lexemes, (turn.content,)).fetchone()[0])  # type: ignore[index]
+            vocabulary[memory] = words
+        return sum(
+            1
+            for c in empty
+            if set(conn.execute(lexemes, (c.query,)).fetchone()[0]) & vocabulary[c.memory]  # type: ignore[index]
+        )
+
+
 def bm25_baseline(evalset: evalsets.EvalSet, k: int) -> dict[str, float]:
     """rank_bm25's BM25Okapi per memory (the issue's baseline), scored like pgmem.eval."""
     from rank_bm25 import BM25Okapi
@@ -178,8 +196,10 @@ def run_set(name: str, dsn: str, embedder: MiniLM, k: int, quick: bool) -> dict[
         print(report.table())
         baseline = bm25_baseline(evalset, k) if not quick else bm25_baseline(_cut(evalset, queries), k)
         print(f"rank_bm25 recall@{k} {baseline['recall']:.3f}  ndcg {baseline['ndcg']:.3f}  hit {baseline['hit']:.3f}")
-        empty = sum(1 for c in cases if not client.messages.search_text(c.memory, c.query, limit=1))
-        print(f"keyword search empty for {empty} of {len(cases)} questions")
+        empty = [c for c in cases if not client.messages.search_text(c.memory, c.query, limit=1)]
+        missed = wrongly_empty(dsn, evalset, empty)
+        print(f"keyword search empty for {len(empty)} of {len(cases)} questions; {missed} of them share a word")
+        print("  with a message of their memory (Postgres's english analysis of the texts, outside the search)")
         pairs = legs(client, dsn, embedder, queries, max(4 * k, 40))
         fusion = fusion_table(pairs, queries, k)
         best = max(fusion["vector leg"], fusion["keyword leg"])
@@ -194,7 +214,8 @@ def run_set(name: str, dsn: str, embedder: MiniLM, k: int, quick: bool) -> dict[
         "questions": len(queries),
         "pgmem": report.as_dict(),
         "rank_bm25": baseline,
-        "keyword_empty": empty,
+        "keyword_empty": len(empty),
+        "keyword_empty_with_a_shared_word": missed,
         "fusion_recall": fusion,
     }
 

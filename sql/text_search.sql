@@ -82,31 +82,80 @@ WHERE g.gram IS NOT NULL
 $$;
 
 -- name: fts_terms
--- The lexemes of a query that BM25 scores: its English ones (stemmed) and its CJK lexemes.
+-- The lexemes of a query that BM25 scores: its English ones (stemmed) and its CJK lexemes, none of what it
+-- excludes (`-word`, `-"phrase"`).
 CREATE OR REPLACE FUNCTION pgmem.fts_terms(p_query text) RETURNS text[]
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-SELECT tsvector_to_array(to_tsvector('english'::regconfig, pgmem.fts_words(p_query))) || pgmem.fts_query_grams(p_query)
+SELECT tsvector_to_array(to_tsvector('english'::regconfig, pgmem.fts_words(w.q))) || pgmem.fts_query_grams(w.q)
+FROM (SELECT regexp_replace(p_query, '(^|\s)-("[^"]*"|[[:alpha:]]\S*)', ' ', 'g') AS q) AS w
+$$;
+
+-- name: fts_any
+-- A tsquery matching a message that holds any lexeme of the text (pgmem.fts_terms); NULL when it has none.
+CREATE OR REPLACE FUNCTION pgmem.fts_any(p_text text) RETURNS tsquery
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+SELECT string_agg('''' || replace(replace(t.lexeme, '\', '\\'), '''', '''''') || '''', ' | ')::tsquery
+FROM unnest(pgmem.fts_terms(p_text)) AS t(lexeme)
 $$;
 
 -- name: fts_query
--- The tsquery of a keyword query (README, "Keyword search"). A query in plain words, as agents ask ("what
--- did Caroline research?"), matches a message holding ANY of its lexemes (pgmem.fts_terms: English words
--- stemmed, stop words out, and CJK bigrams); BM25 puts the messages holding more and rarer ones first. A
--- query written in search syntax (a double quote, a word starting with `-`, AND or OR in capitals) keeps
--- websearch_to_tsquery's meaning for its English words (every word, "a phrase", or, -not), AND any one
--- of its CJK lexemes. NULL, which matches nothing, when the query has no lexeme (only stop words or
--- punctuation). No NOTICE either way (websearch_to_tsquery is not called on a query without words).
+-- The tsquery of a keyword query (README, "Keyword search"). Plain words, as agents ask ("what did
+-- Caroline research?"), match a message holding ANY of them (pgmem.fts_terms: English words stemmed, stop
+-- words out, CJK bigrams); BM25 ranks the messages holding more and rarer ones first. A "quoted phrase" is
+-- required (its English words in order, every bigram of its CJK), a `-word` or `-"phrase"` excluded, and
+-- the other words stay optional. AND or OR in capitals asks for boolean search: websearch_to_tsquery's
+-- rules for the English words (every word, "a phrase", OR, -not), AND any one of the CJK lexemes. NULL,
+-- which matches nothing, when nothing is asked for (only stop words, punctuation or exclusions).
 CREATE OR REPLACE FUNCTION pgmem.fts_query(p_query text) RETURNS tsquery
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-SELECT CASE
-    WHEN p_query ~ '"|(^|\s)-[[:alpha:]]|(^|\s)(AND|OR)(\s|$)' THEN
-        (SELECT CASE WHEN w.q IS NULL THEN c.q WHEN c.q IS NULL THEN w.q ELSE w.q && c.q END
-         FROM (SELECT CASE WHEN pgmem.fts_words(p_query) ~ '\w'
-                           THEN websearch_to_tsquery('english'::regconfig, pgmem.fts_words(p_query)) END AS q) AS w,
-              (SELECT string_agg('''' || g.gram || '''', ' | ')::tsquery AS q
-               FROM unnest(pgmem.fts_query_grams(p_query)) AS g(gram)) AS c)
-    ELSE
-        (SELECT string_agg('''' || replace(replace(t.lexeme, '\', '\\'), '''', '''''') || '''', ' | ')::tsquery
-         FROM unnest(pgmem.fts_terms(p_query)) AS t(lexeme))
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+DECLARE
+    required tsquery;
+    excluded tsquery;
+    part tsquery;
+    phrase text;
+    rest text;
+BEGIN
+    IF p_query ~ '(^|\s)(AND|OR)(\s|$)' THEN
+        RETURN (SELECT CASE WHEN w.q IS NULL THEN c.q WHEN c.q IS NULL THEN w.q ELSE w.q && c.q END
+                FROM (SELECT CASE WHEN pgmem.fts_words(p_query) ~ '\w'
+                                  THEN websearch_to_tsquery('english'::regconfig, pgmem.fts_words(p_query))
+                             END AS q) AS w,
+                     (SELECT string_agg('''' || g.gram || '''', ' | ')::tsquery AS q
+                      FROM unnest(pgmem.fts_query_grams(p_query)) AS g(gram)) AS c);
+    END IF;
+    -- Quoted phrases: each required, or excluded after a dash. An unclosed quote is no phrase.
+    FOR phrase IN SELECT m[1] || m[2] FROM regexp_matches(p_query, '(-?)"([^"]*)"', 'g') AS m LOOP
+        part := (SELECT CASE WHEN pgmem.fts_words(phrase) ~ '\w'
+                             THEN phraseto_tsquery('english'::regconfig, pgmem.fts_words(phrase)) END);
+        IF numnode(part) = 0 THEN
+            part := NULL;  -- stop words only
+        END IF;
+        part := (SELECT CASE WHEN part IS NULL THEN g.q WHEN g.q IS NULL THEN part ELSE part && g.q END
+                 FROM (SELECT string_agg('''' || x.gram || '''', ' & ')::tsquery AS q
+                       FROM unnest(pgmem.fts_query_grams(phrase)) AS x(gram)) AS g);
+        IF part IS NULL THEN
+            CONTINUE;
+        ELSIF left(phrase, 1) = '-' THEN
+            excluded := CASE WHEN excluded IS NULL THEN part ELSE excluded || part END;
+        ELSE
+            required := CASE WHEN required IS NULL THEN part ELSE required && part END;
+        END IF;
+    END LOOP;
+    rest := replace(regexp_replace(p_query, '-?"[^"]*"', ' ', 'g'), '"', ' ');
+    -- Excluded words: -word (a letter after the dash, so "-5" and "e-mail" are words).
+    FOR phrase IN SELECT m[1] FROM regexp_matches(rest, '(?:^|\s)-([[:alpha:]]\S*)', 'g') AS m LOOP
+        part := pgmem.fts_any(phrase);
+        IF part IS NOT NULL THEN
+            excluded := CASE WHEN excluded IS NULL THEN part ELSE excluded || part END;
+        END IF;
+    END LOOP;
+    -- Without a phrase, the other words: any of them.
+    IF required IS NULL THEN
+        required := pgmem.fts_any(rest);
+    END IF;
+    IF required IS NULL OR excluded IS NULL THEN
+        RETURN required;
+    END IF;
+    RETURN required && !! excluded;
 END
 $$;

@@ -79,7 +79,9 @@ def test_a_single_character_and_script_boundaries(client: pgmem.Client, memory: 
     assert contents(client.messages.search_text(memory, "功订")) == []
 
 
-def test_plain_words_match_any_word_and_search_syntax_keeps_its_meaning(client: pgmem.Client, memory: str) -> None:
+def test_plain_words_match_any_word_phrases_and_exclusions_keep_their_meaning(
+    client: pgmem.Client, memory: str
+) -> None:
     # Plain words (how agents ask): a message holding any of them; the one holding more comes first.
     assert set(contents(client.messages.search_text(memory, "snake payment"))) == {
         "The payment service times out under load",
@@ -90,15 +92,32 @@ def test_plain_words_match_any_word_and_search_syntax_keeps_its_meaning(client: 
         "用Python写贪吃蛇",
         "请编写一个命令行贪吃蛇游戏",
     ]
-    # Search syntax (a quote, -word, AND / OR in capitals): websearch rules, every bare word required.
-    assert contents(client.messages.search_text(memory, "payment -load")) == []
-    assert contents(client.messages.search_text(memory, "snake AND payment")) == []
-    assert contents(client.messages.search_text(memory, "snake OR payment")) != []
-    assert contents(client.messages.search_text(memory, '"snake game"')) == ["Write a cli snake game"]
+    # A quoted phrase is required, a -word or -"phrase" excluded; the other words stay optional.
+    client.messages.add(memory, Message(content="a snake hid in the game room"))
+    assert set(contents(client.messages.search_text(memory, "snake game"))) == {
+        "Write a cli snake game",
+        "a snake hid in the game room",
+    }
+    assert contents(client.messages.search_text(memory, 'Which tool wrote a "snake game"?')) == [
+        "Write a cli snake game"
+    ]
     assert contents(client.messages.search_text(memory, '"game snake"')) == []
-    assert contents(client.messages.search_text(memory, "python 贪吃蛇 -java")) == ["用Python写贪吃蛇"]
+    assert contents(client.messages.search_text(memory, 'snake -"snake game"')) == ["a snake hid in the game room"]
+    assert contents(client.messages.search_text(memory, "payment -load")) == []
+    assert contents(client.messages.search_text(memory, "payment snake -load")) == [
+        "a snake hid in the game room",
+        "Write a cli snake game",
+    ]
+    both = ["用Python写贪吃蛇", "请编写一个命令行贪吃蛇游戏"]
+    assert contents(client.messages.search_text(memory, "python 贪吃蛇 -java"))[:2] == both  # optional words
     assert contents(client.messages.search_text(memory, '"python" 贪吃蛇')) == ["用Python写贪吃蛇"]
+    assert contents(client.messages.search_text(memory, '"贪吃蛇游戏"')) == ["请编写一个命令行贪吃蛇游戏"]
+    assert contents(client.messages.search_text(memory, "-snake")) == []  # only an exclusion: nothing asked
+    # AND or OR in capitals: boolean search (websearch rules), every bare word required.
+    assert contents(client.messages.search_text(memory, "snake AND payment")) == []
+    assert len(contents(client.messages.search_text(memory, "snake OR payment"))) == 3
     assert contents(client.messages.search_text(memory, "java AND 贪吃蛇")) == []
+    assert contents(client.messages.search_text(memory, "python AND 贪吃蛇")) == ["用Python写贪吃蛇"]
     # Nothing to look for: punctuation, or stop words only.
     assert contents(client.messages.search_text(memory, "，。！")) == []
     assert contents(client.messages.search_text(memory, "what is it?")) == []
@@ -215,11 +234,15 @@ def test_the_tsvector_of_a_message(dsn: str) -> None:
         many = "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(100_000))
         size = conn.execute("SELECT pg_column_size(pgmem.fts_document(%s))", (many,)).fetchone()[0]  # type: ignore[index]
         assert size < 1 << 20
-        # Queries: plain words and CJK bigrams ORed; in search syntax, English words through websearch AND a
-        # CJK bigram; a run of one character as itself.
+        # Queries: plain words and CJK bigrams ORed; a quoted phrase required (every bigram of a CJK one);
+        # in boolean search, English words through websearch AND a CJK bigram; a run of one character as itself.
         query = conn.execute("SELECT pgmem.fts_query(%s)::text", ("python 贪吃蛇",)).fetchone()[0]  # type: ignore[index]
         assert query == "'python' | '吃蛇' | '贪吃'"
         query = conn.execute("SELECT pgmem.fts_query(%s)::text", ('"python" 贪吃蛇',)).fetchone()[0]  # type: ignore[index]
+        assert query == "'python'"
+        query = conn.execute("SELECT pgmem.fts_query(%s)::text", ('"贪吃蛇" -java',)).fetchone()[0]  # type: ignore[index]
+        assert query == "'吃蛇' & '贪吃' & !'java'"
+        query = conn.execute("SELECT pgmem.fts_query(%s)::text", ("python AND 贪吃蛇",)).fetchone()[0]  # type: ignore[index]
         assert query == "'python' & ( '吃蛇' | '贪吃' )"
         # A lexeme holding a quote or a backslash is quoted, not parsed.
         query = conn.execute("SELECT pgmem.fts_query(%s)::text", ("e-mail o'brien back\\slash",)).fetchone()[0]  # type: ignore[index]
