@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,7 +12,8 @@ from rich.table import Table
 from pgmem.checks import check_key, check_namespace
 from pgmem.errors import InvalidInput, PgmemError, redact
 from pgmem.ops import server as _server
-from pgmem.ops.tables import print_table as _print_table
+from pgmem.ops.cli_parts import cutoff as _cutoff
+from pgmem.ops.cli_parts import print_table as _print_table
 from pgmem.settings import get_settings
 
 # Typer's rich tracebacks show every frame's local variables by default: a DSN among them, with its password.
@@ -226,25 +225,6 @@ def retention_run(
     console.print(
         f"removed {total} rows in {len(removed)} namespace{'' if len(removed) == 1 else 's'}", highlight=False
     )
-
-
-_AGE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$", re.IGNORECASE)
-_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def _cutoff(text: str | None, option: str) -> timedelta | datetime | None:
-    """A purge's cutoff: an age (``90s``, ``15m``, ``2h``, ``7d``, ``1w``; measured on the server's clock) or
-    an ISO 8601 time (UTC when it has no offset)."""
-    if text is None:
-        return None
-    match = _AGE_RE.match(text)
-    if match:
-        return timedelta(seconds=float(match.group(1)) * _AGE_UNITS[match.group(2).lower()])
-    try:
-        moment = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise InvalidInput(f"{option} takes an age (90s, 15m, 2h, 7d, 1w) or an ISO 8601 time, got {text!r}") from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _age_option(name: str, what: str) -> Any:
@@ -548,6 +528,23 @@ def eval_(
     console.print(report.table(), highlight=False, markup=False)
     if json_out is not None:
         json_out.write_text(json.dumps(report.as_dict(), indent=2) + "\n", encoding="utf-8")
+
+
+@app.command()
+def mcp(
+    dsn: DsnOption = None,
+    namespace: Annotated[str, typer.Option("--namespace", "-n", help="The namespace served.")] = "default",
+    transport: Annotated[str, typer.Option(help="stdio, or http (streamable, at /mcp).")] = "stdio",
+    host: Annotated[str, typer.Option(help="HTTP: the address.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="HTTP: the port.")] = 8000,
+    vectors: Annotated[bool, typer.Option(help="Embed what remember stores (PGMEM_EMBEDDER).")] = True,
+) -> None:
+    """Serve one namespace's memory to MCP clients: remember, search, recent, list_memories, forget."""
+    try:
+        from pgmem.ops.mcp import serve
+    except ImportError as exc:  # the extra is missing
+        raise InvalidInput(f"the MCP server needs the mcp package: pip install 'pgmem[mcp]' ({exc.name})") from None
+    serve(_dsn(dsn), namespace, transport=transport, host=host, port=port, vectors=vectors)  # type: ignore[arg-type]
 
 
 @app.command()
