@@ -1,6 +1,7 @@
 -- Named queries of the item repository (pgmem._async.items, `client.items`): key-value items at
 -- (namespace, path, key) with an optional TTL, and their vectors per embedding model. Searches are
--- composed per filter shape in pgmem.planning.items.
+-- composed per filter shape in pgmem.planning.search.items; the exact-or-index choice is the planner's
+-- (pgmem._async.search_planner), shared with message search.
 --
 -- A path is a text[] compared in collation "C": the paths under a prefix P are the range
 -- [P, P with U+0001 after its last label) of the primary key. Batch statements take paths as JSON
@@ -117,7 +118,3 @@ SELECT DISTINCT CASE WHEN %(max_depth)s::int IS NULL THEN m.path ELSE m.path[1:%
 FROM matching AS m
 ORDER BY 1
 LIMIT %(limit)s OFFSET %(offset)s;
-
--- name: vector_rows
--- How many item vectors there are (planner statistics; 0 before the first ANALYZE).
-SELECT greatest(reltuples, 0)::float8 FROM pg_class WHERE oid = 'pgmem.item_vectors'::regclass;

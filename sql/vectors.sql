@@ -243,8 +243,10 @@ SELECT vec_rev FROM pgmem.memories WHERE namespace = $1::text AND key = $2::text
 SELECT vec_rev FROM pgmem.memories WHERE namespace = %(ns)s AND key = %(memory)s;
 
 -- name: vector_rows
--- How many vectors are stored (planner statistics: no scan), for the exact-or-index choice.
-SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = 'pgmem.embeddings'::regclass;
+-- How many vectors a search table stores (planner statistics, 0 before the first ANALYZE: no scan), for
+-- the exact-or-index choice (pgmem._async.search_planner): %(table)s is pgmem.embeddings for messages,
+-- pgmem.item_vectors for the item store.
+SELECT greatest(reltuples, 0)::float8 FROM pg_class WHERE oid = %(table)s::regclass;
 
 -- name: log_retrieval
 -- One search answered by the FAISS cache (pgmem.cache), recorded in the retrieval log (opt-in).
@@ -252,11 +254,12 @@ INSERT INTO pgmem.retrieval_log (namespace, kind, memory, label, query, k, messa
 VALUES (%(ns)s, %(kind)s, %(memory)s, %(label)s, %(query)s, %(k)s, %(ids)s::text[], %(scores)s::float8[]);
 
 -- name: stale_statistics
--- The search tables whose planner statistics are far behind them: modified since their last ANALYZE by
--- more than 500 rows and by more rows than they held then. Statistics taken from a table of a handful of
--- rows call every column unique, and Postgres then probes a whole namespace for every HNSW candidate.
+-- The search tables (%(tables)s: a search's, pgmem.planning.search.plan.Corpus) whose planner statistics
+-- are far behind them: modified since their last ANALYZE by more than 500 rows and by more rows than they
+-- held then. Statistics taken from a table of a handful of rows call every column unique, and Postgres
+-- then probes a whole namespace for every HNSW candidate.
 SELECT s.relname::text FROM pg_stat_user_tables AS s JOIN pg_class AS c ON c.oid = s.relid
-WHERE s.schemaname = 'pgmem' AND s.relname IN ('messages', 'memory_entries', 'embeddings')
+WHERE s.schemaname = 'pgmem' AND s.relname = ANY(%(tables)s::text[])
   AND c.reltuples >= 0 AND s.n_mod_since_analyze > greatest(500, c.reltuples)
 ORDER BY 1;
 

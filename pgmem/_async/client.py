@@ -294,6 +294,21 @@ class AsyncClient:
         """The DSN the client connects with, for display: its password replaced by ``***``."""
         return None if self._conninfo is None else redact(self._conninfo)
 
+    def secret_conninfo(self) -> str | None:
+        """The DSN the client connects with, password included, for opening connections of your own beside
+        the client's (the FAISS cache's listener and reader do). :func:`pgmem.connect` always sets it (for a
+        caller's pool or connection, from what libpq used to open it); None only for a client constructed
+        without one.
+
+        It is a secret: pass it to a driver, never log, print or store it (display :attr:`conninfo`, which
+        masks the password). A method rather than a property so that nothing that lists or renders a client's
+        attributes (a debugger, a ``repr``) comes across it.
+
+        Example:
+            >>> conn = psycopg.connect(client.secret_conninfo() or "")
+        """
+        return self._conninfo
+
     @property
     def embedder(self) -> Embedder:
         """The client's embedding provider (created from the settings on first use when not given)."""

@@ -1,5 +1,5 @@
 """Session state of the connections a client uses: the role and pgvector's types. (The HNSW settings of a
-search are local to its statement's transaction: see :func:`pgmem._async.searcher.hnsw_settings`.)"""
+search are local to its statement's transaction: see :func:`pgmem._async.search_planner.hnsw_settings`.)"""
 
 from __future__ import annotations
 

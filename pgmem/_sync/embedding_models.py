@@ -88,12 +88,23 @@ class ModelRegistry(Repository):
 
     def query_vectors(self, model: EmbeddingModel, texts: Sequence[str], embedder: Embedder | None) -> Vectors:
         """Embed search texts with ``model`` (``embedder``, else the one this client has for it)."""
-        chosen = embedder or self.embedder_for(model.name, model.dimension)
-        if chosen is None:
-            raise EmbeddingError(f"no embedder for model {model.name!r} in this client; pass embedder=")
         for text in texts:
             if not isinstance(text, str):
                 raise InvalidInput(f"a search text must be a string, not {type(text).__name__}")
+        return self.embed(model, texts, embedder)
+
+    def embed(self, model: EmbeddingModel, texts: Sequence[str], embedder: Embedder | None = None) -> Vectors:
+        """Vectors of ``texts`` (strings) for ``model``, one call of ``embedder`` (else the one this client
+        has for the model), checked (:func:`pgmem.embeddings.check_vectors`: one per text, of the model's
+        dimension, finite).
+
+        Raises:
+            EmbeddingError: no embedder for the model, the embedder failed, or it returned vectors of
+                another number or dimension.
+        """
+        chosen = embedder if embedder is not None else self.embedder_for(model.name, model.dimension)
+        if chosen is None:
+            raise EmbeddingError(f"no embedder for model {model.name!r} in this client; pass embedder=")
         return check_vectors(chosen.embed(list(texts)), len(texts), model.dimension, model.name)
 
     # -- models -------------------------------------------------------------------------------------
@@ -154,7 +165,9 @@ class ModelRegistry(Repository):
         connection: Connection[Any] | None = None,
         wait: bool = True,
     ) -> bool:
-        """Make sure ``model``'s HNSW index on ``pgmem.<table>`` exists and is valid; True when it is.
+        """Make sure ``model``'s HNSW index on ``pgmem.<table>`` (``embeddings``, the messages' vectors, or
+        ``item_vectors``, the item store's) exists and is valid; True when it is. ``name``: the index's
+        (default :meth:`EmbeddingModel.table_index_name`).
 
         ``CREATE INDEX CONCURRENTLY`` runs outside any transaction, so it never blocks writes to the table
         (a plain CREATE INDEX holds a SHARE lock, which stops every tenant's embedding inserts until it
@@ -167,7 +180,7 @@ class ModelRegistry(Repository):
         no DSN of the tables' owner (a login of the application role): it warns once, searches of the model
         stay exact, and ``pgmem migrate`` builds the index.
         """
-        name = name or model.index_name
+        name = name or model.table_index_name(table)
         if name in self._indexed:
             return True
         with self._client.connection(connection) as conn:

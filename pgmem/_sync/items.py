@@ -1,13 +1,16 @@
 # Generated from pgmem/_async by tools/gen_sync.py: edit the async source, then regenerate.
 """The item repository (``client.items``): a key-value store of JSON items at ``(path, key)`` with TTLs
 and vector search over their texts, in ``pgmem.items`` and ``pgmem.item_vectors``. LangGraph's
-``BaseStore`` adapter (:mod:`pgmem.integrations.langgraph`) is built on it."""
+``BaseStore`` adapter (:mod:`pgmem.integrations.langgraph`) is built on it.
+
+Its search is message search's wing, not a copy of it: the client's one model registry and one planner
+(``client.vectors.registry`` and ``.planner``, used through their public methods; an import contract in
+pyproject.toml keeps this module off their modules) and the statements of
+:mod:`pgmem.planning.search.items`."""
 
 from __future__ import annotations
 
-import math
 import random
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, LiteralString
 
@@ -17,21 +20,20 @@ from psycopg.pq import PipelineStatus, TransactionStatus
 from pgmem._acompat import Event, event_wait
 from pgmem._sync import scope
 from pgmem._sync.base import Repository
-from pgmem._sync.embedding_models import ModelRegistry
-from pgmem._sync.search_planner import COUNT_TTL
-from pgmem._sync.searcher import hnsw_settings
-from pgmem._sync.sessions import SESSION_EF_SEARCH
 from pgmem.checks import check_query_text, dump_json
-from pgmem.embeddings import Embedder, check_query_vector, check_vectors
+from pgmem.embeddings import Embedder, check_query_vector
 from pgmem.errors import Conflict, InvalidInput, translate
 from pgmem.planning import items as plan
 from pgmem.planning import statements
 from pgmem.planning.items import ItemWrite
 from pgmem.planning.rows import ItemHitRow, ItemRow
-from pgmem.planning.search import EmbeddingModel
+from pgmem.planning.search import EmbeddingModel, check_exact_limit, check_mode
+from pgmem.planning.search.plan import ITEMS
 
 if TYPE_CHECKING:
     from pgmem._sync.client import Client
+    from pgmem._sync.embedding_models import ModelRegistry
+    from pgmem._sync.search_planner import SearchPlanner
 
 __all__ = ["WRITE_ATTEMPTS", "ItemRepository", "ItemWrite"]
 
@@ -40,9 +42,6 @@ Q = statements.load("items")
 #: How many times a batch of writes runs when a concurrent batch made it a deadlock victim (or a
 #: serialization failure); only for transactions the repository owns.
 WRITE_ATTEMPTS = 8
-#: The largest ``ef_search`` (and so ``offset + limit`` worth of vectors) an index scan serves; deeper
-#: pages are searched exactly.
-MAX_EF_SEARCH = 1000
 
 #: How many of the namespace's newest items a search without a query reads first (at least 20 per item of
 #: ``offset + limit``), before it sorts every item that passes its filters.
@@ -77,10 +76,9 @@ class ItemRepository(Repository):
 
     def __init__(self, client: Client) -> None:
         super().__init__(client)
-        self._registry = ModelRegistry(client)
-        self._indexed: set[int] = set()
-        self._counts: dict[Any, tuple[int, float]] = {}
-        self._vector_rows: tuple[float, float] | None = None
+        wing = client.vectors  # the client's one registry and one planner, shared with message search
+        self._registry: ModelRegistry = wing.registry
+        self._planner: SearchPlanner = wing.planner
 
     # -- models -------------------------------------------------------------------------------------
 
@@ -89,10 +87,8 @@ class ItemRepository(Repository):
         the item vectors, once per process; return it (a model is its name, dimension and distance: items
         written with one distance are searched with that one)."""
         model = self._registry.register(embedder, distance=distance)
-        if model.id not in self._indexed:
-            # built concurrently (writes go on), as the registry builds the messages' index
-            if self._registry.build_index(model, "item_vectors", plan.index_name(model)):
-                self._indexed.add(model.id)
+        # built concurrently (writes go on), as the registry builds the messages' index (once: it remembers)
+        self._registry.build_index(model, "item_vectors")
         return model
 
     # -- writes -------------------------------------------------------------------------------------
@@ -184,9 +180,7 @@ class ItemRepository(Repository):
             if embedder is None:
                 raise InvalidInput("texts to embed need an embedder")
             model = self.model(embedder, distance)
-            vectors = list(
-                check_vectors(embedder.embed(texts_in_order), len(texts_in_order), model.dimension, model.name)
-            )
+            vectors = list(self._registry.embed(model, texts_in_order, embedder))
         upsert_params = {
             "ns": self.namespace,
             "paths": plan.paths_json([k[0] for k in upserts]),
@@ -345,17 +339,19 @@ class ItemRepository(Repository):
         is embedded with ``embedder``; ``vector`` is taken as is, ``embedder`` naming its model): the
         items with vectors of that model and ``distance``, best first, an item scoring as its best vector
         (the scores of LangGraph's ``PostgresStore``: cosine similarity, ``-`` Euclidean distance for
-        ``"l2"``, the inner product for ``"inner_product"``). A search (the namespace filters it, whatever
-        else does) is exact when few items pass (``exact_limit``, default ``8 * sqrt(item vectors)``,
-        counted once per COUNT_TTL seconds), else an iterative HNSW scan with the filters applied during
-        the scan; a scan that comes back short is followed by the exact search, so every page holds
-        ``limit`` items whenever that many match, at any ``offset``.
+        ``"l2"``, the inner product for ``"inner_product"``). The client's planner chooses, as for message
+        search (:class:`~pgmem._async.search_planner.AsyncSearchPlanner`): a search (the namespace filters
+        it, whatever else does) is exact when few items pass (``exact_limit``, default ``8 * sqrt(item
+        vectors)``, counted once per few seconds) or it pages deeper than an index scan serves, else an
+        iterative HNSW scan with the filters applied during the scan; a scan that comes back short is
+        followed by the exact search, so every page holds ``limit`` items whenever that many match, at any
+        ``offset``.
         ``vectors_per_item``: how many vectors an item usually has (the scan reads that many per hit).
         ``mode``: ``auto``, ``exact`` or ``ann``.
         """
         limit, offset = plan.check_page(limit, offset)
-        if mode not in ("auto", "exact", "ann"):
-            raise InvalidInput(f"mode must be 'auto', 'exact' or 'ann', got {mode!r}")
+        check_mode(mode)
+        check_exact_limit(exact_limit)
         pre = plan.check_path(prefix, "prefix", empty=True)
         shape, filter_params = plan.check_filter(filter)
         if isinstance(query, str):
@@ -380,23 +376,29 @@ class ItemRepository(Repository):
         if vector is None:
             if not isinstance(query, str):
                 raise InvalidInput(f"a query must be a string, got {type(query).__name__}")
-            vector = check_vectors(embedder.embed([query]), 1, model.dimension, model.name)[0]
+            vector = (self._registry.embed(model, [query], embedder))[0]
         params["q"] = check_query_vector(vector, model.dimension)
         if limit == 0:
             return []
         n = (offset + limit) * max(1, int(vectors_per_item))
         strategy = mode
         if strategy == "auto":
-            if n > MAX_EF_SEARCH:
-                strategy = "exact"
-            else:
-                # With no filter but the namespace too: the index holds every namespace's item vectors of
-                # the model, and a small namespace is searched exactly rather than walked for.
-                strategy = self._strategy(pre, shape, filter_params, omit, exact_limit, connection)
+            self._planner.fresh_statistics(connection, ITEMS)
+            # With no filter but the namespace too: the index holds every namespace's item vectors of the
+            # model, and a small namespace is searched exactly rather than walked for.
+            strategy = self._planner.choose(
+                ITEMS,
+                (pre, tuple(sorted(filter_params.items())), shape, omit),
+                plan.count_statement(bool(pre), shape, omit),
+                {**plan.path_params(pre), **filter_params},
+                exact_limit,
+                connection,
+                depth=n,
+            )
         if strategy == "ann":
             text = plan.search_statement("ann", bool(pre), shape, omit, model, n)
-            ef = max(SESSION_EF_SEARCH, min(model.depth(n), MAX_EF_SEARCH))
-            rows = self._hits(text, params, ef, connection, prepare=not shape and not omit)
+            settings = self._planner.scan_settings(strategy, model.depth(n))
+            rows = self._hits(text, params, settings, connection, prepare=not shape and not omit)
             if len(rows) == limit or mode == "ann":
                 return self._found(rows, refresh, connection)
             # Short: the scan ran out (max_scan_tuples) or items have more vectors than expected.
@@ -426,13 +428,13 @@ class ItemRepository(Repository):
         self,
         text: LiteralString,
         params: dict[str, Any],
-        ef: int | None,
+        settings: dict[str, str] | None,
         connection: Connection[Any] | None,
         *,
         prepare: bool = False,
     ) -> list[tuple[Any, ...]]:
-        """Run a search statement. ``ef``: an HNSW scan with iterative scans on and at least this
-        ``ef_search``, both settings local to the statement's transaction, sent with its namespace.
+        """Run a search statement. ``settings``: an HNSW scan's (the planner's, iterative scans on), local
+        to the statement's transaction, sent with its namespace.
 
         Unprepared unless ``prepare`` (then from its second run, the server's plan cache deciding
         between generic and custom plans). A generic plan knows neither the prefix nor the filter values:
@@ -442,7 +444,6 @@ class ItemRepository(Repository):
         subplan, the items probed) has one plan whatever the values, and saves its planning (~0.25 ms at
         34k items)."""
         params["ns"] = self.namespace
-        settings = None if ef is None else hnsw_settings(ef)
         with translate():
             with self._client.connection(connection) as conn:
                 if "q" in params:
@@ -450,43 +451,3 @@ class ItemRepository(Repository):
                 return scope.rows(
                     conn, self.namespace, text, params, prepare=None if prepare else False, settings=settings
                 )
-
-    def _strategy(
-        self,
-        prefix: tuple[str, ...],
-        shape: tuple[tuple[str, str], ...],
-        filter_params: dict[str, Any],
-        omit_expired: bool,
-        exact_limit: int | None,
-        connection: Connection[Any] | None,
-    ) -> str:
-        """``exact`` when at most ``exact_limit`` items pass the filters (counted no further, remembered
-        for COUNT_TTL seconds: a stale count only picks the slower strategy for a while), else ``ann``."""
-        if exact_limit is None:
-            exact_limit = self._default_exact_limit(connection)
-        key = (prefix, tuple(sorted(filter_params.items())), shape, omit_expired, exact_limit)
-        now = time.monotonic()
-        known = self._counts.get(key)
-        if known is None or now - known[1] > COUNT_TTL:
-            params = {"exact_limit": exact_limit, **plan.path_params(prefix), **filter_params, "ns": self.namespace}
-            with translate():
-                with self._client.connection(connection) as conn:
-                    cur = scope.execute(
-                        conn, self.namespace, plan.count_statement(bool(prefix), shape, omit_expired), params
-                    )
-                    row = cur.fetchone()
-            known = (int(row[0]) if row else 0, now)
-            if len(self._counts) > 10_000:
-                self._counts.clear()
-            self._counts[key] = known
-        return "exact" if known[0] <= exact_limit else "ann"
-
-    def _default_exact_limit(self, connection: Connection[Any] | None) -> int:
-        """``8 * sqrt(N)`` items, N the item vectors (planner statistics, re-read every minute), between
-        500 and 20,000: where an exact search and an iterative index scan cost the same
-        (:meth:`pgmem._async.search_planner.AsyncSearchPlanner._default_exact_limit`)."""
-        now = time.monotonic()
-        if self._vector_rows is None or now - self._vector_rows[1] > 60:
-            rows = float(self._scalar("vector_rows", {}, connection) or 0.0)
-            self._vector_rows = (rows, now)
-        return int(min(20_000, max(500, 8 * math.sqrt(self._vector_rows[0]))))

@@ -1,40 +1,48 @@
 # Generated from pgmem/_async by tools/gen_sync.py: edit the async source, then regenerate.
-"""Search planning: which strategy a search takes, and the planner statistics it relies on."""
+"""Search planning for message search and item search alike: which strategy a search takes (exact or the
+HNSW index), the settings of an index scan, and the planner statistics both rely on. The rule's numbers
+and what each kind of search reads are :mod:`pgmem.planning.search.plan` (no I/O); this counts and reads."""
 
 from __future__ import annotations
 
 import logging
 import math
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Hashable, Mapping
+from typing import TYPE_CHECKING, Any, LiteralString
 
 from psycopg import Connection, errors, sql
 
 from pgmem._sync import scope
 from pgmem._sync.base import Repository
+from pgmem._sync.sessions import SESSION_EF_SEARCH
 from pgmem.errors import translate
 from pgmem.planning import statements
 from pgmem.planning.rows import AnalyzeLockRow
 from pgmem.planning.search import EmbeddingModel, SearchFilters, statement
+from pgmem.planning.search.plan import (
+    COUNT_TTL,
+    MAX_EF_SEARCH,
+    MESSAGES,
+    STATISTICS_CHECK_INTERVAL,
+    VECTOR_ROWS_TTL,
+    Corpus,
+    default_exact_limit,
+)
 
 if TYPE_CHECKING:
     from pgmem._sync.client import Client
 
-__all__ = ["ANALYZE_LOCK_KEY", "COUNT_TTL", "STATISTICS_CHECK_INTERVAL", "SearchPlanner"]
+__all__ = [
+    "ANALYZE_LOCK_KEY",
+    "COUNT_TTL",
+    "STATISTICS_CHECK_INTERVAL",
+    "SearchPlanner",
+    "hnsw_settings",
+]
 
 Q = statements.load("vectors")
 log = logging.getLogger("pgmem.vectors")
-
-#: Seconds a filtered search remembers how many candidates its filters keep (it picks the strategy).
-COUNT_TTL = 5.0
-#: Seconds between two checks of the search tables' planner statistics by one client.
-STATISTICS_CHECK_INTERVAL = 10.0
-#: An exact search wins below ``FACTOR * sqrt(N)`` candidates, N the stored vectors (see
-#: :meth:`AsyncSearchPlanner._default_exact_limit`). A filtered search's exact scan fetches each candidate
-#: by key; one restricted by the namespace alone reads the namespace's vectors in index order, about 7x
-#: cheaper each (0.6 against 4.5 us), so it stays exact for larger namespaces.
-FILTERED_EXACT_FACTOR = 8
-NAMESPACE_EXACT_FACTOR = 20
 
 #: Key of the advisory lock under which one process analyzes the search tables.
 ANALYZE_LOCK_KEY = 0x70676D656D03
@@ -42,15 +50,16 @@ ANALYZE_LOCK_KEY = 0x70676D656D03
 
 class SearchPlanner(Repository):
     """Chooses ``exact`` or ``ann`` per search (see :mod:`pgmem.planning.search`) from remembered counts,
-    and keeps the search tables' planner statistics from falling far behind them."""
+    and keeps the search tables' planner statistics from falling far behind them. One per client, shared
+    by message search (:meth:`strategy`) and the item store's search (:meth:`choose`)."""
 
     queries = Q
 
     def __init__(self, client: Client) -> None:
         super().__init__(client)
-        self._counts: dict[tuple[SearchFilters, int, int], tuple[int, float]] = {}
-        self._vector_rows: tuple[float, float] | None = None
-        self._statistics_checked = -math.inf
+        self._counts: dict[tuple[str, Hashable, int], tuple[int, float]] = {}
+        self._vector_rows: dict[str, tuple[float, float]] = {}
+        self._statistics_checked: dict[str, float] = {}
 
     def strategy(
         self,
@@ -60,50 +69,88 @@ class SearchPlanner(Repository):
         exact_limit: int | None,
         connection: Connection[Any] | None,
     ) -> str:
-        """``exact`` or ``ann`` for this search.
-
-        The candidates are counted (no further than ``exact_limit + 1``; with no filter but the namespace,
-        the namespace's vectors of the model) and the count is remembered for :data:`COUNT_TTL` seconds: a
-        stale count can only pick the slower strategy for a while, never a wrong answer (both are
-        complete).
-        """
+        """``exact`` or ``ann`` for a message search (:meth:`choose`). The candidates are the messages that
+        pass the filters; with no filter but the namespace, the namespace's vectors of the model."""
         if mode != "auto":
             return mode
+        return self.choose(
+            MESSAGES,
+            (filters, model.id),
+            statement("count", model, filters),
+            filters.params(),
+            exact_limit,
+            connection,
+            namespace_only=not filters.filtered,
+        )
+
+    def choose(
+        self,
+        corpus: Corpus,
+        key: Hashable,
+        count: LiteralString,
+        params: Mapping[str, Any],
+        exact_limit: int | None,
+        connection: Connection[Any] | None,
+        *,
+        namespace_only: bool = False,
+        depth: int | None = None,
+    ) -> str:
+        """``exact`` when at most ``exact_limit`` candidates pass the filters (default
+        :func:`~pgmem.planning.search.plan.default_exact_limit` of ``corpus``'s vectors), else ``ann``.
+
+        ``count`` counts them no further than ``%(exact_limit)s + 1`` (with ``params`` and the namespace);
+        the count is remembered under ``key`` (what the filters are) for
+        :data:`~pgmem.planning.search.plan.COUNT_TTL` seconds: a stale count can only pick the slower
+        strategy for a while, never a wrong answer (both are complete). ``depth``: how many vectors an
+        index scan would have to yield; beyond :data:`~pgmem.planning.search.plan.MAX_EF_SEARCH` the
+        search is exact.
+        """
+        if depth is not None and depth > MAX_EF_SEARCH:
+            return "exact"
         if exact_limit is None:
-            exact_limit = self._default_exact_limit(connection, namespace_only=not filters.filtered)
-        key = (filters, exact_limit, model.id)
+            exact_limit = self._default_exact_limit(corpus, connection, namespace_only=namespace_only)
+        memo = (corpus.name, key, exact_limit)
         now = time.monotonic()
-        known = self._counts.get(key)
+        known = self._counts.get(memo)
         if known is None or now - known[1] > COUNT_TTL:
-            params = {"ns": self.namespace, "exact_limit": exact_limit, **filters.params()}
+            bound = {**params, "ns": self.namespace, "exact_limit": exact_limit}
             with translate():
                 with self._client.connection(connection) as conn:
-                    found = scope.rows(conn, self.namespace, statement("count", model, filters), params)
+                    found = scope.rows(conn, self.namespace, count, bound)
             known = (int(found[0][0]) if found else 0, now)
             if len(self._counts) > 10_000:
                 self._counts.clear()
-            self._counts[key] = known
+            self._counts[memo] = known
         return "exact" if known[0] <= exact_limit else "ann"
 
-    def fresh_statistics(self, connection: Connection[Any] | None) -> None:
-        """Analyze the search tables when their planner statistics are far behind them.
+    @staticmethod
+    def scan_settings(strategy: str, depth: int) -> dict[str, str] | None:
+        """The settings a search of ``strategy`` runs with: none for ``exact`` (no index scan), else
+        :func:`hnsw_settings` for an index scan that yields ``depth`` vectors."""
+        return None if strategy == "exact" else hnsw_settings(depth)
+
+    def fresh_statistics(self, connection: Connection[Any] | None, corpus: Corpus = MESSAGES) -> None:
+        """Analyze ``corpus``'s tables when their planner statistics are far behind them.
 
         Autovacuum analyzes a table once it has changed by 10% and the launcher visits the database (every
         minute by default). Until then, statistics taken while a table held a few rows call every column
         unique, and a filtered HNSW search probed a whole namespace per candidate instead of one message
-        (seconds per search). Each client checks at most every :data:`STATISTICS_CHECK_INTERVAL` seconds
-        (one read of the statistics views), on its own connections only, never in a caller's transaction;
-        one process analyzes at a time and none waits on another's lock for long (autovacuum may hold it).
+        (seconds per search). Each client checks each corpus at most every
+        :data:`~pgmem.planning.search.plan.STATISTICS_CHECK_INTERVAL` seconds (one read of the statistics
+        views), on its own connections only, never in a caller's transaction; one process analyzes at a
+        time and none waits on another's lock for long (autovacuum may hold it).
         """
         now = time.monotonic()
-        if connection is not None or now - self._statistics_checked < STATISTICS_CHECK_INTERVAL:
+        if connection is not None or now - self._statistics_checked.get(corpus.name, -math.inf) < (
+            STATISTICS_CHECK_INTERVAL
+        ):
             return
         if not self._client.owns_transactions:
             return  # a client on the caller's single connection: not ours to analyze from
-        self._statistics_checked = now
+        self._statistics_checked[corpus.name] = now
         with translate():
             with self._client.connection() as conn:
-                cur = conn.execute(Q["stale_statistics"])
+                cur = conn.execute(Q["stale_statistics"], {"tables": list(corpus.tables)})
                 stale = [row[0] for row in cur.fetchall()]
                 if not stale:
                     return
@@ -118,22 +165,30 @@ class SearchPlanner(Repository):
                 except errors.LockNotAvailable:
                     log.debug("statistics of %s not refreshed: a vacuum or analyze holds the table", stale)
 
-    def _default_exact_limit(self, connection: Connection[Any] | None, *, namespace_only: bool) -> int:
-        """``8 * sqrt(N)`` candidates for a filtered search, ``20 * sqrt(N)`` for one restricted by the
-        namespace alone, N the number of stored vectors (planner statistics, re-read every minute); at least
-        500, at most 20,000 (50,000 for the namespace).
-
-        A filtered exact search costs about 4.5 µs per candidate (a primary-key fetch and a distance), an
-        exact scan of a namespace's vectors about 0.6 µs; an iterative index scan under a filter that keeps
-        a fraction s of the rows costs about 0.3 ms / s (measured on 34k MiniLM vectors,
-        benchmarks/vectors.py parts B and N). They break even at s = 8.2 / sqrt(N) and 22 / sqrt(N).
-        """
+    def _default_exact_limit(
+        self, corpus: Corpus, connection: Connection[Any] | None, *, namespace_only: bool
+    ) -> int:
+        """:func:`~pgmem.planning.search.plan.default_exact_limit` of the number of ``corpus``'s vectors
+        (planner statistics, re-read every :data:`~pgmem.planning.search.plan.VECTOR_ROWS_TTL` seconds)."""
         now = time.monotonic()
-        if self._vector_rows is None or now - self._vector_rows[1] > 60:
+        known = self._vector_rows.get(corpus.name)
+        if known is None or now - known[1] > VECTOR_ROWS_TTL:
             with translate():
                 with self._client.connection(connection) as conn:
-                    cur = conn.execute(Q["vector_rows"])
+                    cur = conn.execute(Q["vector_rows"], {"table": corpus.vectors_table})
                     row = cur.fetchone()
-            self._vector_rows = (max(0.0, float(row[0]) if row else 0.0), now)
-        factor, cap = (NAMESPACE_EXACT_FACTOR, 50_000) if namespace_only else (FILTERED_EXACT_FACTOR, 20_000)
-        return int(min(cap, max(500, factor * math.sqrt(self._vector_rows[0]))))
+            known = self._vector_rows[corpus.name] = (max(0.0, float(row[0]) if row else 0.0), now)
+        return default_exact_limit(known[0], namespace_only=namespace_only)
+
+
+def hnsw_settings(ef: int) -> dict[str, str]:
+    """The settings of an HNSW index scan that wants ``ef`` candidates (at least :data:`SESSION_EF_SEARCH`,
+    at most :data:`~pgmem.planning.search.plan.MAX_EF_SEARCH`), with iterative scans on: on for every index
+    scan, since the namespace filters even a search with no other filter (the index holds every tenant's
+    vectors of the model). They are local to the statement's transaction and go in the statement that sets
+    the namespace (:func:`pgmem._async.scope.rows`): no session state, nothing for a distributed planner to
+    miss on its workers, no extra round trip."""
+    return {
+        "hnsw.iterative_scan": "relaxed_order",
+        "hnsw.ef_search": str(max(SESSION_EF_SEARCH, min(ef, MAX_EF_SEARCH))),
+    }

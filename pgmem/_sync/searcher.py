@@ -13,8 +13,8 @@ from psycopg import Connection
 from pgmem._sync import scope
 from pgmem._sync.base import Repository
 from pgmem._sync.embedding_models import ModelRegistry
-from pgmem._sync.search_planner import SearchPlanner
-from pgmem._sync.sessions import SESSION_EF_SEARCH, Sessions
+from pgmem._sync.search_planner import SearchPlanner, hnsw_settings
+from pgmem._sync.sessions import Sessions
 from pgmem.checks import check_query_text, check_query_texts
 from pgmem.embeddings import Embedder, Vectors
 from pgmem.errors import InvalidInput, translate
@@ -43,7 +43,7 @@ from pgmem.planning.search import (
 if TYPE_CHECKING:
     from pgmem._sync.client import Client
 
-__all__ = ["Searcher", "hnsw_settings"]
+__all__ = ["Searcher", "hnsw_settings"]  # hnsw_settings: the planner's, re-exported
 
 
 Rows = list[tuple[Any, ...]]
@@ -55,8 +55,7 @@ class _Plan:
 
     statement: Any
     params: list[dict[str, Any]]
-    iterative: bool | None
-    ef: int
+    settings: dict[str, str] | None  # an index scan's (AsyncSearchPlanner.scan_settings), None for an exact search
 
 
 class Searcher(Repository):
@@ -120,8 +119,7 @@ class Searcher(Repository):
             return _Plan(
                 statement("vector", model, filters, strategy, k, threshold is not None, logged=logged),
                 [{**base, "q": q} for q in qs],
-                _iterative(strategy),
-                model.depth(k),
+                self._planner.scan_settings(strategy, model.depth(k)),
             )
 
         (rows,) = self._run(
@@ -183,8 +181,7 @@ class Searcher(Repository):
             return _Plan(
                 statement("batch", model, filters, strategy, k, logged=logged),
                 [params],
-                _iterative(strategy),
-                model.depth(k),
+                self._planner.scan_settings(strategy, model.depth(k)),
             )
 
         (rows,) = self._run(
@@ -249,8 +246,7 @@ class Searcher(Repository):
             return _Plan(
                 statement("hybrid", model, filters, strategy, logged=logged),
                 [params],
-                _iterative(strategy),
-                model.depth(depth),
+                self._planner.scan_settings(strategy, model.depth(depth)),
             )
 
         (rows,) = self._run(filters, [text], None, embedder, "auto", None, plan, connection)
@@ -306,34 +302,17 @@ class Searcher(Repository):
     def _execute(self, plan: _Plan, connection: Connection[Any] | None) -> list[Rows]:
         """Run a search statement once per parameter set on one connection.
 
-        ``plan.iterative``: whether the statement scans an HNSW index (with iterative scans: at least the
-        namespace filters it), or None (no index scan). An index scan's settings, ``hnsw.iterative_scan``
-        and ``hnsw.ef_search``, are local to the statement's transaction and go in the statement that sets
-        the namespace (:func:`pgmem._async.scope.rows`): no session state, nothing for a distributed
-        planner to miss on its workers, no extra round trip.
+        ``plan.settings``: an index scan's (:func:`pgmem._async.search_planner.hnsw_settings`), local to
+        the statement's transaction and sent with it, or None (no index scan).
         """
         replicas = self._client.replicas
         if connection is None and replicas is not None and not self._client.retrieval_log:
             # A read (the retrieval log writes): on a replica that has the client's writes, else the primary.
             return replicas.run(lambda conn: self._execute(plan, conn))
-        settings = None if plan.iterative is None else hnsw_settings(plan.ef)
         out: list[Rows] = []
         with translate():
             with self._client.connection(connection) as conn:
                 self._sessions.ready(conn)
                 for p in plan.params:
-                    out.append(scope.rows(conn, self.namespace, plan.statement, p, settings=settings))
+                    out.append(scope.rows(conn, self.namespace, plan.statement, p, settings=plan.settings))
         return out
-
-
-def hnsw_settings(ef: int) -> dict[str, str]:
-    """The settings of an HNSW index scan that wants ``ef`` candidates (at least :data:`SESSION_EF_SEARCH`,
-    at most 1,000), with iterative scans on."""
-    return {"hnsw.iterative_scan": "relaxed_order", "hnsw.ef_search": str(max(SESSION_EF_SEARCH, min(ef, 1000)))}
-
-
-def _iterative(strategy: str) -> bool | None:
-    """What a search wants of ``hnsw.iterative_scan`` (see :meth:`AsyncSearcher._execute`): on for every
-    index scan, since the namespace filters even a search with no other filter (the index holds every
-    tenant's vectors of the model)."""
-    return None if strategy == "exact" else True

@@ -5,6 +5,8 @@ The work is done by objects with one job each, wired here: the model registry
 (:mod:`~pgmem._async.embedding_models`), which the embedding outbox and its worker
 (:mod:`~pgmem._async.outbox`) and the searcher (:mod:`~pgmem._async.searcher`, with its planner
 :mod:`~pgmem._async.search_planner`) both receive; the retrieval log (:mod:`~pgmem._async.retrieval_log`).
+The item store (:mod:`~pgmem._async.items`, ``client.items``) searches with the same registry and planner
+(:attr:`AsyncVectorRepository.registry`, :attr:`AsyncVectorRepository.planner`).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from langgraph.store.memory import InMemoryStore  # noqa: E402
 from llama_index.core.llms import ChatMessage  # noqa: E402
 
 from pgmem.integrations.langgraph import AsyncPgmemStore, InvalidNamespace, PgmemStore  # noqa: E402
-from pgmem.integrations.langgraph import store as store_module  # noqa: E402
+from pgmem.integrations.langgraph import _ops as ops_module  # noqa: E402
 from pgmem.integrations.llama_index import PgmemChatStore, PgmemDBChatStore  # noqa: E402
 from pgmem.integrations.openai_agents import PgmemSession  # noqa: E402
 from tests.integration.test_langgraph_store import LetterEmbeddings  # noqa: E402
@@ -39,7 +39,7 @@ def test_namespaces_are_checked_without_langgraphs_validate_op_namespace(
     client: pgmem.Client, monkeypatch: pytest.MonkeyPatch, has_langgraph_check: bool
 ) -> None:
     if not has_langgraph_check:  # as on langgraph-checkpoint 4.1 and 4.2
-        monkeypatch.setattr(store_module, "_langgraph_validate", None)
+        monkeypatch.setattr(ops_module, "_langgraph_validate", None)
     store = PgmemStore(client)
     for bad in (("a.b",), ("",), ("a", "x\x00y"), ("a", 1)):
         with pytest.raises(InvalidNamespace) as caught:

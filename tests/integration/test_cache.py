@@ -26,8 +26,8 @@ from pgmem.cache import (
     TIME_EVERY_ABOVE,
     KernelChooser,
     VectorCache,
-    _zeros,
 )
+from pgmem.cache.entries import zeros
 from tests.integration.cache_workers import MEMORY, same
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -154,10 +154,20 @@ def test_wait_announced_reads_a_peers_write(dsn: str, client: pgmem.Client) -> N
 def test_dropped_listener_marks_everything_stale(dsn: str, client: pgmem.Client) -> None:
     client.vectors.enable("m")
     _fill(client, "m", 30)
-    with VectorCache(client) as cache, pgmem.connect(dsn, namespace="test") as other:
+    with (
+        VectorCache(client) as cache,
+        pgmem.connect(dsn, namespace="test") as other,
+        psycopg.connect(dsn, autocommit=True) as admin,
+    ):
         query = client.embedder.embed(["item 9 colour 9 shape 9"])[0]
         cache.search_vectors("m", query, 3)
-        cache.drop_connection_for_test()
+        # The listener's connection ends as a server restart or a lost network would end it. It is the one
+        # connection of this test's database whose last statement was the LISTEN (notifications need none).
+        ended = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND query = 'LISTEN \"pgmem_vectors\"'"
+        ).fetchall()
+        assert ended == [(True,)]
         deadline = time.monotonic() + 5
         while cache.connected and time.monotonic() < deadline:
             time.sleep(0.001)
@@ -199,13 +209,13 @@ def test_strict_mode_sees_a_peer_write_before_its_notification(
     """Both checks (overlapped with the search below 2,048 vectors, read before it above): a mark that
     moved (a peer committed, its NOTIFY not delivered yet) means catch up and search again, never a stale
     answer."""
-    monkeypatch.setattr(pgmem.cache, "_OVERLAP_BELOW", overlap_below)
+    monkeypatch.setattr(pgmem.cache.vector_cache, "_OVERLAP_BELOW", overlap_below)
     client.vectors.enable("m")
     _fill(client, "m", 20)
     query = client.embedder.embed(["item 2 colour 2 shape 2"])[0]
     with VectorCache(client, mode="strict") as cache, pgmem.connect(dsn, namespace="test") as peer:
         cache.search_vectors("m", query, 5)
-        cache._notified = lambda payload: None  # type: ignore[method-assign]  # notifications held back
+        cache._listener._notified = lambda payload: None  # type: ignore[method-assign]  # notifications held back
         peer.messages.add("m", Message(id="peer", content="item 2 colour 2 shape 2"))
         peer.vectors.wait()
         checks, catch_ups = cache.stats.checks, cache.stats.catch_ups
@@ -220,15 +230,15 @@ def test_strict_mode_sees_a_peer_write_before_its_notification(
 def test_strict_check_survives_a_lost_reader_connection(
     dsn: str, client: pgmem.Client, monkeypatch: pytest.MonkeyPatch, overlap_below: int
 ) -> None:
-    monkeypatch.setattr(pgmem.cache, "_OVERLAP_BELOW", overlap_below)
+    monkeypatch.setattr(pgmem.cache.vector_cache, "_OVERLAP_BELOW", overlap_below)
     client.vectors.enable("m")
     _fill(client, "m", 20)
     with VectorCache(client, mode="strict") as cache, psycopg.connect(dsn, autocommit=True) as admin:
         query = client.embedder.embed(["item 2 colour 2 shape 2"])[0]
         want = _exact(client, "m", query, 5)
         assert same(cache.search_vectors("m", query, 5)[0], want)
-        assert cache._reader is not None
-        admin.execute("SELECT pg_terminate_backend(%s)", (cache._reader.info.backend_pid,))
+        assert cache._reader.conn is not None
+        admin.execute("SELECT pg_terminate_backend(%s)", (cache._reader.conn.info.backend_pid,))
         assert same(cache.search_vectors("m", query, 5)[0], want)  # the check failed: caught up instead
         checks = cache.stats.checks
         assert same(cache.search_vectors("m", query, 5)[0], want)  # reconnected, prepared again
@@ -384,13 +394,13 @@ def test_large_entry_matrices_start_on_a_huge_page() -> None:
     starting on a 2 MB boundary (a scan on 4 KB pages took 1.6x as long); either way it is zeroed, writable,
     C-contiguous float32 (FAISS reads it by its bare pointer)."""
     for rows in (16, 600, 3000):  # 600 x 384 x 4 bytes: under 1 MB
-        matrix = _zeros(rows, 384)
+        matrix = zeros(rows, 384)
         assert matrix.shape == (rows, 384) and matrix.dtype == np.float32
         assert matrix.flags.c_contiguous and matrix.flags.writeable and not matrix.any()
         matrix[-1] = 1.0
         assert matrix.sum() == 384
     if hasattr(mmap, "MADV_HUGEPAGE"):
-        assert all(_zeros(rows, 384).ctypes.data % (2 << 20) == 0 for rows in (1000, 3000))
+        assert all(zeros(rows, 384).ctypes.data % (2 << 20) == 0 for rows in (1000, 3000))
 
 
 def test_purged_log_and_recreated_memory_reload(dsn: str, client: pgmem.Client) -> None:
@@ -664,12 +674,12 @@ def test_a_failed_approximate_build_is_counted_and_search_stays_exact(
 ) -> None:
     """The background build raises (here: out of memory): the failure is logged and counted, the memory is
     searched exactly as before, and no build is attempted again for it until a reload."""
-    import pgmem.cache
+    import pgmem.cache.approximate
 
     def fail(*args: object) -> None:
         raise MemoryError("no room for the graph")
 
-    monkeypatch.setattr(pgmem.cache._Ann, "build", staticmethod(fail))
+    monkeypatch.setattr(pgmem.cache.approximate.Ann, "build", staticmethod(fail))
     client.vectors.enable("m")
     _fill(client, "m", 60)
     query = client.embedder.embed(["item 7 colour 7 shape 0"])[0]

@@ -273,6 +273,9 @@ def test_client_conninfo_and_settings_repr_hide_the_password(dsn: str, monkeypat
     with pgmem.connect(secret_dsn, namespace="s") as client:
         assert "S3cret" not in (client.conninfo or "") and "password" in (client.conninfo or "")
         assert "S3cret" not in repr(client) and "S3cret" not in repr(client.with_namespace("t").conninfo)
+        # The one for opening connections (the FAISS cache's) keeps it.
+        assert "S3cret" in (client.secret_conninfo() or "")
+        assert client.with_namespace("t").secret_conninfo() == client.secret_conninfo()
         # The real one still opens connections: a queue consumer waits on its own LISTEN connection.
         client.queues.push("q", pgmem.Message(content="hello"))
         assert [i.message.content for i in client.queues.wait("q", timeout=5.0)] == ["hello"]
@@ -281,6 +284,7 @@ def test_client_conninfo_and_settings_repr_hide_the_password(dsn: str, monkeypat
     with psycopg.connect(dsn) as conn:
         client = pgmem.connect(conn, namespace="s")
         assert "S3cretFromEnv" not in (client.conninfo or "")
+        assert "S3cretFromEnv" in (client.secret_conninfo() or "")
     monkeypatch.setenv("PGMEM_DSN", secret_dsn)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-S3cretS3cretS3cret")
     assert "S3cret" not in repr(pgmem.settings.get_settings())
