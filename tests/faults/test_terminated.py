@@ -85,6 +85,7 @@ def _run(server: PrivateServer, namespace: str, seconds: float) -> None:
         assert client.messages.count("m") == 1
 
 
+@pytest.mark.slow
 def test_terminated_connections(private_server: PrivateServer, namespace: str) -> None:
     _run(private_server, namespace, 20)
 

@@ -125,6 +125,6 @@ def test_the_command_prints_a_table_and_writes_json(dsn: str, memory: str, tmp_p
     assert report["retrievers"][0]["recall"] == 1.0
     # A bad line: the file and line, exit status 1, no traceback.
     cases.write_text('{"memory": "conv"}\n', encoding="utf-8")
-    failed = run_cli("eval", str(cases), "--dsn", dsn, check=False)
+    failed = run_cli("eval", str(cases), "--dsn", dsn, env={"COLUMNS": "1000"}, check=False)
     assert failed.returncode == 1 and "set.jsonl:1: missing query, relevant" in " ".join(failed.stderr.split())
     assert "Traceback" not in failed.stderr

@@ -78,6 +78,7 @@ def _recall(got: list[str], want: list[str]) -> float:
     return len(set(got) & set(want)) / len(want)
 
 
+@pytest.mark.slow
 def test_every_tenant_gets_k_hits_whatever_its_share(dsn: str) -> None:
     if not DATA.exists():
         pytest.skip(f"data set not found at {DATA}")
