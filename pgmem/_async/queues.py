@@ -405,15 +405,16 @@ class AsyncQueueRepository(AsyncRepository):
 
     async def _listen(self) -> AsyncConnection[Any]:
         if self._listener is None or self._listener.closed:
-            if not self._client._conninfo:
+            conninfo = self._client.secret_conninfo()
+            if not conninfo:
                 raise InvalidInput("waiting on a queue needs a client that knows its DSN")
             with translate():
-                conn = await AsyncConnection.connect(self._client._conninfo, autocommit=True)
+                conn = await AsyncConnection.connect(conninfo, autocommit=True)
                 await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
             self._listener = conn
             if self._doorbell is None:
                 # Someone must turn committed pushes into notifications: this process stands for it.
-                self._doorbell = doorbell.acquire(self._client._conninfo)
+                self._doorbell = doorbell.acquire(conninfo)
         return self._listener
 
     async def _wait_for_notify(self, conn: AsyncConnection[Any], tag: str, timeout: float) -> None:

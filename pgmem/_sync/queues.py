@@ -406,15 +406,16 @@ class QueueRepository(Repository):
 
     def _listen(self) -> Connection[Any]:
         if self._listener is None or self._listener.closed:
-            if not self._client._conninfo:
+            conninfo = self._client.secret_conninfo()
+            if not conninfo:
                 raise InvalidInput("waiting on a queue needs a client that knows its DSN")
             with translate():
-                conn = Connection.connect(self._client._conninfo, autocommit=True)
+                conn = Connection.connect(conninfo, autocommit=True)
                 conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
             self._listener = conn
             if self._doorbell is None:
                 # Someone must turn committed pushes into notifications: this process stands for it.
-                self._doorbell = doorbell.acquire(self._client._conninfo)
+                self._doorbell = doorbell.acquire(conninfo)
         return self._listener
 
     def _wait_for_notify(self, conn: Connection[Any], tag: str, timeout: float) -> None:
