@@ -38,21 +38,36 @@ server's clock, or a timezone-aware :class:`~datetime.datetime`: rows older than
 from __future__ import annotations
 
 import json
-import math
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeAlias
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 from psycopg import AsyncConnection
 
 from pgmem._async.base import AsyncRepository
-from pgmem.checks import check_key, check_text
+from pgmem.checks import check_key
 from pgmem.errors import InvalidInput, translate
 from pgmem.planning import statements as queries
 from pgmem.planning.queues import check_queue, integer
+from pgmem.planning.retention import (
+    ALL,
+    COUNTED,
+    MAX_AGE,
+    MAX_COUNT,
+    TARGETS,
+    Cutoff,
+    Forgotten,
+    RetentionPolicy,
+    Swept,
+    age_seconds,
+    check_label,
+    check_name,
+    check_scope,
+    check_target,
+    cutoff_params,
+)
 from pgmem.settings import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -72,18 +87,11 @@ __all__ = [
 
 Q = queries.load("retention")
 
-#: Oldest cutoff accepted as an age (100 years, in seconds).
-MAX_AGE = 100 * 366 * 24 * 3600.0
 #: Largest batch of :meth:`AsyncRetention.purge_expired_brains`.
 MAX_BRAIN_BATCH = 100_000
 #: Largest ``keep_last`` of :meth:`AsyncRetention.trim` (Postgres' OFFSET is a bigint).
 MAX_KEEP = 2**63 - 1
 
-#: A purge's cutoff: an age (seconds, or a timedelta) or a timezone-aware moment.
-Cutoff: TypeAlias = float | int | timedelta | datetime
-
-#: What a retention policy bounds (``pgmem.retention_policies.target``).
-TARGETS = ("messages", "queue_history", "summaries", "retrieval_log", "vector_log")
 #: Rows per batch of a policy run (one transaction each). benchmarks/retention.py, 10,000 old entries with
 #: vectors purged while a writer adds to the same memory (2 shared cores): batch 250 / 1000 / 4000 purged
 #: 4,971 / 8,073 / 6,101 rows/s (the one-statement trim: 9,291) and kept the writer waiting at most
@@ -94,134 +102,9 @@ DEFAULT_BATCH = 1000
 MAX_POLICY_BATCH = 50_000
 #: Most message ids one forget call takes.
 MAX_FORGET_IDS = 100_000
-#: Largest max_count of a policy.
-MAX_COUNT = 2**62
-#: The scope of a policy over the whole namespace.
-ALL = "*"
-
-
-@dataclass(frozen=True, slots=True)
-class RetentionPolicy:
-    """A row of ``pgmem.retention_policies``: ``target`` rows of ``scope`` (``"*"``: the namespace; else a
-    memory key, or a queue name for ``queue_history``) older than ``max_age`` go, and beyond the newest
-    ``max_count``."""
-
-    target: str
-    scope: str
-    max_age: timedelta | None
-    max_count: int | None
-    created_at: datetime | None = None
-    updated_at: datetime | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Forgotten:
-    """What :meth:`AsyncRetention.forget` removed: rows per table (``summaries_stale``: summaries marked
-    stale and emptied; ``brain_summaries``: BrainMemory summaries cleared; ``store_files``: files of a file
-    store that had a forgotten chunk, re-indexed by the store's next refresh), the memories that lost
-    entries, and the id of its audit row (``pgmem.forget_audit``)."""
-
-    audit_id: int
-    messages: int = 0
-    memory_entries: int = 0
-    embeddings: int = 0
-    embedding_outbox: int = 0
-    queue_items: int = 0
-    queue_archive: int = 0
-    retrieval_log: int = 0
-    summaries_stale: int = 0
-    brain_summaries: int = 0
-    store_files: int = 0
-    memories: tuple[str, ...] = ()
-
-    def counts(self) -> dict[str, int]:
-        """The per-table counts, as the audit row stores them."""
-        return {name: getattr(self, name) for name in _COUNTED}
-
-
-_COUNTED = (
-    "messages",
-    "memory_entries",
-    "embeddings",
-    "embedding_outbox",
-    "queue_items",
-    "queue_archive",
-    "retrieval_log",
-    "summaries_stale",
-    "brain_summaries",
-    "store_files",
-)
 
 
 _BOUND: Any = object()  # a count pass's bound, read when the pass starts
-
-
-def _check_target(target: Any) -> str:
-    if target not in TARGETS:
-        raise InvalidInput(f"target must be one of {', '.join(TARGETS)}; got {target!r}")
-    return str(target)
-
-
-def _check_scope(scope: Any, target: str) -> str:
-    if scope == ALL:
-        return ALL
-    if target == "queue_history":
-        return check_queue(scope)
-    return check_key(scope, "memory key (or '*' for the whole namespace)")
-
-
-def _check_label(actor: Any) -> str | None:
-    if actor is None:
-        return None
-    if not isinstance(actor, str) or not actor:
-        raise InvalidInput(f"actor must be a non-empty string or None, got {actor!r}")
-    check_text(actor, "actor", "forget ")
-    return actor
-
-
-def _check_name(value: Any, what: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise InvalidInput(f"{what} must be a non-empty string, got {value!r}")
-    check_text(value, what, "forget ")
-    return value
-
-
-def _age_seconds(max_age: Any) -> float | None:
-    if max_age is None:
-        return None
-    params = cutoff_params(max_age, "max_age")
-    if params["age"] is None:
-        raise InvalidInput("max_age must be an age (seconds or a timedelta), not a moment")
-    return float(params["age"])
-
-
-def cutoff_params(older_than: Any, what: str = "older_than") -> dict[str, Any]:
-    """The parameters of ``sql/retention.sql``'s ``cutoff`` fragment for ``older_than``, checked.
-
-    Raises:
-        InvalidInput: a negative, infinite or non-numeric age, or a naive datetime.
-    """
-    if isinstance(older_than, datetime):
-        if older_than.utcoffset() is None:
-            raise InvalidInput(f"{what} must be a timezone-aware datetime (a naive one is ambiguous): {older_than!r}")
-        return {"before": older_than, "age": None}
-    age = older_than.total_seconds() if isinstance(older_than, timedelta) else older_than
-    if isinstance(age, bool) or not isinstance(age, int | float) or not math.isfinite(age):
-        raise InvalidInput(
-            f"{what} must be an age in seconds, a timedelta or a timezone-aware datetime, got {older_than!r}"
-        )
-    if not 0 <= age <= MAX_AGE:
-        raise InvalidInput(f"{what} must be an age of 0 to {MAX_AGE:g} seconds, got {older_than!r}")
-    return {"before": None, "age": float(age)}
-
-
-@dataclass(frozen=True, slots=True)
-class Swept:
-    """What a sweep removed: rows of ``pgmem.vector_log``, and of ``pgmem.retrieval_log`` (None: not purged,
-    ``PGMEM_RETRIEVAL_LOG_RETENTION`` is unset)."""
-
-    vector_log: int
-    retrieval_log: int | None
 
 
 class AsyncRetention(AsyncRepository):
@@ -394,13 +277,13 @@ class AsyncRetention(AsyncRepository):
                 "forget takes exactly one of ids, memory, sender or subject"
                 + (f" (got {', '.join(given)})" if given else "")
             )
-        label = _check_label(actor)
+        label = check_label(actor)
         scope: dict[str, Any]
         params: dict[str, Any]
         if ids is not None:
             if isinstance(ids, str | bytes) or not isinstance(ids, Sequence | set | frozenset):
                 raise InvalidInput(f"ids must be a list of message ids, got {type(ids).__name__}")
-            wanted = sorted({_check_name(i, "a message id") for i in ids})
+            wanted = sorted({check_name(i, "a message id") for i in ids})
             if not wanted:
                 raise InvalidInput("ids is empty: nothing to forget")
             if len(wanted) > MAX_FORGET_IDS:
@@ -410,10 +293,10 @@ class AsyncRetention(AsyncRepository):
             check_key(memory)
             select, params, scope = "forget_select_memory", {"memory": memory}, {"kind": "memory", "memory": memory}
         elif sender is not None:
-            _check_name(sender, "sender")
+            check_name(sender, "sender")
             select, params, scope = "forget_select_sender", {"sender": sender}, {"kind": "sender", "sender": sender}
         else:
-            _check_name(subject, "subject")
+            check_name(subject, "subject")
             select, params, scope = (
                 "forget_select_subject",
                 {"subject": subject},
@@ -427,7 +310,7 @@ class AsyncRetention(AsyncRepository):
                 audit_id = await self._count(conn, "audit", audit)
         for name in done.memories:
             self._client.vectors.changed(name, connection)
-        return Forgotten(**{**{f: getattr(done, f) for f in _COUNTED}, "memories": done.memories, "audit_id": audit_id})
+        return Forgotten(**{**{f: getattr(done, f) for f in COUNTED}, "memories": done.memories, "audit_id": audit_id})
 
     async def _forget_ids(self, conn: AsyncConnection[Any], ids: list[str], *, stale: bool) -> Forgotten:
         """Remove every copy of the messages ``ids`` (locked by the caller) on ``conn``, inside its
@@ -480,9 +363,9 @@ class AsyncRetention(AsyncRepository):
             InvalidInput: an unknown target, a bad scope, neither limit, a negative or mistyped one;
                 nothing is written.
         """
-        target = _check_target(target)
-        scope = _check_scope(scope, target)
-        age = _age_seconds(max_age)
+        target = check_target(target)
+        scope = check_scope(scope, target)
+        age = age_seconds(max_age)
         count = None if max_count is None else integer(max_count, "max_count", 0, MAX_COUNT)
         if age is None and count is None:
             raise InvalidInput("a retention policy needs max_age, max_count or both")
@@ -495,15 +378,15 @@ class AsyncRetention(AsyncRepository):
     ) -> list[RetentionPolicy]:
         """The namespace's policies (of ``target`` when given), by target then scope."""
         if target is not None:
-            _check_target(target)
+            check_target(target)
         return [RetentionPolicy(*row) for row in await self._rows("policies", {"target": target}, connection)]
 
     async def remove_policy(
         self, target: str, *, scope: str = ALL, connection: AsyncConnection[Any] | None = None
     ) -> bool:
         """Remove the policy of ``target`` for ``scope``; False when there was none."""
-        target = _check_target(target)
-        scope = _check_scope(scope, target)
+        target = check_target(target)
+        scope = check_scope(scope, target)
         return bool(await self._scalar("remove_policy", {"target": target, "scope": scope}, connection))
 
     async def run(
@@ -520,9 +403,9 @@ class AsyncRetention(AsyncRepository):
             InvalidInput: an unknown target, a bad batch size; nothing is deleted.
         """
         if target is not None:
-            _check_target(target)
+            check_target(target)
         integer(batch_size, "batch_size", 1, MAX_POLICY_BATCH)
-        label = _check_label(actor)
+        label = check_label(actor)
         removed = dict.fromkeys(TARGETS if target is None else (target,), 0)
         for policy in await self.policies(target):
             removed[policy.target] += await self._apply(policy, batch_size)

@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import math
 import threading
-import time
 from collections.abc import Iterator, Callable, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
@@ -15,35 +13,25 @@ from psycopg import Connection
 from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 from psycopg.types import TypeInfo
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool
 
-from pgmem._acompat import run_blocking, sleep
 from pgmem._sync import scope
 from pgmem._sync.messages import MessageRepository
+from pgmem._sync.pooling import (
+    _NO_LIMIT,
+    _connect_timeout,
+    _handing_out,
+    _LifoConnectionPool,
+    _open_connection,
+    _pool_connection,
+    check_pool_size,
+)
 from pgmem._sync.sessions import Sessions
 from pgmem.checks import check_namespace
 from pgmem.embeddings import Embedder, default_embedder
-from pgmem.errors import (
-    ClientClosed,
-    ConnectionFailed,
-    InvalidInput,
-    PermissionDenied,
-    SchemaOutOfDate,
-    SchemaTooNew,
-    Timeout,
-    redact,
-    translate,
-)
+from pgmem.errors import ClientClosed, InvalidInput, PermissionDenied, SchemaOutOfDate, SchemaTooNew, redact, translate
 from pgmem.planning.adapters import vector_types
-from pgmem.resilience import (
-    DEFAULT_TIMEOUT,
-    GuardedConnection,
-    check_timeout,
-    deadline,
-    idle_broken,
-    remaining,
-    verifying,
-)
+from pgmem.resilience import DEFAULT_TIMEOUT, check_timeout, deadline
 from pgmem.revision import SCHEMA_REVISION, is_known, too_new_message
 from pgmem.settings import get_settings
 
@@ -470,141 +458,6 @@ class Client:
             else:
                 conn.execute(scope.SET_NAMESPACE, {"ns": self.namespace})  # the caller's transaction
                 yield conn
-
-
-class _LifoConnectionPool(ConnectionPool[Any]):
-    """A pool that hands out the connection returned last.
-
-    psycopg_pool gives out the connection idle the longest (first in, first out), so serial work rotates
-    over every backend the pool ever opened, each with colder CPU caches: a pgvector search through a pool
-    grown to 4 connections measured 1.60x a dedicated connection's query, 1.31x with one. Taking the most
-    recent one keeps serial work on a warm backend; idle ones still age out from the other end. (This
-    touches the pool's internals defensively: without them it behaves like the base pool.)
-    """
-
-    def _get_ready_connection(self, timeout: float | None) -> Any:
-        idle = getattr(self, "_pool", None)
-        if idle:
-            idle.rotate(1)  # called under the pool's lock: the newest idle connection goes first
-        return super()._get_ready_connection(timeout)
-
-
-@contextmanager
-def _pool_connection(pool: ConnectionPool[Any]) -> Iterator[Connection[Any]]:
-    """A pool connection within the current deadline. Idle connections whose server went away are closed
-    (the pool drops them) and the next one is taken at once (:func:`pgmem.resilience.idle_broken`; the pool's
-    own ``check=`` sleeps 1, 2, 4... seconds after each failed check). When none comes in time the call
-    raises :class:`ConnectionFailed` if the pool's last attempt to connect failed (the server is down),
-    else :class:`Timeout`. A retry (:func:`pgmem.resilience.verified`) checks its connection with a round
-    trip first."""
-    while True:
-        try:
-            conn = pool.getconn(timeout=remaining())
-        except PoolTimeout as exc:
-            failure = getattr(pool.connection_class, "failure", None)
-            if failure is not None:
-                raise ConnectionFailed(f"the server cannot be reached: {failure}") from exc
-            raise Timeout("no pool connection came free within the call's timeout") from exc
-        if not idle_broken(conn):
-            if not verifying():
-                break
-            try:
-                pool.check_connection(conn)
-                break
-            except psycopg.Error:
-                pass
-        conn.close()
-        pool.putconn(conn)
-    try:
-        with conn:  # as pool.connection(): commit, or roll back on an error (a caller's pool)
-            yield conn
-    finally:
-        pool.putconn(conn)
-
-
-def check_pool_size(min_size: int, max_size: int) -> None:
-    """Raise :class:`InvalidInput` unless ``0 <= min_size <= max_size`` and ``max_size >= 1``."""
-    if min_size < 0 or max_size < 1 or min_size > max_size:
-        raise InvalidInput(f"invalid pool size min_size={min_size} max_size={max_size}")
-
-
-def _connect_timeout(conninfo: str, timeout: float | None) -> dict[str, Any]:
-    """``connect_timeout`` for a connection to ``conninfo``: the DSN's own if it names one, else the
-    client's timeout (whole seconds, at least 2 as libpq counts them), else libpq's default."""
-    if timeout is None or "connect_timeout" in psycopg.conninfo.conninfo_to_dict(conninfo):
-        return {}
-    return {"connect_timeout": max(2, math.ceil(timeout))}
-
-
-def _open_connection(conninfo: str, timeout: float | None = DEFAULT_TIMEOUT) -> Connection[Any]:
-    """A new autocommit connection (as the pool's are) to ``conninfo``, or :class:`ConnectionFailed` naming
-    the host and port and the cause, never the password."""
-    try:
-        return GuardedConnection.connect(conninfo, autocommit=True, **_connect_timeout(conninfo, timeout))
-    except psycopg.OperationalError as exc:
-        params = psycopg.conninfo.conninfo_to_dict(conninfo)
-        where = params.get("host") or "localhost"
-        port = params.get("port")
-        raise ConnectionFailed(
-            f"cannot connect to PostgreSQL at {where}{':' + str(port) if port else ''}: {redact(str(exc)).strip()}"
-        ) from None
-
-
-#: The pool's wait for a connection in a client with no timeout (psycopg_pool needs a number).
-_NO_LIMIT = 365 * 86400.0
-
-#: How often, and for how long, a pool tries again to connect after a failure before psycopg_pool's own
-#: back-off (1, 2, 4, 8... seconds between attempts) takes over: with it alone, clients came back 6 to 18 s
-#: after an embedded server that restarted in 1-4 s (tests/faults/test_server_kill.py).
-RECONNECT_INTERVAL = 0.25
-RECONNECT_WINDOW = 60.0
-
-
-def _handing_out(
-    spare: list[Connection[Any]],
-    restart: Callable[[], object] | None,
-    configure: Callable[[Connection[Any]], Any],  # the sessions' configure (async or not)
-) -> type[Connection[Any]]:
-    """A connection class for the pool whose ``connect`` hands out the connections in ``spare`` (already
-    open, the schema checked on them) before it opens new ones: the pool's first connection is the one
-    the schema check ran on, not a second one.
-
-    Each connection is set up by ``configure`` here (not by the pool). A failed attempt (to connect or to
-    configure) calls ``restart`` (the embedded server comes back at once) and tries again every
-    :data:`RECONNECT_INTERVAL` seconds for :data:`RECONNECT_WINDOW`; ``failure`` keeps the last failure
-    while the server cannot be reached (calls then raise :class:`ConnectionFailed`)."""
-
-    class _PoolConnection(GuardedConnection):
-        failure: str | None = None
-
-        @classmethod
-        def connect(cls, conninfo: str = "", **kwargs: Any) -> Any:
-            give_up = time.monotonic() + RECONNECT_WINDOW
-            while True:
-                conn = None
-                try:
-                    try:
-                        conn = spare.pop()  # atomic: pool workers are threads in the sync flavour
-                    except IndexError:
-                        conn = super().connect(conninfo, **kwargs)
-                    configure(conn)
-                except psycopg.OperationalError as exc:
-                    if conn is not None:
-                        conn.close()
-                    _PoolConnection.failure = redact(str(exc)).strip()
-                    if restart is not None:
-                        try:
-                            run_blocking(restart)
-                        except ConnectionFailed as failed:
-                            _PoolConnection.failure = str(failed)
-                    if time.monotonic() >= give_up:
-                        raise
-                    sleep(RECONNECT_INTERVAL)
-                else:
-                    _PoolConnection.failure = None
-                    return conn
-
-    return _PoolConnection
 
 
 #: The revision the database is at (``pgmem.alembic_version`` is alembic's table), and pgvector's types as

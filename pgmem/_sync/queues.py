@@ -6,22 +6,18 @@ subscribers' inbox queues."""
 from __future__ import annotations
 
 import dataclasses
-import functools
-import os
-import socket
 import time
 from collections.abc import Iterator, Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-import psycopg
 from psycopg import Connection, sql
-from psycopg.pq import TransactionStatus
 
 from pgmem import doorbell
 from pgmem._acompat import Lock
 from pgmem._sync import scope
 from pgmem._sync.base import Repository
+from pgmem._sync.claims import WORKER, ack_claim_rows, claiming, int_array, raise_lost
 from pgmem._sync.messages import MAX_RACES, listed_ids, message_clash
 from pgmem.checks import MAX_BATCH, check_key
 from pgmem.errors import Conflict, InvalidInput, LeaseLost, translate
@@ -64,32 +60,6 @@ __all__ = ["QueueRepository"]
 
 Q = queries.load("queues")
 
-_WORKER = f"{socket.gethostname()}:{os.getpid()}"
-#: SQLSTATE of pgmem.queue_lease_lost (pre-baseline migration 0012): a claim(ack=) statement rolled back.
-_LEASE_LOST = "PGM01"
-#: deadlock_detected, and how many times claim(ack=) runs its statement again after one.
-_DEADLOCK, _DEADLOCK_RETRIES = "40P01", 3
-
-
-@functools.lru_cache(maxsize=256)
-def _claiming(name: str, limit: int) -> bytes:
-    """The claiming query ``name`` with its LIMIT as a literal (see sql/queues.sql: one plan per
-    prepared statement instead of one per claim); ``limit`` is a checked int, rendered by psycopg."""
-    return sql.SQL(Q[name]).format(limit=sql.Literal(limit)).as_bytes(None)
-
-
-def _int_array(values: Iterable[int]) -> str:
-    """``{1,2,3}``, the text of a Postgres integer array (the SQL casts it). psycopg dumps a str as it is and
-    a list element by element, with a dumper looked up for each new cursor: about 40 us per claim, a third
-    of the client's time at 10 items per claim."""
-    return "{" + ",".join(map(str, values)) + "}"
-
-
-def _raise_lost(held: dict[int, int], acked: Iterable[int]) -> None:
-    done = set(acked)
-    lost = [i for i in held if i not in done]
-    raise LeaseLost(f"lease lost on item(s) {lost}: claimed again after the lease ended, or already acknowledged")
-
 
 class QueueRepository(Repository):
     """Named queues of messages shared by any number of processes.
@@ -122,43 +92,17 @@ class QueueRepository(Repository):
         with translate():
             with self._client.connection(connection) as conn:
                 return scope.rows(
-                    conn, self.namespace, _claiming(name, params["n"]), {"ns": self.namespace, **params}
+                    conn, self.namespace, claiming(name, params["n"]), {"ns": self.namespace, **params}
                 )
 
     def _ack_claim_rows(
         self, params: dict[str, Any], connection: Connection[Any] | None
     ) -> list[tuple[Any, ...]] | None:
-        """The rows of ``ack_claim``, or None when an acknowledgement did not hold: the statement then
-        rolled back. In a caller's transaction it runs under a savepoint, which that rollback undoes
-        while the caller's transaction goes on.
-
-        A deadlock is retried: claiming before acknowledging, the statement holds its new claims while it
-        waits for a row it acknowledges, which a consumer that re-claimed it after its lease ran out may
-        hold while it waits for one of them. The victim's statement rolled back whole, so it is run again.
-        """
-        stmt = _claiming("ack_claim", params["n"])
-        args = {"ns": self.namespace, **params}
+        """The rows of ``ack_claim``, or None when an acknowledgement did not hold (see
+        :func:`pgmem._async.claims.ack_claim_rows`)."""
         with translate():
             with self._client.connection(connection) as conn:
-                own = conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
-                if not own:
-                    conn.execute("SAVEPOINT pgmem_ack_claim")
-                for attempt in range(_DEADLOCK_RETRIES + 1):
-                    try:
-                        rows = scope.rows(conn, self.namespace, stmt, args)
-                    except psycopg.DatabaseError as exc:
-                        retry = exc.sqlstate == _DEADLOCK and attempt < _DEADLOCK_RETRIES
-                        if exc.sqlstate != _LEASE_LOST and not retry:
-                            raise
-                        if not own:
-                            conn.execute("ROLLBACK TO SAVEPOINT pgmem_ack_claim")
-                        if retry:
-                            continue
-                        rows = None
-                    if not own:
-                        conn.execute("RELEASE SAVEPOINT pgmem_ack_claim")
-                    return rows
-        raise AssertionError("unreachable")  # pragma: no cover
+                return ack_claim_rows(conn, self.namespace, params)
 
     # -- producing ------------------------------------------------------------------------------------
 
@@ -319,12 +263,12 @@ class QueueRepository(Repository):
             "queue": check_queue(queue),
             "n": integer(n, "n", 1, MAX_CLAIM),
             "lease": seconds(lease, "lease", maximum=MAX_LEASE_SECONDS, allow_zero=False),
-            "worker": worker or _WORKER,
+            "worker": worker or WORKER,
         }
         held = fences(ack) if ack is not None else {}
         if not held:
             return [decode_item(r) for r in self._claim_rows("claim", params, connection)]
-        params["ids"], params["attempts"] = _int_array(held), _int_array(held.values())
+        params["ids"], params["attempts"] = int_array(held), int_array(held.values())
         rows = self._ack_claim_rows(params, connection)
         if rows is None:  # a lease was lost and nothing happened: acknowledge what holds, then raise
             self._ack_held(held, connection)
@@ -343,7 +287,7 @@ class QueueRepository(Repository):
 
         For consumers that cannot fail half-way, like MetaGPT's ``MessageQueue.pop``; two processes
         taking from one queue never get the same item."""
-        params = {"queue": check_queue(queue), "n": integer(n, "n", 1, MAX_CLAIM), "worker": worker or _WORKER}
+        params = {"queue": check_queue(queue), "n": integer(n, "n", 1, MAX_CLAIM), "worker": worker or WORKER}
         return [decode_item(r) for r in self._claim_rows("take", params, connection)]
 
     def ack(
@@ -360,9 +304,9 @@ class QueueRepository(Repository):
     def _ack_held(self, held: dict[int, int], connection: Connection[Any] | None) -> None:
         if not held:
             return
-        acked = self._column("ack", {"ids": _int_array(held), "attempts": _int_array(held.values())}, connection)
+        acked = self._column("ack", {"ids": int_array(held), "attempts": int_array(held.values())}, connection)
         if len(acked) != len(held):
-            _raise_lost(held, acked)
+            raise_lost(held, acked)
 
     def nack(
         self,

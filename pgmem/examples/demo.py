@@ -31,7 +31,6 @@ import importlib
 import logging
 import multiprocessing as mp
 import os
-import re
 import sys
 import threading
 import time
@@ -46,6 +45,7 @@ from rich.text import Text
 
 from pgmem import Client, connect
 from pgmem.errors import DemoIncomplete, InvalidInput, redact
+from pgmem.examples import demo_model
 from pgmem.integrations.metagpt.longterm import LongTermMemory
 from pgmem.integrations.metagpt.memory import Memory
 from pgmem.integrations.metagpt.message_queue import MessageQueue
@@ -117,39 +117,6 @@ ROLES = (
 )
 
 
-def _llm(prompt: str, fallback: str, recalled: list[Message]) -> str:
-    """The real model when OPENAI_API_KEY is set, else (or on any failure) the deterministic text.
-
-    ``recalled``: what the role recalled from its long-term memory, given to the model as context (the
-    stand-in does not read it)."""
-    if not os.environ.get("OPENAI_API_KEY"):
-        return fallback
-    if recalled:
-        context = "\n---\n".join(m.content for m in recalled)
-        prompt = f"{prompt}\n\nWhat you remember that may be related:\n{context}"
-    try:
-        import openai
-
-        client = openai.OpenAI(timeout=20.0, max_retries=1)
-        answer = client.chat.completions.create(
-            model=os.environ.get("PGMEM_DEMO_MODEL", "gpt-4o-mini"),
-            messages=[{"role": "user", "content": prompt}],
-            max_tokens=400,
-        )
-        return answer.choices[0].message.content or fallback
-    except Exception as exc:  # noqa: BLE001 - the demo must finish without a model; it says why
-        print(f"warning: the model failed ({type(exc).__name__}: {exc}); using the offline stand-in", file=sys.stderr)
-        return fallback
-
-
-_FILE_RE = re.compile(r"^- (\w+\.py): *(.*)$", re.MULTILINE)
-
-
-def _files_of(design: str) -> list[tuple[str, str]]:
-    """The ``(file, purpose)`` lines of a design."""
-    return [(m.group(1), m.group(2).strip()) for m in _FILE_RE.finditer(design)]
-
-
 def _reply(
     role: str, reply_to: str, action: type, send_to: str, content: str, recalled: list[Message], **extra: Any
 ) -> Message:
@@ -163,44 +130,6 @@ def _reply(
         send_to={send_to},
         metadata={"reply_to": reply_to, "recalled": [m.id for m in recalled], **extra},
     )
-
-
-# The stand-in "LLM": short, deterministic texts derived from the idea. The review rule is part of the
-# script (it asks for one fix) so that the flow is the same with a real model and always ends.
-def _prd(idea: str) -> str:
-    return (
-        f"PRD: {idea}\n"
-        f"Goal: a first version of {idea} that someone can try within a minute.\n"
-        "Requirements:\n"
-        f"- R1 the core rules of {idea}, testable without any user interface\n"
-        "- R2 one command starts it\n"
-        "- R3 invalid input gets a clear message, never a crash\n"
-    )
-
-
-def _design(idea: str) -> str:
-    return (
-        f"Design for {idea}\n"
-        f"- core.py: state and rules of {idea} as pure functions (R1)\n"
-        "- main.py: entry point and the input loop that drives core.py (R2, R3)\n"
-    )
-
-
-def _code(name: str, purpose: str, version: int) -> str:
-    body = '    raise NotImplementedError("first cut")\n'
-    if version > 1:
-        body = (
-            "    for line in sys.stdin:\n"
-            "        if not is_valid(line):\n"
-            '            print("invalid input: " + line.strip())  # R3\n'
-        )
-    return f'"""{name}: {purpose}"""\n\nimport sys\n\n\ndef main() -> None:\n{body}'
-
-
-def _review(name: str, code: str, version: int) -> str:
-    if version == 1 and "input" in code and "invalid" not in code:
-        return f"CHANGES REQUESTED: {name} must reject invalid input with a message (R3)"
-    return f"LGTM: {name} v{version}"
 
 
 class _Role:
@@ -269,7 +198,9 @@ class _Role:
         if role == "ProductManager":
             idea = msg.content
             recalled = self._recall(idea, WritePRD)
-            prd = _llm(f"Write a short PRD (goal, 3 numbered requirements) for: {idea}", _prd(idea), recalled)
+            prd = demo_model.llm(
+                f"Write a short PRD (goal, 3 numbered requirements) for: {idea}", demo_model.prd(idea), recalled
+            )
             return [_reply(role, msg.id, WritePRD, "Architect", prd, recalled, idea=idea)], []
         if role == "Architect":
             if self.timeouts:
@@ -277,18 +208,19 @@ class _Role:
                 raise ModelTimeout("the model did not answer in time (scripted: the architect's first call)")
             idea = msg.metadata.get("idea", "the product")
             recalled = self._recall(msg.content, WriteDesign)
-            design = _llm(
+            design = demo_model.llm(
                 "Write a short software design for this PRD, one line per Python file, "
                 f"formatted '- name.py: purpose':\n{msg.content}",
-                _design(idea),
+                demo_model.design(idea),
                 recalled,
             )
-            if not _files_of(design):
-                design = _design(idea)  # the engineer needs the file list; keep the script's if the model dropped it
+            if not demo_model.files_of(design):
+                # The engineer needs the file list: keep the script's if the model dropped it.
+                design = demo_model.design(idea)
             return [_reply(role, msg.id, WriteDesign, "Engineer", design, recalled)], []
         if role == "Engineer":
             if msg.cause_by == any_to_str(WriteDesign):
-                return [], [_task(msg, name, purpose, 1) for name, purpose in _files_of(msg.content)]
+                return [], [_task(msg, name, purpose, 1) for name, purpose in demo_model.files_of(msg.content)]
             if msg.cause_by == any_to_str(WriteCodeReview):
                 if msg.content.startswith("CHANGES REQUESTED"):
                     meta = msg.metadata
@@ -299,7 +231,7 @@ class _Role:
         if role == "Reviewer":
             name, purpose, version = msg.metadata["file"], msg.metadata["purpose"], msg.metadata["version"]
             recalled = self._recall(msg.content, WriteCodeReview)  # earlier versions, other files
-            verdict = _review(name, msg.content, version)
+            verdict = demo_model.review(name, msg.content, version)
             meta = {"file": name, "purpose": purpose, "version": version}
             return [_reply(role, msg.id, WriteCodeReview, "Engineer", verdict, recalled, **meta)], []
         raise NotMyJob(f"no role named {role}")
@@ -308,7 +240,7 @@ class _Role:
         """The engineer's answer to a to-do item: the file, to the reviewer."""
         name, purpose, version = task.metadata["file"], task.metadata["purpose"], task.metadata["version"]
         recalled = self._recall(task.content, WriteCode)  # the design, earlier reviews
-        code = _llm(task.content, _code(name, purpose, version), recalled)
+        code = demo_model.llm(task.content, demo_model.code(name, purpose, version), recalled)
         meta = {"file": name, "purpose": purpose, "version": version}
         # It answers the design or review the task came from.
         return [_reply("Engineer", task.metadata["reply_to"], WriteCode, "Reviewer", code, recalled, **meta)]
@@ -398,7 +330,7 @@ def _finished(team: Memory) -> bool:
     """Done when every file of the design has been written and its latest version approved (the engineer
     writes one file at a time: the first approval can come before the last file)."""
     designs = team.get_by_action(WriteDesign)
-    files = {name for d in designs for name, _ in _files_of(d.content)}
+    files = {name for d in designs for name, _ in demo_model.files_of(d.content)}
     latest: dict[str, int] = {}
     for m in team.get_by_action(WriteCode):
         latest[m.metadata["file"]] = max(latest.get(m.metadata["file"], 0), m.metadata["version"])
