@@ -204,13 +204,24 @@ class OpenAIEmbedder:
         max_retries: int = 6,
         timeout: float = 60.0,
     ) -> None:
-        import openai
+        try:
+            import openai
+        except ImportError:
+            raise EmbeddingError("the OpenAI embedder needs the openai package: pip install openai") from None
 
         self.model = model
         self.dimension = dimension
         self.batch_size = batch_size
-        self._client = openai.OpenAI(api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout)
-        self._aclient = openai.AsyncOpenAI(api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout)
+        try:
+            self._client = openai.OpenAI(api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout)
+            self._aclient = openai.AsyncOpenAI(
+                api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout
+            )
+        except openai.OpenAIError as exc:  # no key: openai raises before any request
+            raise EmbeddingError(
+                f"the OpenAI embedder cannot start ({type(exc).__name__}: no API key?): set OPENAI_API_KEY or pass "
+                "api_key=, or set PGMEM_EMBEDDER=hashing for the offline embedder"
+            ) from None
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         import numpy as np

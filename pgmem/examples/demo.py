@@ -44,7 +44,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pgmem import Client, connect
-from pgmem.errors import DemoIncomplete, InvalidInput, redact
+from pgmem.errors import DemoIncomplete, redact
 from pgmem.examples import demo_model
 from pgmem.integrations.metagpt.longterm import LongTermMemory
 from pgmem.integrations.metagpt.memory import Memory
@@ -54,7 +54,7 @@ from pgmem.planning import statements as queries
 from pgmem.planning.queues import QueueItem
 from pgmem.planning.rows import ActionFlowRow, RoleActionRow
 
-__all__ = ["DemoIncomplete", "check_report", "run"]
+__all__ = ["DemoIncomplete", "run"]
 
 TEAM = "team"
 # Bounds, not expectations (the whole run takes seconds): a role process that is still starting is waited
@@ -296,36 +296,6 @@ def _start_method() -> str:
     return "forkserver" if "forkserver" in methods else "spawn"
 
 
-def check_report(path: Path) -> Path:
-    """``path``, checked before the run: the report can be written there.
-
-    A missing folder is not created: it is more often a typo than a wish, and the user should see it.
-
-    Raises:
-        InvalidInput: ``path`` is a directory, its folder does not exist (or is not a folder), or it cannot
-            be written (permissions, a read-only file system); nothing was started or written.
-    """
-    folder = path.parent
-    if path.is_dir():
-        raise InvalidInput(
-            f"report path {str(path)!r} is a directory: give a file name, e.g. {str(path / 'report.html')!r}"
-        )
-    if not folder.is_dir():
-        what = "is not a folder" if folder.exists() else "does not exist (pgmem does not create it)"
-        raise InvalidInput(f"report path {str(path)!r}: folder {str(folder)!r} {what}")
-    try:
-        if path.exists():
-            with path.open("ab"):  # writes nothing: the report replaces it after the run
-                pass
-        else:
-            with path.open("xb"):
-                pass
-            path.unlink()
-    except OSError as exc:
-        raise InvalidInput(f"report path {str(path)!r} cannot be written: {exc.strerror or exc}") from None
-    return path
-
-
 def _finished(team: Memory) -> bool:
     """Done when every file of the design has been written and its latest version approved (the engineer
     writes one file at a time: the first approval can come before the last file)."""
@@ -366,11 +336,14 @@ def run(
     ready, every message, the summaries, the report.
 
     Raises:
-        InvalidInput: ``report`` cannot be written there (:func:`check_report`); nothing was started.
+        InvalidInput: ``report`` cannot be written there (:func:`pgmem.ops.report.check_report`); nothing was
+            started.
         DemoIncomplete: a role process died, or the team stopped making progress (after the report).
     """
     console = console or Console()
     if report is not None:
+        from pgmem.ops.report import check_report  # loaded here: the report's module is not the demo's start
+
         check_report(report)
     started = time.monotonic()
     console.print(f"[bold]pgmem demo[/bold]: {len(ROLES)} agent processes, idea: {idea!r}", highlight=False)

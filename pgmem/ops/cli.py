@@ -557,7 +557,8 @@ def demo(
     ] = Path("pgmem-demo-report.html"),
 ) -> None:
     """Run a small software team as separate processes sharing one memory, then report from SQL."""
-    from pgmem.examples.demo import check_report, run
+    from pgmem.examples.demo import run
+    from pgmem.ops.report import check_report
 
     check_report(report)  # before anything starts: a path that cannot be written fails now, not after the run
     if not dsn and not get_settings().dsn and not _server.status(get_settings().home).running:

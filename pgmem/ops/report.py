@@ -27,7 +27,7 @@ from typing import Any
 
 import psycopg
 
-from pgmem.errors import translate
+from pgmem.errors import InvalidInput, translate
 from pgmem.ops import analytics
 from pgmem.ops.analytics import Scope
 
@@ -264,6 +264,37 @@ def _reading(dsn: str, replicas: Sequence[str]) -> psycopg.Connection[Any]:
     return psycopg.connect(dsn)
 
 
+def check_report(path: Path) -> Path:
+    """``path``, checked before anything runs (the demo's agents, the report's queries): the report can be
+    written there.
+
+    A missing folder is not created: it is more often a typo than a wish, and the user should see it.
+
+    Raises:
+        InvalidInput: ``path`` is a directory, its folder does not exist (or is not a folder), or it cannot
+            be written (permissions, a read-only file system); nothing was started or written.
+    """
+    folder = path.parent
+    if path.is_dir():
+        raise InvalidInput(
+            f"report path {str(path)!r} is a directory: give a file name, e.g. {str(path / 'report.html')!r}"
+        )
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist (pgmem does not create it)"
+        raise InvalidInput(f"report path {str(path)!r}: folder {str(folder)!r} {what}")
+    try:
+        if path.exists():
+            with path.open("ab"):  # writes nothing: the report replaces it after the run
+                pass
+        else:
+            with path.open("xb"):
+                pass
+            path.unlink()
+    except OSError as exc:
+        raise InvalidInput(f"report path {str(path)!r} cannot be written: {exc.strerror or exc}") from None
+    return path
+
+
 def write_report(
     dsn: str,
     out: Path | str,
@@ -274,7 +305,12 @@ def write_report(
     replicas: Sequence[str] = (),
 ) -> ReportSummary:
     """Query the analytics views at ``dsn`` (or at the first of ``replicas``, streaming replicas of it, that
-    answers) and write the HTML report to ``out``."""
+    answers) and write the HTML report to ``out``.
+
+    Raises:
+        InvalidInput: ``out`` cannot be written (:func:`check_report`), before any query runs.
+    """
+    check_report(Path(out))
     scope = Scope(namespace, since, memory)
     with translate(), _reading(dsn, replicas) as conn:
         data = collect(conn, scope)

@@ -144,3 +144,20 @@ def test_stats_prints_the_main_figures_with_namespace_and_window(team: str) -> N
     assert "Zed" in everything
     bad = run_cli("stats", "--dsn", team, "--since", "yesterday-ish", check=False)
     assert bad.returncode == 1 and "InvalidInput" in bad.stderr and "--since" in bad.stderr
+
+
+def test_report_to_a_path_that_cannot_be_written_fails_first(tmp_path: Path) -> None:
+    """`pgmem report -o` to a missing folder was a traceback after the queries (issue 35, item 5): now a typed
+    error naming the folder, before anything connects (the DSN here leads nowhere)."""
+    from pgmem.errors import InvalidInput
+    from pgmem.ops.report import write_report
+
+    missing = tmp_path / "no-such-folder" / "report.html"
+    with pytest.raises(InvalidInput, match="does not exist"):
+        write_report("host=127.0.0.1 port=1 connect_timeout=1", missing)
+    with pytest.raises(InvalidInput, match="is a directory"):
+        write_report("host=127.0.0.1 port=1 connect_timeout=1", tmp_path)
+    nowhere = "host=127.0.0.1 port=1"
+    result = run_cli("report", "-o", str(missing), "--dsn", nowhere, env={"COLUMNS": "1000"}, check=False)
+    assert result.returncode == 1 and "InvalidInput" in result.stderr and "Traceback" not in result.stderr
+    assert not missing.parent.exists()
