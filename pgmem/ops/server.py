@@ -27,7 +27,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg import pq, sql
 
-from pgmem.errors import ConnectionFailed
+from pgmem.errors import ConfigError, ConnectionFailed
 
 DATABASE = "pgmem"
 
@@ -130,10 +130,11 @@ def ensure_server(home: Path) -> str:
     A server that died is started again (after its leftovers are cleared, :func:`_clear_stale`).
 
     Raises:
+        ConfigError: ``home`` cannot hold the server's data (a file, a read-only folder).
         ConnectionFailed: the server could not be started.
     """
     pgdata = pgdata_dir(home)
-    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    _check_home(home, pgdata)
     for attempt in (1, 2):
         with _thread_lock:
             info = _postmaster(pgdata)
@@ -161,6 +162,26 @@ def ensure_server(home: Path) -> str:
             continue
         return _dsn(info, DATABASE)
     raise AssertionError("unreachable")
+
+
+def _check_home(home: Path, pgdata: Path) -> None:
+    """The embedded server's folder exists, or is created, and can be written; else a :class:`ConfigError`
+    saying so (a file or a read-only folder as PGMEM_HOME was a traceback, or a ``ConnectionFailed`` that
+    a caller following docs/reliability.md would retry forever)."""
+    advice = "point PGMEM_HOME at a writable folder, or set PGMEM_DSN to use a server of your own"
+    blocking = next((p for p in (pgdata.parent, *pgdata.parent.parents) if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise ConfigError(
+            f"the embedded server's home {str(home)!r}: {str(blocking)!r} is a file, not a folder: {advice}"
+        )
+    try:
+        pgdata.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"the embedded server's home {str(home)!r} cannot hold its data folder ({exc.strerror}): {advice}"
+        ) from None
+    if not os.access(pgdata.parent, os.W_OK | os.X_OK) or (pgdata.exists() and not os.access(pgdata, os.W_OK)):
+        raise ConfigError(f"the embedded server's home {str(home)!r} is not writable: {advice}")
 
 
 def _start(pgdata: Path, attempts: int = 3) -> None:

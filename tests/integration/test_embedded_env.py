@@ -99,3 +99,20 @@ def test_a_service_libpq_cannot_find_is_named_in_a_typed_error(home: Path) -> No
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("pgmem.errors.ConnectionFailed: PGSERVICE='no-such-service'"), last
     assert "unset PGSERVICE" in last
+
+
+def test_a_home_that_cannot_hold_the_server_is_a_config_error(tmp_path: Path) -> None:
+    """A file as PGMEM_HOME (or under it) was a FileExistsError traceback (issue 35, item 5): now a typed
+    error naming the file and what to do, from the library and from the command line, before any start."""
+    from pgmem.errors import ConfigError
+    from pgmem.ops import server
+    from tests.integration.test_cli import run_cli
+
+    blocker = tmp_path / "home"
+    blocker.write_text("not a folder")
+    for home in (blocker, blocker / "below"):
+        with pytest.raises(ConfigError, match="is a file, not a folder: point PGMEM_HOME at a writable folder"):
+            server.ensure_server(home)
+    result = run_cli("stats", env={"PGMEM_HOME": str(blocker), "COLUMNS": "1000"}, check=False)
+    assert result.returncode == 1 and "ConfigError" in result.stderr and "Traceback" not in result.stderr
+    assert blocker.read_text() == "not a folder"
