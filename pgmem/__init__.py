@@ -20,6 +20,7 @@ from pgmem.errors import (
     Conflict,
     ConnectionFailed,
     DemoIncomplete,
+    DimensionMismatch,
     EmbeddingError,
     InvalidInput,
     LeaseLost,
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from pgmem._async.messages import AsyncMessageRepository
     from pgmem._sync.client import Client
     from pgmem._sync.messages import MessageRepository
+    from pgmem.embeddings import Precomputed
 
 #: The classes of each flavour, imported on first use (PEP 562): a sync agent process never loads the
 #: async flavour, nor an async one the sync flavour (``pgmem.connect`` / ``pgmem.aconnect`` load theirs).
@@ -49,6 +51,8 @@ _LAZY = {
     "AsyncMessageRepository": "pgmem._async.messages",
     "Client": "pgmem._sync.client",
     "MessageRepository": "pgmem._sync.messages",
+    # The model of your own vectors (client.vectors.enable(memory, pgmem.Precomputed(name, dimension))).
+    "Precomputed": "pgmem.embeddings",
 }
 
 
@@ -80,6 +84,7 @@ __all__ = [
     "Conflict",
     "ConnectionFailed",
     "DemoIncomplete",
+    "DimensionMismatch",
     "EmbeddingError",
     "InvalidInput",
     "LeaseLost",
@@ -88,6 +93,7 @@ __all__ = [
     "NotFound",
     "PermissionDenied",
     "PgmemError",
+    "Precomputed",
     "ResourceExhausted",
     "SchemaOutOfDate",
     "SchemaTooNew",

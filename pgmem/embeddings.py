@@ -7,6 +7,8 @@
 * :class:`OpenAIEmbedder` — the ``openai`` package (``base_url`` configurable, so any compatible server
   works); rate limits and transient errors are retried with exponential backoff by the client.
 * :class:`SentenceTransformerEmbedder` — local models, with the optional extra ``pgmem[local]``.
+* :class:`Precomputed` — no provider: a model whose vectors you compute yourself and pass to pgmem
+  (``embedding=`` on ``messages.add``, ``embeddings=`` on ``add_many``, ``vector=`` on searches).
 
 Every provider has a ``model`` name and a fixed ``dimension``; vectors of another dimension are an
 error, never silently truncated.
@@ -17,11 +19,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
+import os
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
-from pgmem.errors import EmbeddingError, InvalidInput
+from pgmem.errors import DimensionMismatch, EmbeddingError, InvalidInput
 
 if TYPE_CHECKING:
     import numpy as np
@@ -70,13 +74,17 @@ def check_vectors(vectors: Any, count: int, dimension: int, model: str) -> Vecto
     :class:`EmbeddingError` naming the first bad one, so that nothing is written."""
     import numpy as np
 
-    array = np.asarray(vectors, dtype=np.float32)
+    try:
+        with np.errstate(over="ignore"):  # a value beyond float32 becomes inf, refused below
+            array = np.asarray(vectors, dtype=np.float32)
+    except (TypeError, ValueError) as exc:  # ragged rows, strings, None
+        raise EmbeddingError(f"{model}: not an array of vectors ({exc})") from None
     if array.ndim != 2 or array.shape[0] != count:
         raise EmbeddingError(f"{model}: expected {count} vectors, got an array of shape {array.shape}")
     if array.shape[1] != dimension:
         raise EmbeddingError(f"{model}: expected {dimension} dimensions, got {array.shape[1]}")
     if not np.isfinite(array).all():
-        raise EmbeddingError(f"{model}: the provider returned NaN or infinite values")
+        raise EmbeddingError(f"{model}: NaN or infinite values (from the provider, or given)")
     wide = array.astype(np.float64)
     squared = np.einsum("ij,ij->i", wide, wide)
     bad = np.flatnonzero((squared < MIN_SQUARED_NORM) | (squared > MAX_SQUARED_NORM))
@@ -86,8 +94,41 @@ def check_vectors(vectors: Any, count: int, dimension: int, model: str) -> Vecto
     return array
 
 
+#: The largest magnitude a ``halfvec`` (IEEE half precision) holds: models above 2,000 dimensions store
+#: their vectors so (pgmem.planning.search.model.storage_kind).
+HALF_MAX = 65504.0
+
+
+def given_vectors(vectors: Any, count: int, *, single: bool = False) -> Vectors:
+    """A caller's own vectors (``embedding=`` of one message when ``single``, else ``embeddings=``, one per
+    message): lists or numpy arrays, returned as a float32 array of ``count`` rows, each finite and neither
+    zero nor too long (as :func:`check_vectors`). Their dimension is the caller's; the model's is checked
+    once the model is known (``AsyncModelRegistry.given_model``). Raises :class:`EmbeddingError`."""
+    import numpy as np
+
+    what = "embedding" if single else "embeddings"
+    try:
+        with np.errstate(over="ignore"):
+            array = np.asarray(vectors, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise EmbeddingError(f"{what}: not {'a vector' if single else 'vectors'} of numbers ({exc})") from None
+    if count == 0 and not single and array.size == 0:
+        return array.reshape(0, 0)  # no messages, no vectors
+    if single:
+        if array.ndim != 1:
+            raise EmbeddingError(f"embedding: expected one vector (a list or a 1-D array), got shape {array.shape}")
+        array = array[None, :]
+    elif array.ndim != 2 or array.shape[0] != count:
+        raise EmbeddingError(f"embeddings: expected {count} vectors, one per message, got shape {array.shape}")
+    if array.shape[1] == 0:
+        raise EmbeddingError(f"{what}: a vector needs at least one dimension")
+    return check_vectors(array, count, array.shape[1], what)
+
+
 def check_query_vector(vector: Any, dimension: int) -> Vectors:
-    """A caller's query vector: one row of ``dimension`` finite floats."""
+    """A caller's query vector: one row of ``dimension`` finite floats. Another dimension than the model's
+    is a :class:`DimensionMismatch` (an EmbeddingError and an InvalidInput); anything else wrong with it an
+    :class:`InvalidInput`."""
     import numpy as np
 
     try:
@@ -95,7 +136,7 @@ def check_query_vector(vector: Any, dimension: int) -> Vectors:
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"not a vector: {exc}") from None
     if array.shape[0] != dimension:
-        raise InvalidInput(f"query vector has {array.shape[0]} dimensions; the model has {dimension}")
+        raise DimensionMismatch(f"query vector has {array.shape[0]} dimensions; the model has {dimension}")
     # The squared length in float64, which no float32 input overflows: finite only if every value is (a
     # third of the cost of isfinite().all() on 384 values), and checked against float32's range.
     wide = array.astype(np.float64)
@@ -260,17 +301,76 @@ class OpenAIEmbedder:
         )
 
 
-class SentenceTransformerEmbedder:
-    """Local sentence-transformers models (``pip install 'pgmem[local]'``)."""
+def _check_model_name(name: Any, what: str = "name") -> str:
+    """A model's name as pgmem registers it: a non-empty string without NUL bytes (it is stored)."""
+    if not isinstance(name, str) or not name.strip() or "\x00" in name:
+        raise InvalidInput(f"a model's {what} must be a non-empty string without NUL bytes, got {name!r}")
+    return name
 
-    def __init__(self, model: str = "sentence-transformers/all-MiniLM-L6-v2", *, device: str = "cpu") -> None:
+
+def sentence_transformer_name(model: str, loaded: Any = None) -> str:
+    """The name pgmem registers a sentence-transformers model under, when the caller gives none: its own id,
+    never a path (a path names an installation: the same weights elsewhere would be another model, whose
+    vectors are all computed again).
+
+    * ``model`` is not a local directory: it is a Hugging Face id (what sentence-transformers downloads),
+      kept as given: ``"sentence-transformers/all-MiniLM-L6-v2"``.
+    * The loaded model names itself (``loaded.model_card_data.model_id``: sentence-transformers sets it when
+      a model is saved or pushed under an id, or by your code; a loaded copy does not keep it, so it is
+      usually unset). Not ``base_model``: for a fine-tuned model that is the model it was trained from.
+    * The directory lies in a Hugging Face cache (``…/models--<org>--<name>/snapshots/<revision>``, where
+      ``huggingface_hub`` and ``HF_HOME`` put downloads): ``"<org>/<name>"``, the same in every cache.
+    * Otherwise the directory's own name (``/opt/models/all-MiniLM-L6-v2`` → ``"all-MiniLM-L6-v2"``): give
+      ``name=`` when that is not the model's id (a directory called ``model``).
+    """
+    local = Path(model).expanduser()
+    if not local.is_dir():
+        return model
+    own = getattr(getattr(loaded, "model_card_data", None), "model_id", None)
+    if isinstance(own, str) and own.strip() and not Path(own).is_absolute():
+        return own
+    given = Path(os.path.abspath(local))
+    for part in (*reversed(given.parts), *reversed(given.resolve().parts)):
+        if part.startswith("models--") and len(part) > len("models--"):
+            return "/".join(part[len("models--") :].split("--"))  # hub ids cannot hold "--"
+    return given.name or str(given)
+
+
+class SentenceTransformerEmbedder:
+    """Local sentence-transformers models (``pip install 'pgmem[local]'``).
+
+    Args:
+        model: a Hugging Face id (``"sentence-transformers/all-MiniLM-L6-v2"``) or a local directory.
+        name: the model's name in pgmem (``self.model``), which its vectors are stored and searched under;
+            default: the model's own id (:func:`sentence_transformer_name`), never the directory's path, so
+            that the same weights installed elsewhere are the same model. A memory embedded before under
+            another name (pgmem named a directory's model by its path until then) keeps it with
+            ``name=<that name>``.
+        device: where the model runs (``"cpu"``, ``"cuda"``).
+
+    Example:
+        >>> SentenceTransformerEmbedder("/srv/models/e5", name="intfloat/e5-small-v2").model
+        'intfloat/e5-small-v2'
+    """
+
+    def __init__(
+        self, model: str = "sentence-transformers/all-MiniLM-L6-v2", *, name: str | None = None, device: str = "cpu"
+    ) -> None:
+        if name is not None:
+            _check_model_name(name)
         try:
             from sentence_transformers import SentenceTransformer
         except ImportError as exc:
             raise EmbeddingError("sentence-transformers is not installed: pip install 'pgmem[local]'") from exc
-        self._model = SentenceTransformer(model, device=device)
-        self.model = model
-        dimension = self._model.get_sentence_embedding_dimension()
+        source = os.path.expanduser(model)
+        if os.path.isdir(source):  # loaded without asking the Hub (sentence-transformers looks ids up online)
+            self._model = SentenceTransformer(source, device=device, local_files_only=True)
+        else:
+            self._model = SentenceTransformer(model, device=device)
+        self.model = name if name is not None else sentence_transformer_name(model, self._model)
+        # get_embedding_dimension from sentence-transformers 5 on; the older name warns there (a FutureWarning).
+        measure = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
+        dimension = measure()
         if dimension is None:  # a model whose output size is not fixed cannot fill a vector(n) column
             raise EmbeddingError(f"{model!r} does not say its embedding dimension; pgmem needs a fixed one")
         self.dimension = int(dimension)
@@ -283,9 +383,47 @@ class SentenceTransformerEmbedder:
         return await asyncio.to_thread(self.embed, texts)
 
 
+class Precomputed:
+    """A model whose vectors come from you, not from pgmem: computed by a model pgmem does not wrap, or
+    stored beforehand. Register it as any embedder; its name and dimension are the model's::
+
+        client.vectors.enable("docs", Precomputed("intfloat/e5-large-v2", 1024))
+        client.messages.add("docs", message, embedding=vector)        # stored with the message, one transaction
+        client.messages.add_many("docs", messages, embeddings=matrix)  # one vector per message, in order
+        client.vectors.search(vector=query_vector, memory="docs")
+
+    pgmem never embeds with it: a message added without a vector stays queued for the model (counted by
+    ``client.vectors.pending()``; the background embedder passes it by, with no retry and no error) until the
+    same message is added again with ``embedding=``. A search by text (not ``vector=``) of a memory of this
+    model raises the :class:`EmbeddingError` of :meth:`embed`.
+    """
+
+    def __init__(self, model: str, dimension: int) -> None:
+        self.model = _check_model_name(model, "name (model=)")
+        if isinstance(dimension, bool) or not isinstance(dimension, int) or not 1 <= dimension <= 16000:
+            raise InvalidInput(f"dimension must be an integer in [1, 16000], got {dimension!r}")
+        self.dimension = dimension
+
+    def __repr__(self) -> str:
+        return f"Precomputed({self.model!r}, {self.dimension})"
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        raise EmbeddingError(
+            f"pgmem does not compute the vectors of model {self.model!r} (Precomputed): pass your own, "
+            "embedding= (embeddings=) to add (add_many, publish) and vector= (vectors=) to searches"
+        )
+
+    async def aembed(self, texts: Sequence[str]) -> Vectors:
+        return self.embed(texts)
+
+
 def default_embedder() -> Embedder:
     """The configured default (``PGMEM_EMBEDDER``): the offline :class:`HashingEmbedder` (384 dimensions)
-    unless the settings name ``openai`` or ``sentence-transformers:<model>``."""
+    unless the settings name ``openai`` or ``sentence-transformers:<model>``, where ``<model>`` is a
+    Hugging Face id or a local directory, optionally followed by ``#<name>``, the name pgmem registers it
+    under (:class:`SentenceTransformerEmbedder`'s ``name=``):
+    ``sentence-transformers:/srv/models/e5#intfloat/e5-small-v2``. (A directory whose own path holds a
+    ``#`` is taken whole.)"""
     from pgmem.settings import get_settings
 
     settings = get_settings()
@@ -295,5 +433,21 @@ def default_embedder() -> Embedder:
     if choice == "openai":
         return OpenAIEmbedder(settings.openai_embedding_model, settings.openai_embedding_dimension)
     if choice.startswith("sentence-transformers:"):
-        return SentenceTransformerEmbedder(choice.split(":", 1)[1])
-    raise InvalidInput(f"PGMEM_EMBEDDER={choice!r}: expected 'hashing', 'openai' or 'sentence-transformers:<model>'")
+        model, name = sentence_transformer_setting(choice.split(":", 1)[1])
+        return SentenceTransformerEmbedder(model, name=name)
+    raise InvalidInput(
+        f"PGMEM_EMBEDDER={choice!r}: expected 'hashing', 'openai' or 'sentence-transformers:<model>[#<name>]'"
+    )
+
+
+def sentence_transformer_setting(value: str) -> tuple[str, str | None]:
+    """``<model>[#<name>]`` of ``PGMEM_EMBEDDER=sentence-transformers:…`` as ``(model, name or None)``."""
+    if "#" not in value or Path(value).expanduser().is_dir():  # a directory with a "#" in its path: whole
+        model, name = value, None
+    else:
+        model, _, name = value.rpartition("#")
+        if not name.strip():
+            raise InvalidInput(f"PGMEM_EMBEDDER=sentence-transformers:{value}: an empty name after the '#'")
+    if not model.strip():
+        raise InvalidInput(f"PGMEM_EMBEDDER=sentence-transformers:{value}: no model")
+    return model, name

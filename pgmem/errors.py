@@ -139,6 +139,13 @@ class EmbeddingError(PgmemError):
     does not match the embedder given (a name registered with another dimension, another model)."""
 
 
+class DimensionMismatch(EmbeddingError, InvalidInput):
+    """A vector of yours has another dimension than its model's: a query vector (``vector=``) or one to
+    store (``embedding=``). It does not fit the model (an :class:`EmbeddingError`) and is the caller's
+    argument (an :class:`InvalidInput`, what a query vector of another dimension raised before); nothing
+    was run or written."""
+
+
 class SummaryError(PgmemError):
     """The LLM answered with something that cannot be stored as a summary (e.g. not a string)."""
 

@@ -42,7 +42,9 @@ class Settings:
     ``PGMEM_EMBEDDER``: the default embedding provider: ``hashing`` (offline, the default),
     ``openai`` (model ``PGMEM_OPENAI_EMBEDDING_MODEL``, dimension ``PGMEM_OPENAI_EMBEDDING_DIMENSION``,
     key and ``base_url`` from ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``) or
-    ``sentence-transformers:<model>`` (the ``pgmem[local]`` extra).
+    ``sentence-transformers:<model>`` (the ``pgmem[local]`` extra; ``<model>`` a Hugging Face id or a local
+    directory, ``sentence-transformers:<model>#<name>`` to register it under ``<name>``, e.g. the id of the
+    model a directory holds: ``pgmem.embeddings.default_embedder``).
     ``PGMEM_RETRIEVAL_LOG``: ``1`` records every search's hits in ``pgmem.retrieval_log`` (default off;
     a client's ``retrieval_log=`` overrides it). See docs/analytics.md.
     ``PGMEM_VECTOR_LOG_RETENTION``: seconds a change stays in ``pgmem.vector_log`` (default 3600) before a

@@ -173,19 +173,11 @@ OFFSET 0
 -- tsvector, where unnesting it made a row per lexeme; 30k hits of a common word: 150 -> 20 ms).
 length(m.tsv) AS dl, ts_filter(setweight(m.tsv, 'A', q.terms), '{a}') AS qv
 
--- fragment: bm25_entries
--- BM25's N for a search in a memory: the number of memory entries as Postgres last estimated it
--- (pg_class.reltuples, as Lucene takes N from its whole index, not from the filter). Counting the memory's
--- entries instead cost 5 ms at 30k entries, twenty times the search of a rare word.
-SELECT c.reltuples AS n FROM pg_class AS c WHERE c.oid = 'pgmem.memory_entries'::regclass
-
--- fragment: bm25_messages
--- BM25's N for a search of a whole namespace: the number of messages, estimated likewise.
-SELECT c.reltuples AS n FROM pg_class AS c WHERE c.oid = 'pgmem.messages'::regclass
-
 -- fragment: bm25
 -- BM25 of the keyword hits (README, "Keyword search"): CTEs after three of the statement's own: q
--- (terms: pgmem.fts_terms of the query), scope (n: {{bm25_entries}} or {{bm25_messages}}) and hit (id,
+-- (terms: pgmem.fts_terms of the query), scope (n: the number of messages the search's scope holds, its
+-- memory's entries or its namespace's messages, counted by the client: pgmem/planning/search/keyword.py;
+-- never the table's, which would let other tenants change a tenant's ranking) and hit (id,
 -- seq, {{bm25_hit}}: the scope's messages whose tsv matches). Ends with bm25 (id, seq, score), one row
 -- per hit. k1 = 1.2, b = 0.75; idf = ln(1 + (N - df + 0.5) / (df + 0.5)) with df counted among the hits,
 -- which hold every message of the scope containing a scored lexeme (but under a websearch `or`/`-not`,
@@ -212,3 +204,44 @@ bm25 AS (
     LEFT JOIN df ON df.lexeme = tf.lexeme
     GROUP BY h.id, h.seq
 )
+
+-- fragment: store_given
+-- The caller's own vectors, stored by the statement that stores their messages (so both are written all
+-- or nothing), for the models of the memory %(memory)s named %(model)s with %(dimension)s dimensions (two
+-- while a switch between distances of that model is under way: a vector does not depend on the distance).
+-- The statement defines `given` (id, embedding: one row per message, as vector) before this.
+-- `given_model`: those models. None (the memory no longer has the model the client looked up: a switch
+-- finished since) makes given_stored insert a NULL model_id, which fails the whole statement on purpose: a
+-- not-null violation on embeddings.model_id, which pgmem raises as EmbeddingError (nothing written).
+-- `given_dequeued`: the messages' outbox rows of those models (queued before: by an earlier add, or by
+-- another memory), deleted before the vectors are inserted (given_stored reads it first): a batch an
+-- embedder has claimed is waited for (its vector then stays: ON CONFLICT DO NOTHING), never the other way
+-- round. A new entry is not queued for the models (memory_entries_added finds its vector), and the insert
+-- logs the vector for every memory holding the message (embeddings_added), as the embedder's store does
+-- (a new entry's vector is logged by both triggers: a cache adds it once).
+given_model AS (
+    SELECT m.id, m.kind
+    FROM pgmem.memory_models AS mm JOIN pgmem.embedding_models AS m ON m.id = mm.model_id
+    WHERE mm.namespace = %(ns)s AND mm.memory = %(memory)s AND m.name = %(model)s AND m.dimension = %(dimension)s
+), given_dequeued AS (
+    DELETE FROM pgmem.embedding_outbox AS o
+    WHERE o.namespace = %(ns)s AND o.model_id IN (SELECT id FROM given_model)
+      AND o.message_id IN (SELECT id FROM given)
+    RETURNING 1
+), given_stored AS (
+    INSERT INTO pgmem.embeddings (namespace, model_id, message_id, embedding, embedding_half)
+    SELECT %(ns)s, gm.id, g.id,
+           CASE WHEN gm.kind = 'vector' THEN g.embedding END,
+           CASE WHEN gm.kind = 'halfvec' THEN g.embedding::halfvec END
+    FROM given AS g LEFT JOIN given_model AS gm ON true
+    WHERE (SELECT count(*) FROM given_dequeued) >= 0
+    ORDER BY gm.id, g.id
+    ON CONFLICT DO NOTHING
+)
+
+-- fragment: other_models
+-- Whether the memory %(memory)s has models besides those of the caller's vectors (%(model)s with
+-- %(dimension)s dimensions): the writer's embedder then fills their vectors after commit.
+EXISTS (SELECT 1 FROM pgmem.memory_models AS mm JOIN pgmem.embedding_models AS m ON m.id = mm.model_id
+        WHERE mm.namespace = %(ns)s AND mm.memory = %(memory)s
+          AND (m.name, m.dimension) <> (%(model)s::text, %(dimension)s::integer))

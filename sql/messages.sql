@@ -29,7 +29,13 @@ RETURNING seq, {{memory_embeds}} AS embeds;
 -- numbers are drawn in batch order first (`numbered`), so the memory still keeps the batch order.
 -- `clash` (the fragment batch_clash): a message of the batch stored with other content (or stored
 -- concurrently), or an id the batch repeats with other contents, fails the statement: nothing is written.
-WITH {{settle_shared}}, batch AS (
+WITH {{add_many_entries}}
+SELECT count(*) AS added, {{memory_embeds}} AS embeds
+FROM entry;
+
+-- fragment: add_many_entries
+-- The CTEs of add_many up to its `entry` insert (add_many_vector stores the caller's vectors beside them).
+{{settle_shared}}, batch AS (
     SELECT *
     FROM unnest({{message_arrays}})
          WITH ORDINALITY AS b({{message_fields}}, ord)
@@ -57,7 +63,36 @@ WITH {{settle_shared}}, batch AS (
     ON CONFLICT DO NOTHING
     RETURNING 1
 )
-SELECT count(*) AS added, {{memory_embeds}} AS embeds
+
+-- name: add_one_vector
+-- add_one with the caller's own vector of the message (%(vector)b) stored for the memory's model
+-- %(model)s of %(dimension)s dimensions in the same statement (the fragment store_given): the message, its
+-- entry and its vector are written all or nothing. A message the memory held already gets the vector too
+-- when it has none of that model (how messages queued for a model of your own get theirs). Returns an
+-- AddedRow, whose seq is NULL when the memory held the message and whose embeds says whether the memory has
+-- other models (other_models: then their embedder has work).
+WITH {{settle_shared}}, memory AS (
+    {{register_memory}}
+), {{message_once}}, entry AS (
+    INSERT INTO pgmem.memory_entries (namespace, memory, message_id, cause_by)
+    SELECT %(ns)s, %(memory)s, %(id)s, %(cause_by)s FROM settle
+    ON CONFLICT DO NOTHING
+    RETURNING seq
+), given AS (
+    SELECT %(id)s::text AS id, %(vector)b::vector AS embedding
+), {{store_given}}
+SELECT (SELECT seq FROM entry) AS seq, {{other_models}} AS embeds;
+
+-- name: add_many_vector
+-- add_many with the caller's own vectors (%(vectors)b: one per message, in batch order; of an id the
+-- batch repeats, the first occurrence's) stored as add_one_vector stores its one. Returns an
+-- AddedManyRow (embeds: as add_one_vector's).
+WITH {{add_many_entries}}, given AS (
+    SELECT DISTINCT ON (g.id) g.id, g.embedding
+    FROM unnest(%(id)b::text[], %(vectors)b::vector[]) WITH ORDINALITY AS g(id, embedding, ord)
+    ORDER BY g.id, g.ord
+), {{store_given}}
+SELECT count(*) AS added, {{other_models}} AS embeds
 FROM entry;
 
 -- name: append
@@ -156,7 +191,7 @@ ORDER BY e.seq;
 -- pgmem.fts_query of a constant is folded into a tsquery when the statement is planned, so the planner
 -- sees which lexemes it looks for (the GIN index on tsv for rare ones, a scan for a word in most messages).
 WITH q AS MATERIALIZED (SELECT pgmem.fts_terms(%(query)s) AS terms),
-scope AS ({{bm25_entries}}),
+scope AS (SELECT %(scope_n)s::float8 AS n),
 hit AS MATERIALIZED (
     SELECT e.seq, m.id, {{bm25_hit}}
     FROM q, pgmem.messages AS m

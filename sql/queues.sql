@@ -348,8 +348,15 @@ DELETE FROM pgmem.subscriptions WHERE namespace = %(ns)s AND subscriber = %(subs
 -- ('inbox:' || subscriber) of every subscriber it is addressed to, all in one statement: either the
 -- message and all its deliveries exist, or none. Addressed means: one of the subscriber's addresses is in
 -- send_to, or the message is a broadcast ('<all>') of an action the subscriber watches (watch NULL: any).
--- An id stored with other content fails the statement (the fragment message_once).
-WITH {{settle_shared}}, memory AS (
+-- An id stored with other content fails the statement (the fragment message_once). Returns a PublishRow
+-- (embeds: whether the memory has embedding models, whose embedder then has work).
+WITH {{publish_deliveries}}
+SELECT (SELECT seq FROM entry) AS seq, (SELECT array_agg(queue ORDER BY queue) FROM delivery) AS inboxes,
+       (SELECT count(*) FROM rung) AS rung, {{memory_embeds}} AS embeds;
+
+-- fragment: publish_deliveries
+-- The CTEs of publish: the message, its entry, its deliveries and their doorbell rings.
+{{settle_shared}}, memory AS (
     {{register_memory}}
 ), {{message_once}}, entry AS (
     INSERT INTO pgmem.memory_entries (namespace, memory, message_id, cause_by)
@@ -371,8 +378,17 @@ WITH {{settle_shared}}, memory AS (
     SELECT %(ns)s, 'pgmem_queue', queue FROM delivery
     RETURNING 1
 )
+
+-- name: publish_vector
+-- publish with the caller's own vector of the message (%(vector)b) stored for the memory's model %(model)s
+-- of %(dimension)s dimensions in the same statement, as messages.sql's add_one_vector stores it (the
+-- fragment store_given): the message, its deliveries and its vector are written all or nothing. Returns a
+-- PublishRow (embeds: whether the memory has other models, other_models).
+WITH {{publish_deliveries}}, given AS (
+    SELECT %(id)s::text AS id, %(vector)b::vector AS embedding
+), {{store_given}}
 SELECT (SELECT seq FROM entry) AS seq, (SELECT array_agg(queue ORDER BY queue) FROM delivery) AS inboxes,
-       (SELECT count(*) FROM rung) AS rung;
+       (SELECT count(*) FROM rung) AS rung, {{other_models}} AS embeds;
 
 -- name: take
 -- Claim and acknowledge in one statement (MetaGPT's MessageQueue.pop): up to {limit} claimable items

@@ -242,12 +242,6 @@ SELECT vec_rev FROM pgmem.memories WHERE namespace = $1::text AND key = $2::text
 -- name: head_rev
 SELECT vec_rev FROM pgmem.memories WHERE namespace = %(ns)s AND key = %(memory)s;
 
--- name: vector_rows
--- How many vectors a search table stores (planner statistics, 0 before the first ANALYZE: no scan), for
--- the exact-or-index choice (pgmem._async.search_planner): %(table)s is pgmem.embeddings for messages,
--- pgmem.item_vectors for the item store.
-SELECT greatest(reltuples, 0)::float8 FROM pg_class WHERE oid = %(table)s::regclass;
-
 -- name: log_retrieval
 -- One search answered by the FAISS cache (pgmem.cache), recorded in the retrieval log (opt-in).
 INSERT INTO pgmem.retrieval_log (namespace, kind, memory, label, query, k, message_ids, scores)

@@ -36,7 +36,7 @@ class AsyncRepository:
         ns = self.namespace
         try:
             with translate():
-                async with self._client.connection(connection) as conn:
+                async with self._client._connection(connection) as conn:
                     return await scope.rows(conn, ns, self.queries[name], {"ns": ns, **params})
         except UnicodeEncodeError:
             # A lone surrogate the public method's checks missed: the driver failed to encode it before

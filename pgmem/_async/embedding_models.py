@@ -8,13 +8,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from psycopg import AsyncConnection, sql
+from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 
 from pgmem._acompat import asleep
 from pgmem._async.base import AsyncRepository
 from pgmem.checks import check_key
-from pgmem.embeddings import Embedder, Vectors, check_vectors
-from pgmem.errors import EmbeddingError, InvalidInput, translate
+from pgmem.embeddings import HALF_MAX, Embedder, Vectors, check_vectors, given_vectors
+from pgmem.errors import DimensionMismatch, EmbeddingError, InvalidInput, PgmemError, translate
 from pgmem.planning import statements
 from pgmem.planning.distances import DEFAULT_DISTANCE, check_distance
 from pgmem.planning.rows import EmbeddingModelRow, MemoryModelRow
@@ -182,7 +183,7 @@ class AsyncModelRegistry(AsyncRepository):
         name = name or model.table_index_name(table)
         if name in self._indexed:
             return True
-        async with self._client.connection(connection) as conn:
+        async with self._client._connection(connection) as conn:
             if not conn.autocommit or conn.info.transaction_status != TransactionStatus.IDLE:
                 return False
             with translate():
@@ -263,6 +264,111 @@ class AsyncModelRegistry(AsyncRepository):
     def forget(self, memory: str) -> None:
         """Drop the remembered active model of ``memory`` (the next search looks it up)."""
         self._active.pop(memory, None)
+
+    # -- the caller's own vectors ---------------------------------------------------------------------
+
+    async def given(
+        self,
+        memory: str,
+        vectors: Any,
+        count: int,
+        model: str | None,
+        connection: AsyncConnection[Any] | None,
+        *,
+        single: bool = False,
+    ) -> dict[str, Any]:
+        """The parameters of a write that stores the caller's own vectors beside its messages (the SQL
+        fragment ``store_given``): ``model`` and ``dimension``, then ``vector`` (``single``: one message's)
+        or ``vectors`` (``count``, one per message, in order).
+
+        The vectors are checked (:func:`pgmem.embeddings.given_vectors`) and must have the dimension of the
+        memory's model named ``model`` (default: its active one). The active model is the remembered one
+        when it fits (no round trip; the statement checks that the memory still has it, see
+        :meth:`lost_model`), else the memory's models are read.
+
+        Raises:
+            InvalidInput: ``model`` is not a name, or names the model of no vectors.
+            EmbeddingError: not ``count`` finite vectors of one dimension; the memory has no model, or none
+                named ``model``; a value too large for a model stored as ``halfvec``.
+                :class:`DimensionMismatch` (also an InvalidInput): no such model of the vectors' dimension.
+                Nothing is written.
+        """
+        if model is not None and (not isinstance(model, str) or not model):
+            raise InvalidInput(f"model must be the name of one of the memory's models, got {model!r}")
+        if vectors is None:
+            raise InvalidInput(f"model={model!r} names the model of your vectors, but none were given")
+        array = given_vectors(vectors, count, single=single)
+        chosen = await self.given_model(memory, model, int(array.shape[1]), connection)
+        if chosen.kind == "halfvec" and float(abs(array).max()) > HALF_MAX:
+            raise EmbeddingError(
+                f"{chosen.name}: a value beyond {HALF_MAX:g}, which its halfvec storage (above 2,000 dimensions) "
+                "cannot hold; nothing was written"
+            )
+        if connection is not None or not self._client.owns_transactions:
+            # pgvector's types, to send the vectors (a pool's connections have them from the start)
+            async with self._client._connection(connection) as conn:
+                await self._client.sessions.ready(conn)
+        params: dict[str, Any] = {"model": chosen.name, "dimension": chosen.dimension}
+        if single:
+            params["vector"] = array[0]
+        else:
+            params["vectors"] = list(array)
+        return params
+
+    async def given_model(
+        self, memory: str, name: str | None, dimension: int, connection: AsyncConnection[Any] | None = None
+    ) -> EmbeddingModel:
+        """The model of ``memory`` that vectors of ``dimension`` are stored for: the one named ``name``
+        (default: the active one). Raises :class:`EmbeddingError` when there is none."""
+        known = self._active.get(memory)
+        if known is not None and name in (None, known.name) and known.dimension == dimension:
+            return known
+        models = await self.memory_models(memory, connection)
+        if models and models[0][0] == "active":
+            self._active[memory] = models[0][1]
+        if not models:
+            raise EmbeddingError(
+                f"memory {memory!r} has no embedding model to store vectors for: enable one first, e.g. "
+                "client.vectors.enable(memory, Precomputed(name, dimension)); nothing was written"
+            )
+        if name is None:
+            chosen = models[0][1]
+            if chosen.dimension != dimension:
+                raise DimensionMismatch(
+                    f"memory {memory!r} is embedded with {chosen.name!r} of {chosen.dimension} dimensions, not "
+                    f"{dimension}; nothing was written"
+                )
+            return chosen
+        named = [m for _, m in models if m.name == name]
+        if not named:
+            names = ", ".join(sorted({repr(m.name) for _, m in models}))
+            raise EmbeddingError(
+                f"memory {memory!r} has no model {name!r} (its models: {names}); enable it first; nothing was written"
+            )
+        for candidate in named:
+            if candidate.dimension == dimension:
+                return candidate
+        dimensions = " or ".join(sorted({str(m.dimension) for m in named}))
+        raise DimensionMismatch(
+            f"model {name!r} of memory {memory!r} has {dimensions} dimensions, not {dimension}; nothing was written"
+        )
+
+    def lost_model(self, exc: PgmemError, memory: str, given: dict[str, Any] | None) -> None:
+        """Raise the :class:`EmbeddingError` of a write of the caller's vectors that found the memory without
+        their model any more (a switch finished after this client looked it up): the statement fails itself
+        then (the fragment ``store_given``), so nothing was written. Returns for any other error."""
+        cause = exc.__cause__
+        if (
+            given is None
+            or not isinstance(cause, pg_errors.NotNullViolation)
+            or (cause.diag.table_name, cause.diag.column_name) != ("embeddings", "model_id")
+        ):
+            return
+        self.forget(memory)
+        raise EmbeddingError(
+            f"memory {memory!r} has no model {given['model']!r} of {given['dimension']} dimensions any more (a "
+            "model switch finished); nothing was written"
+        ) from exc
 
     async def for_search(
         self, filters: SearchFilters, embedder: Embedder | None, refresh: bool, distance: str | None = None

@@ -206,7 +206,7 @@ class AsyncItemRepository(AsyncRepository):
         for attempt in range(1, attempts + 1):
             try:
                 with translate():
-                    async with self._client.connection(connection) as conn:
+                    async with self._client._connection(connection) as conn:
                         if vectors:
                             await self._client.sessions.ready(conn)
                         if _idle_autocommit(conn):
@@ -392,6 +392,7 @@ class AsyncItemRepository(AsyncRepository):
                 {**plan.path_params(pre), **filter_params},
                 exact_limit,
                 connection,
+                model_id=model.id,
                 depth=n,
             )
         if strategy == "ann":
@@ -444,7 +445,7 @@ class AsyncItemRepository(AsyncRepository):
         34k items)."""
         params["ns"] = self.namespace
         with translate():
-            async with self._client.connection(connection) as conn:
+            async with self._client._connection(connection) as conn:
                 if "q" in params:
                     await self._client.sessions.ready(conn)
                 return await scope.rows(

@@ -15,7 +15,7 @@ from pgmem._async.base import AsyncRepository
 from pgmem._async.embedding_models import AsyncModelRegistry
 from pgmem._async.sessions import AsyncSessions
 from pgmem.checks import check_key
-from pgmem.embeddings import Embedder, check_vectors
+from pgmem.embeddings import Embedder, Precomputed, check_vectors
 from pgmem.errors import InvalidInput, redact, translate
 from pgmem.planning import statements
 from pgmem.planning.rows import EmbeddingModelRow, OutboxItemRow, PendingModelRow, PendingRow, PromotedRow
@@ -96,7 +96,9 @@ class AsyncEmbeddingOutbox(AsyncRepository):
         progress: Callable[[int], None] | None = None,
         count_remaining: bool = True,
     ) -> EmbedReport:
-        """Embed queued messages of this namespace with the models this client has embedders for.
+        """Embed queued messages of this namespace with the models this client has embedders for (not
+        :class:`pgmem.embeddings.Precomputed` ones, whose vectors come from the caller: their messages stay
+        queued, never tried nor failed, and :meth:`pending` counts them).
 
         Each batch is claimed with ``FOR UPDATE SKIP LOCKED`` (many embedders may run at once), embedded,
         stored and taken off the queue in one transaction. A provider error (or a wrong dimension) puts the
@@ -116,8 +118,8 @@ class AsyncEmbeddingOutbox(AsyncRepository):
         for row in rows:
             model = model_of(row)
             chosen = embedders.get((model.name, model.dimension))
-            if chosen is None:
-                continue
+            if chosen is None or isinstance(chosen, Precomputed):
+                continue  # a model of the caller's own vectors stays queued until they are given, untried
             if retry_now:
                 await self._rows("outbox_retry_now", {"model": model.id}, None)
             while limit is None or report.embedded + report.failed < limit:
@@ -189,8 +191,8 @@ class AsyncEmbeddingOutbox(AsyncRepository):
             self.kick()
 
     def changed(self, memory: str, connection: AsyncConnection[Any] | None) -> None:
-        """Entries left ``memory``: tell the listeners (after commit; in the caller's transaction the
-        commit's notification does it)."""
+        """Entries left ``memory``, or vectors the caller gave were stored with its messages: tell the
+        listeners (after commit; in the caller's transaction the commit's notification does it)."""
         if connection is None:
             self._announce(memory)
 

@@ -14,7 +14,8 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from pgmem._acompat import arun_blocking, asleep
-from pgmem.errors import ConnectionFailed, InvalidInput, Timeout, redact
+from pgmem._async import scope
+from pgmem.errors import ConnectionFailed, InvalidInput, Timeout, redact, translate
 from pgmem.resilience import DEFAULT_TIMEOUT, GuardedAsyncConnection, idle_broken, remaining, verifying
 
 __all__ = ["RECONNECT_INTERVAL", "RECONNECT_WINDOW", "check_pool_size"]
@@ -38,8 +39,12 @@ class _LifoAsyncConnectionPool(AsyncConnectionPool[Any]):
 
 
 @asynccontextmanager
-async def _pool_connection(pool: AsyncConnectionPool[Any]) -> AsyncIterator[AsyncConnection[Any]]:
-    """A pool connection within the current deadline. Idle connections whose server went away are closed
+async def _pool_connection(
+    pool: AsyncConnectionPool[Any], namespace: str | None = None
+) -> AsyncIterator[AsyncConnection[Any]]:
+    """A pool connection within the current deadline; with ``namespace``, its session scoped to it for the
+    block (the caller's SQL: :func:`pgmem._async.scope.set_session`) and reset once the block's transaction
+    has ended, before the pool takes it back. Idle connections whose server went away are closed
     (the pool drops them) and the next one is taken at once (:func:`pgmem.resilience.idle_broken`; the pool's
     own ``check=`` sleeps 1, 2, 4... seconds after each failed check). When none comes in time the call
     raises :class:`ConnectionFailed` if the pool's last attempt to connect failed (the server is down),
@@ -65,8 +70,13 @@ async def _pool_connection(pool: AsyncConnectionPool[Any]) -> AsyncIterator[Asyn
         await pool.putconn(conn)
     try:
         async with conn:  # as pool.connection(): commit, or roll back on an error (a caller's pool)
+            if namespace is not None:
+                with translate():
+                    await scope.set_session(conn, namespace)
             yield conn
     finally:
+        if namespace is not None:
+            await scope.reset_session(conn)
         await pool.putconn(conn)
 
 

@@ -37,6 +37,8 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from pgmem._acompat import ALock, AOnConnection, asleep
+from pgmem._async import scope
+from pgmem._async.pooling import _pool_connection
 from pgmem.planning import statements
 from pgmem.planning.replicas import ReadStats, ReplicaStats, describe
 
@@ -170,8 +172,10 @@ class AsyncReplicas:
             return await read(conn)
 
     @asynccontextmanager
-    async def connection(self) -> AsyncIterator[AsyncConnection[Any]]:
-        """A replica connection that has the client's writes, else a primary one (for a block of reads).
+    async def connection(self, namespace: str | None = None) -> AsyncIterator[AsyncConnection[Any]]:
+        """A replica connection that has the client's writes, else a primary one (for a block of reads);
+        with ``namespace``, its session scoped to it for the block (as the client's ``read_connection``
+        does; :func:`pgmem._async.scope.set_session`) and reset before its pool takes it back.
 
         The choice is made once: a replica that fails inside the block raises there (use :meth:`run` to
         have the read tried again)."""
@@ -180,15 +184,25 @@ class AsyncReplicas:
         for replica in self._order():
             try:
                 async with self._connection(replica, target, deadline) as conn:
+                    if namespace is not None:
+                        try:
+                            await scope.set_session(conn, namespace)
+                        except psycopg.Error:
+                            await self._down(replica)
+                            raise _Skip() from None
                     with self._lock:
                         replica.reads += 1
-                    yield conn
+                    try:
+                        yield conn
+                    finally:
+                        if namespace is not None:
+                            await scope.reset_session(conn)  # read-only: rolling back loses nothing
                     return
             except _Skip:
                 continue
         with self._lock:
             self._primary_reads += 1
-        async with self._primary.connection() as conn:
+        async with _pool_connection(self._primary, namespace) as conn:
             yield conn
 
     async def close(self) -> None:

@@ -15,6 +15,10 @@ it first, locally (``set_config('pgmem.namespace', ns, true)``: it ends with the
 Which connection is inside which of pgmem's transaction blocks, and for which namespace, is known per
 connection for the length of the block only: after it nothing is assumed, and the next statement sets the
 namespace again.
+
+The caller's own SQL on ``client.connection()`` sees the client's namespace too, for the block only:
+:func:`set_session` and :func:`reset_session` on a pgmem-owned (pooled) connection, :func:`borrowed` on
+the caller's connection (set as it would be for pgmem's statements there, then put back as it was).
 """
 
 from __future__ import annotations
@@ -30,12 +34,29 @@ from psycopg import AsyncConnection, AsyncCursor, AsyncTransaction
 from psycopg.pq import ExecStatus, PipelineStatus, TransactionStatus
 
 from pgmem import wire
-from pgmem.errors import PermissionDenied, translate
+from pgmem.errors import PermissionDenied, PgmemError, translate
 
-__all__ = ["SET_NAMESPACE", "admin_transaction", "execute", "rows", "scoped", "transaction"]
+__all__ = [
+    "SET_NAMESPACE",
+    "admin_transaction",
+    "borrowed",
+    "execute",
+    "reset_session",
+    "rows",
+    "scoped",
+    "set_session",
+    "transaction",
+]
 
 #: The statement that scopes a transaction to a namespace (``%(ns)s``).
 SET_NAMESPACE: LiteralString = "SELECT set_config('pgmem.namespace', %(ns)s, true)"
+
+#: The namespace for the rest of the session (``local`` false) or of the transaction (true), and the one it
+#: replaces (NULL: never set on this connection).
+_SWAP_NAMESPACE: LiteralString = (
+    "SELECT current_setting('pgmem.namespace', true), set_config('pgmem.namespace', %(ns)s, %(local)s)"
+)
+_PUT_NAMESPACE: LiteralString = "SELECT set_config('pgmem.namespace', %(ns)s, %(local)s)"
 
 #: Whether the connection's current role may see every namespace (superuser or BYPASSRLS, to which
 #: row-level security does not apply, or a member of the tables' owner, whose pgmem_admin policy it is),
@@ -208,3 +229,61 @@ async def admin_transaction(conn: AsyncConnection[Any]) -> AsyncIterator[AsyncCo
             finally:
                 if conn.info.transaction_status == TransactionStatus.INTRANS:
                     await conn.execute("SELECT set_config('pgmem.admin', '', true)")
+
+
+async def set_session(conn: AsyncConnection[Any], namespace: str) -> None:
+    """Scope ``conn``'s session to ``namespace`` until :func:`reset_session`: for the caller's SQL on a
+    pgmem-owned connection. Outside autocommit (a caller's pool) the setting is committed at once, so that
+    a rollback in the block does not take it away."""
+    await conn.execute(_PUT_NAMESPACE, {"ns": namespace, "local": False})
+    if not conn.autocommit:
+        await conn.commit()
+
+
+async def reset_session(conn: AsyncConnection[Any]) -> None:
+    """Undo :func:`set_session` before ``conn`` goes back to its pool, which other namespaces' clients share
+    (``with_namespace``). A transaction the block left open is rolled back first (a setting undone inside
+    it would come back with a later rollback). A connection that cannot be reset (a lost server, the call's
+    deadline spent) is closed, which makes the pool discard it: it never serves another client still
+    scoped. The block's own error, if any, is what the caller sees."""
+    if conn.closed:
+        return
+    try:
+        if conn.info.transaction_status != TransactionStatus.IDLE:
+            await conn.rollback()
+        await conn.execute(_PUT_NAMESPACE, {"ns": "", "local": False})
+        if not conn.autocommit:
+            await conn.commit()
+    except (psycopg.Error, PgmemError):
+        await conn.close()
+
+
+@asynccontextmanager
+async def borrowed(conn: AsyncConnection[Any], namespace: str) -> AsyncIterator[AsyncConnection[Any]]:
+    """``conn``, the caller's connection, scoped to ``namespace`` for the block and then put back as it was.
+
+    In a transaction (the caller's, or the implicit one a statement opens outside autocommit) the setting
+    is local to it, as pgmem's own statements set it there: a commit or rollback of the caller's never
+    carries it further. On an idle autocommit connection it is the session's until the block ends. One
+    round trip at each end. (Left in an aborted transaction, a session setting cannot be put back: it stays
+    on the caller's connection, which is the caller's to roll back or close.)
+    """
+    local = not conn.autocommit or conn.info.transaction_status != TransactionStatus.IDLE
+    outer = _scopes.pop(conn, None)  # pgmem's statements in the block set their namespace again
+    try:
+        with translate():
+            cur = await conn.execute(_SWAP_NAMESPACE, {"ns": namespace, "local": local})
+            row = await cur.fetchone()
+        previous = (row[0] if row else None) or ""
+        try:
+            yield conn
+        finally:
+            status = conn.info.transaction_status
+            # Local: only while the transaction lasts (ended, it took the setting with it).
+            in_block = status == TransactionStatus.INTRANS
+            if not conn.closed and (in_block or (not local and status == TransactionStatus.IDLE)):
+                with translate():
+                    await conn.execute(_PUT_NAMESPACE, {"ns": previous, "local": local})
+    finally:
+        if outer is not None and conn.info.transaction_status == TransactionStatus.INTRANS:
+            _scopes[conn] = outer

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -32,6 +32,7 @@ from pgmem.planning.search import (
     check_k,
     check_mode,
     hybrid_hit,
+    keyword_statement,
     log_text,
     statement,
     still_switching,
@@ -86,6 +87,7 @@ class AsyncSearcher(AsyncRepository):
         since: datetime | None = None,
         until: datetime | None = None,
         max_seq: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
         threshold: float | None = None,
         mode: str = "auto",
         exact_limit: int | None = None,
@@ -95,7 +97,7 @@ class AsyncSearcher(AsyncRepository):
         connection: AsyncConnection[Any] | None = None,
     ) -> list[SearchHit]:
         """See :meth:`pgmem.AsyncVectorRepository.search`."""
-        filters = SearchFilters(memory, cause_by, role, sender, since, until, max_seq)
+        filters = SearchFilters(memory, cause_by, role, sender, since, until, max_seq, metadata)
         if (query is None) == (vector is None):
             raise InvalidInput("search needs exactly one of a query text or a vector")
         check_k(k)
@@ -131,6 +133,7 @@ class AsyncSearcher(AsyncRepository):
             plan,
             connection,
             distance=distance,
+            complete=k if threshold is None else None,
         )
         return vector_hits(rows, ranked_by)
 
@@ -142,7 +145,12 @@ class AsyncSearcher(AsyncRepository):
         k: int = 10,
         memory: str | None = None,
         cause_by: str | None = None,
+        role: str | None = None,
+        sender: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
         max_seq: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
         threshold: float | None = None,
         exact_limit: int | None = None,
         embedder: Embedder | None = None,
@@ -151,7 +159,7 @@ class AsyncSearcher(AsyncRepository):
         connection: AsyncConnection[Any] | None = None,
     ) -> list[list[SearchHit]]:
         """See :meth:`pgmem.AsyncVectorRepository.search_many`."""
-        filters = SearchFilters(memory, cause_by, max_seq=max_seq)
+        filters = SearchFilters(memory, cause_by, role, sender, since, until, max_seq, metadata)
         if (queries is None) == (vectors is None):
             raise InvalidInput("search_many needs exactly one of query texts or vectors")
         check_k(k)
@@ -190,8 +198,10 @@ class AsyncSearcher(AsyncRepository):
 
     async def hybrid_search(
         self,
-        text: str,
+        text: str | None = None,
         *,
+        keyword_query: str | None = None,
+        vector: Any = None,
         k: int = 10,
         memory: str | None = None,
         cause_by: str | None = None,
@@ -199,20 +209,29 @@ class AsyncSearcher(AsyncRepository):
         sender: str | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
+        metadata: Mapping[str, Any] | None = None,
         w_vector: float = 1.0,
         w_text: float = 1.0,
         rrf_k: int = 60,
         fusion: str = "convex",
         half_life: timedelta | float | None = None,
+        mode: str = "auto",
         embedder: Embedder | None = None,
         label: str | None = None,
         connection: AsyncConnection[Any] | None = None,
     ) -> list[SearchHit]:
         """See :meth:`pgmem.AsyncVectorRepository.hybrid_search`."""
-        filters = SearchFilters(memory, cause_by, role, sender, since, until)
-        if not isinstance(text, str) or not text.strip():
-            raise InvalidInput("hybrid search needs a non-empty text")
-        check_query_text(text, "text")
+        filters = SearchFilters(memory, cause_by, role, sender, since, until, metadata=metadata)
+        for name, value in (("text", text), ("keyword_query", keyword_query)):
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise InvalidInput(f"hybrid search's {name} must be a non-empty string, got {value!r}")
+            if value is not None:
+                check_query_text(value, name)
+        keywords = keyword_query if keyword_query is not None else text
+        if keywords is None:
+            raise InvalidInput("hybrid search needs a text (or a keyword_query) for its keyword half")
+        if text is None and vector is None:
+            raise InvalidInput("hybrid search needs a text (or a vector) for its vector half")
         check_k(k)
         for name, weight in (("w_vector", w_vector), ("w_text", w_text)):
             if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 <= weight <= 1000:
@@ -220,9 +239,11 @@ class AsyncSearcher(AsyncRepository):
         if isinstance(rrf_k, bool) or not isinstance(rrf_k, int) or not 0 <= rrf_k <= 10_000:
             raise InvalidInput(f"rrf_k must be an integer in [0, 10000], got {rrf_k!r}")
         check_fusion(fusion)
+        mode = check_mode(mode)
         seconds = check_half_life(half_life)
         depth = max(4 * k, 40)
         logged = self._client.retrieval_log
+        scope_n = await self._planner.scope_size(filters.memory, connection)
 
         def plan(model: EmbeddingModel, qs: Any, strategy: str) -> _Plan:
             params = {
@@ -231,7 +252,8 @@ class AsyncSearcher(AsyncRepository):
                 "k": depth,
                 "limit": k,
                 "max_distance": 2.0,
-                "text": text,
+                "text": keywords,
+                "scope_n": scope_n,
                 "fusion": fusion,
                 "w_vector": float(w_vector),
                 "w_text": float(w_text),
@@ -241,14 +263,52 @@ class AsyncSearcher(AsyncRepository):
             }
             if logged:
                 params["log_label"] = log_text(label)
-                params["log_query"] = log_text(text)
+                params["log_query"] = log_text(text if text is not None else keywords)
             return _Plan(
                 statement("hybrid", model, filters, strategy, logged=logged),
                 [params],
                 self._planner.scan_settings(strategy, model.depth(depth)),
             )
 
-        (rows,) = await self._run(filters, [text], None, embedder, "auto", None, plan, connection)
+        texts = [text] if vector is None and text is not None else None
+        vectors = None if vector is None else [vector]
+        (rows,) = await self._run(filters, texts, vectors, embedder, mode, None, plan, connection)
+        return [hybrid_hit(row) for row in rows]
+
+    async def keyword_search(
+        self,
+        text: str,
+        *,
+        k: int = 10,
+        memory: str | None = None,
+        cause_by: str | None = None,
+        role: str | None = None,
+        sender: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        max_seq: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        label: str | None = None,
+        connection: AsyncConnection[Any] | None = None,
+    ) -> list[SearchHit]:
+        """See :meth:`pgmem.AsyncVectorRepository.keyword_search`."""
+        filters = SearchFilters(memory, cause_by, role, sender, since, until, max_seq, metadata)
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidInput(f"keyword search needs a non-empty text, got {text!r}")
+        check_query_text(text, "text")
+        check_k(k)
+        logged = self._client.retrieval_log
+        params = {
+            "ns": self.namespace,
+            "text": text,
+            "k": k,
+            "scope_n": await self._planner.scope_size(filters.memory, connection),
+            **filters.params(),
+        }
+        if logged:
+            params["log_label"] = log_text(label)
+            params["log_query"] = log_text(text)
+        (rows,) = await self._execute(_Plan(keyword_statement(filters, logged=logged), [params], None), connection)
         return [hybrid_hit(row) for row in rows]
 
     # -- one loop for every kind of search ------------------------------------------------------------
@@ -266,10 +326,15 @@ class AsyncSearcher(AsyncRepository):
         *,
         stack: bool = False,
         distance: str | None = None,
+        complete: int | None = None,
     ) -> list[Rows]:
         """Run the search ``plan`` builds on the memory's model, again on the new one when a model switch
         finished under it. ``vectors``: the caller's query vectors (else ``texts`` are embedded).
-        ``distance``: the model's without a memory (default cosine); with one, it must be the memory's."""
+        ``distance``: the model's without a memory (default cosine); with one, it must be the memory's.
+        ``complete``: the rows a complete answer holds (``k``, for a search without a threshold): an index
+        scan the planner chose that came back with fewer (its walk stopped at ``hnsw.max_scan_tuples``
+        before enough rows passed the filters) runs again exactly, so a search never comes back short
+        while the filters keep ``k`` messages."""
         await self._planner.fresh_statistics(connection)
         for attempt in range(MODEL_SWITCH_ATTEMPTS):
             model = await self._registry.for_search(filters, embedder, attempt > 0, distance)
@@ -285,6 +350,8 @@ class AsyncSearcher(AsyncRepository):
             strategy = await self._planner.strategy(model, filters, mode, exact_limit, connection)
             planned = plan(model, qs, strategy)
             found = await self._execute(planned, connection)
+            if complete is not None and mode == "auto" and strategy == "ann" and len(found[0]) < complete:
+                found = await self._execute(plan(model, qs, "exact"), connection)
             if not any([await self._switched(rows, filters, model) for rows in found]):
                 return found
         raise still_switching(filters.memory)
@@ -310,7 +377,7 @@ class AsyncSearcher(AsyncRepository):
             return await replicas.run(lambda conn: self._execute(plan, conn))
         out: list[Rows] = []
         with translate():
-            async with self._client.connection(connection) as conn:
+            async with self._client._connection(connection) as conn:
                 await self._sessions.ready(conn)
                 for p in plan.params:
                     out.append(await scope.rows(conn, self.namespace, plan.statement, p, settings=plan.settings))

@@ -10,7 +10,7 @@ The item store (:mod:`~pgmem._async.items`, ``client.items``) searches with the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -84,6 +84,8 @@ class AsyncVectorRepository(AsyncRepository):
         connection: AsyncConnection[Any] | None = None,
     ) -> str:
         """Embed ``memory``'s messages with ``embedder`` (default: the client's); queue those it holds.
+        With a :class:`pgmem.embeddings.Precomputed` model, the vectors are yours: give them with the
+        messages (``messages.add(..., embedding=)``; the same add of a held message fills its vector in).
 
         ``distance``: what the memory's searches rank by and score with, ``"cosine"`` (cosine similarity),
         ``"l2"`` (negated Euclidean distance) or ``"inner_product"`` (the inner product), as LangGraph's
@@ -184,7 +186,8 @@ class AsyncVectorRepository(AsyncRepository):
         self.outbox.written(connection)
 
     def changed(self, memory: str, connection: AsyncConnection[Any] | None) -> None:
-        """Entries left ``memory``: tell this client's change listeners (after commit)."""
+        """Entries left ``memory``, or the caller's own vectors were stored with its messages: tell this
+        client's change listeners (after commit)."""
         self.outbox.changed(memory, connection)
 
     def add_change_listener(self, listener: Callable[[str | None], None]) -> None:
@@ -225,6 +228,7 @@ class AsyncVectorRepository(AsyncRepository):
         since: datetime | None = None,
         until: datetime | None = None,
         max_seq: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
         threshold: float | None = None,
         mode: str = "auto",
         exact_limit: int | None = None,
@@ -233,18 +237,21 @@ class AsyncVectorRepository(AsyncRepository):
         label: str | None = None,
         connection: AsyncConnection[Any] | None = None,
     ) -> list[SearchHit]:
-        """The ``k`` messages closest to ``query`` (text, embedded with the memory's model) or ``vector``.
+        """The ``k`` messages closest to ``query`` (text, embedded with the memory's model) or ``vector``
+        (your own query vector, of the memory's model's dimension: :class:`pgmem.EmbeddingError` if not).
 
-        Filters restrict the search to one memory, an action (``cause_by``), a role, a sender and a time
-        range (``max_seq``: only the memory's entries up to that sequence number); the search stays
-        complete under them (see :mod:`pgmem.planning.search`). Hits rank by the distance of the memory's
-        model (:meth:`enable`); without a memory, by ``distance`` (default ``"cosine"``), among the vectors
-        of the model with that distance; with one, ``distance`` may only repeat the memory's. ``threshold``
-        keeps hits whose score is at least that (a cosine similarity; ``-distance`` for ``"l2"`` and
-        ``"inner_product"``: :mod:`pgmem.planning.distances`). ``mode``: ``auto`` (exact for small filtered
-        sets, else the HNSW index), ``exact`` or ``ann``. ``label``: the caller's name for this search (e.g.
-        the prompt or the stage), recorded with its hits when the client's retrieval log is on
-        (``PGMEM_RETRIEVAL_LOG=1``; ``pgmem.retrieval_hits``), in the same statement.
+        Filters restrict the search to one memory, an action (``cause_by``), a role, a sender, a time
+        range (``max_seq``: only the memory's entries up to that sequence number) and the messages'
+        ``metadata`` (``{"topic": "billing", "score": {"$gte": 3}}``: equality, ``$eq $ne $gt $gte $lt
+        $lte`` on top-level fields, :mod:`pgmem.planning.search.metadata`); the search stays complete under
+        them: ``k`` hits whenever the filters keep ``k`` messages (see :mod:`pgmem.planning.search`).
+        Hits rank by the distance of the memory's model (:meth:`enable`); without a memory, by ``distance``
+        (default ``"cosine"``), among the vectors of the model with that distance; with one, ``distance`` may
+        only repeat the memory's. ``threshold`` keeps hits whose score is at least that (a cosine similarity;
+        ``-distance`` for ``"l2"`` and ``"inner_product"``: :mod:`pgmem.planning.distances`). ``mode``: ``auto``
+        (exact for small filtered sets, else the HNSW index), ``exact`` or ``ann``. ``label``: the caller's name
+        for this search (e.g. the prompt or the stage), recorded with its hits when the client's retrieval log
+        is on (``PGMEM_RETRIEVAL_LOG=1``; ``pgmem.retrieval_hits``), in the same statement.
         """
         return await self.searcher.search(
             query,
@@ -257,6 +264,7 @@ class AsyncVectorRepository(AsyncRepository):
             since=since,
             until=until,
             max_seq=max_seq,
+            metadata=metadata,
             threshold=threshold,
             mode=mode,
             exact_limit=exact_limit,
@@ -274,7 +282,12 @@ class AsyncVectorRepository(AsyncRepository):
         k: int = 10,
         memory: str | None = None,
         cause_by: str | None = None,
+        role: str | None = None,
+        sender: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
         max_seq: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
         threshold: float | None = None,
         exact_limit: int | None = None,
         embedder: Embedder | None = None,
@@ -290,7 +303,12 @@ class AsyncVectorRepository(AsyncRepository):
             k=k,
             memory=memory,
             cause_by=cause_by,
+            role=role,
+            sender=sender,
+            since=since,
+            until=until,
             max_seq=max_seq,
+            metadata=metadata,
             threshold=threshold,
             exact_limit=exact_limit,
             embedder=embedder,
@@ -301,8 +319,10 @@ class AsyncVectorRepository(AsyncRepository):
 
     async def hybrid_search(
         self,
-        text: str,
+        text: str | None = None,
         *,
+        keyword_query: str | None = None,
+        vector: Any = None,
         k: int = 10,
         memory: str | None = None,
         cause_by: str | None = None,
@@ -310,16 +330,23 @@ class AsyncVectorRepository(AsyncRepository):
         sender: str | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
+        metadata: Mapping[str, Any] | None = None,
         w_vector: float = 1.0,
         w_text: float = 1.0,
         rrf_k: int = 60,
         fusion: str = "convex",
         half_life: timedelta | float | None = None,
+        mode: str = "auto",
         embedder: Embedder | None = None,
         label: str | None = None,
         connection: AsyncConnection[Any] | None = None,
     ) -> list[SearchHit]:
         """The vector and keyword rankings of ``text`` fused into one, in one statement.
+
+        Each half can be given on its own: ``keyword_query`` is what the keyword half searches (say, your
+        rewrite of the question into keywords; default ``text``), ``vector`` the vector half's query vector
+        (yours, of the memory's model; default ``text`` embedded). ``mode``: the vector half's strategy, as
+        in :meth:`search`. Filters as in :meth:`search` (both halves take them).
 
         ``fusion="convex"`` (default): ``score = w_vector * closeness + w_text * coverage``, closeness being
         the vector distance scaled over the candidates (closest 1, farthest 0) and coverage the share of
@@ -331,6 +358,8 @@ class AsyncVectorRepository(AsyncRepository):
         """
         return await self.searcher.hybrid_search(
             text,
+            keyword_query=keyword_query,
+            vector=vector,
             k=k,
             memory=memory,
             cause_by=cause_by,
@@ -338,12 +367,55 @@ class AsyncVectorRepository(AsyncRepository):
             sender=sender,
             since=since,
             until=until,
+            metadata=metadata,
             w_vector=w_vector,
             w_text=w_text,
             rrf_k=rrf_k,
             fusion=fusion,
             half_life=half_life,
+            mode=mode,
             embedder=embedder,
+            label=label,
+            connection=connection,
+        )
+
+    async def keyword_search(
+        self,
+        text: str,
+        *,
+        k: int = 10,
+        memory: str | None = None,
+        cause_by: str | None = None,
+        role: str | None = None,
+        sender: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        max_seq: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        label: str | None = None,
+        connection: AsyncConnection[Any] | None = None,
+    ) -> list[SearchHit]:
+        """The ``k`` messages that best match ``text`` by keywords, scored by BM25 (README, "Keyword
+        search"), best first (ties: newest first); ``distance`` is None. Needs no embedding model.
+
+        Plain words find the messages holding any of them, ranked by how many and how rare; ``"a
+        phrase"`` is required, ``-word`` excluded; CJK text matches by character bigrams. Filters as in
+        :meth:`search`, without a memory the whole namespace. The scores' numbers (how many messages the
+        scope holds, how many hold each word) are the scope's own: other memories and other tenants
+        change neither the order nor the scores (:mod:`pgmem.planning.search.keyword`). ``label``: as in
+        :meth:`search`.
+        """
+        return await self.searcher.keyword_search(
+            text,
+            k=k,
+            memory=memory,
+            cause_by=cause_by,
+            role=role,
+            sender=sender,
+            since=since,
+            until=until,
+            max_seq=max_seq,
+            metadata=metadata,
             label=label,
             connection=connection,
         )

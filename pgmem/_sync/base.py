@@ -37,7 +37,7 @@ class Repository:
         ns = self.namespace
         try:
             with translate():
-                with self._client.connection(connection) as conn:
+                with self._client._connection(connection) as conn:
                     return scope.rows(conn, ns, self.queries[name], {"ns": ns, **params})
         except UnicodeEncodeError:
             # A lone surrogate the public method's checks missed: the driver failed to encode it before

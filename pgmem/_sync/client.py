@@ -365,13 +365,19 @@ class Client:
     @contextmanager
     def read_connection(self) -> Iterator[Connection[Any]]:
         """A connection for read-only work of your own (analytics queries): a replica's that has this
-        client's writes when the client has replicas, else one of the client's. Chosen once: a replica that
-        fails inside the block raises there."""
+        client's writes when the client has replicas, else one of the client's (:meth:`connection`). Chosen
+        once: a replica that fails inside the block raises there. As on :meth:`connection`, plain SQL on it
+        sees this client's namespace for the block.
+
+        Example:
+            >>> async with client.read_connection() as conn:
+            ...     cur = await conn.execute("SELECT count(*) FROM pgmem.messages")
+        """
         if self.replicas is None:
             with self.connection() as conn:
                 yield conn
         else:
-            with self.replicas.connection() as conn:
+            with self.replicas.connection(self.namespace) as conn:
                 yield conn
 
     def search(self, query: str | None = None, **kwargs: Any) -> list[Any]:
@@ -415,7 +421,42 @@ class Client:
 
     @contextmanager
     def connection(self, connection: Connection[Any] | None = None) -> Iterator[Connection[Any]]:
-        """Yield ``connection`` if given, else the client's connection, else one from the pool."""
+        """A connection for SQL of your own (ad-hoc reads, analytics) on which pgmem's tables show this
+        client's namespace, as row-level security allows: without it they show no row.
+
+        It is one of the pool's, its session scoped to the namespace for the block and reset before the
+        pool takes it back (a setting of one round trip at each end); a transaction the block leaves open
+        is committed, or rolled back on an error. On the client's single connection (``pgmem.connect(conn)``)
+        or on ``connection``, both yours, the namespace is set for your transaction when one is open (as
+        pgmem's own statements set it there), else for the block, and put back as it was afterwards. For
+        writes that must be all-or-nothing use :meth:`transaction`; for reads that may go to a replica,
+        :meth:`read_connection`.
+
+        Example:
+            >>> async with client.connection() as conn:
+            ...     cur = await conn.execute("SELECT count(*) FROM pgmem.messages")  # this namespace's only
+
+        Raises:
+            ClientClosed: the client, or ``connection``, is closed.
+        """
+        self._check_open()
+        if connection is None and self._conn is None:
+            assert self._pool is not None
+            with deadline(self.timeout):
+                with _pool_connection(self._pool, self.namespace) as conn:
+                    try:
+                        yield conn
+                    finally:
+                        self._used(conn)
+        else:
+            with self._connection(connection) as conn, scope.borrowed(conn, self.namespace):
+                yield conn
+
+    @contextmanager
+    def _connection(self, connection: Connection[Any] | None = None) -> Iterator[Connection[Any]]:
+        """Yield ``connection`` if given, else the client's connection, else one from the pool, as it is:
+        pgmem's statements scope their own transactions (:mod:`pgmem._async.scope`), so no setting here
+        costs them a round trip."""
         self._check_open()
         if connection is not None:
             if connection.closed:
@@ -451,7 +492,7 @@ class Client:
         non-autocommit connection outside a transaction the statements start the caller's implicit
         transaction, which the caller commits.
         """
-        with self.connection(connection) as conn:
+        with self._connection(connection) as conn:
             if conn.autocommit or conn.info.transaction_status == TransactionStatus.INTRANS:
                 with scope.transaction(conn, self.namespace):  # BEGIN with the namespace, one round trip
                     yield conn

@@ -207,7 +207,7 @@ class ItemRepository(Repository):
         for attempt in range(1, attempts + 1):
             try:
                 with translate():
-                    with self._client.connection(connection) as conn:
+                    with self._client._connection(connection) as conn:
                         if vectors:
                             self._client.sessions.ready(conn)
                         if _idle_autocommit(conn):
@@ -393,6 +393,7 @@ class ItemRepository(Repository):
                 {**plan.path_params(pre), **filter_params},
                 exact_limit,
                 connection,
+                model_id=model.id,
                 depth=n,
             )
         if strategy == "ann":
@@ -445,7 +446,7 @@ class ItemRepository(Repository):
         34k items)."""
         params["ns"] = self.namespace
         with translate():
-            with self._client.connection(connection) as conn:
+            with self._client._connection(connection) as conn:
                 if "q" in params:
                     self._client.sessions.ready(conn)
                 return scope.rows(

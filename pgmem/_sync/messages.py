@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from psycopg import Connection
 from psycopg import errors as pg_errors
@@ -12,9 +12,11 @@ from psycopg import errors as pg_errors
 from pgmem._sync import scope
 from pgmem._sync.base import Repository
 from pgmem.checks import MAX_BATCH, check_key, check_message_id, check_query_text, check_query_texts, load_json
+from pgmem.embeddings import given_vectors
 from pgmem.errors import Conflict, InvalidInput, NotFound, translate
 from pgmem.models import MESSAGE_ROUTE_TO_ALL, Message, any_to_str, storage_id
 from pgmem.planning import statements as queries
+from pgmem.planning.clashes import APPEND_KEYS, MAX_RACES, listed_ids, message_clash
 from pgmem.planning.rows import (
     INSERT_COLUMNS,
     AddedManyRow,
@@ -26,41 +28,10 @@ from pgmem.planning.rows import (
     json_rows,
 )
 
-if TYPE_CHECKING:
-    pass
-
 __all__ = ["MessageRepository"]
 
 Q = queries.load("messages")
 _loads = load_json
-
-
-def message_clash(exc: Conflict) -> str | None:
-    """The detail of a unique violation on ``messages_pkey``: the statements that store a message once
-    (add, add_many, push, push_many, publish) raise it on purpose when an id is stored with other content
-    (or was stored concurrently); None for any other Conflict."""
-    cause = exc.__cause__
-    if isinstance(cause, pg_errors.UniqueViolation) and cause.diag.constraint_name == "messages_pkey":
-        return cause.diag.message_detail or "an id is already stored"
-    return None
-
-
-#: How often add_many runs again after finding only ids other writers stored at the same moment (each run
-#: sees those committed; batches of writers sharing many new ids can race again on others).
-MAX_RACES = 10
-
-
-#: The unique keys an append of a stored (or repeated) id violates: the message's, or its entry's when the
-#: statement happens to insert the entry first.
-_APPEND_KEYS = frozenset({"messages_pkey", "memory_entries_pkey"})
-
-
-def listed_ids(ids: list[str], shown: int = 10) -> str:
-    """The first `shown` ids, and how many there are in all when that is more (an error message stays short)."""
-    if not ids:
-        return "unknown"
-    head = ", ".join(ids[:shown])
-    return head if len(ids) <= shown else f"{head} … ({len(ids)} in all)"
 
 
 def _positive(value: int, name: str, *, allow_zero: bool = True) -> int:
@@ -93,23 +64,50 @@ class MessageRepository(Repository):
 
     # -- writes ---------------------------------------------------------------------------------------
 
-    def add(self, memory: str, message: Message, *, connection: Connection[Any] | None = None) -> bool:
+    def add(
+        self,
+        memory: str,
+        message: Message,
+        *,
+        embedding: Any = None,
+        model: str | None = None,
+        connection: Connection[Any] | None = None,
+    ) -> bool:
         """Add ``message`` to ``memory``; return False when the memory already held it (same id, or same
         content for messages carrying MetaGPT's ignored id). One statement, one round trip.
 
         A message is stored once per namespace: adding an id that is stored with other content raises
         :class:`pgmem.Conflict` and writes nothing (the same id with the same content is idempotent; its
-        other fields are those stored first)."""
+        other fields are those stored first).
+
+        ``embedding``: your own vector of the message (a list or 1-D array, stored as given) for the memory's
+        model named ``model`` (default: its active one; see :class:`pgmem.embeddings.Precomputed`), stored
+        in the same statement (all or nothing) and searched as the embedder's, caches included. A message
+        the memory held gets it when it has no vector of that model (one it has stays). Another dimension
+        than the model's, NaN or a model the memory lacks: :class:`pgmem.EmbeddingError`, nothing written.
+
+        Example:
+            >>> await client.vectors.enable("docs", Precomputed("e5-small-v2", 384))
+            >>> await client.messages.add("docs", Message(content="refund policy"), embedding=vector)
+        """
         check_key(memory)
         row = dict(zip(INSERT_COLUMNS, encode(message), strict=True))
         params = {"ns": self.namespace, "memory": memory, **row}
+        given = None
+        if embedding is not None or model is not None:
+            given = self._client.vectors.registry.given(memory, embedding, 1, model, connection, single=True)
+            params.update(given)
         for attempt in (1, 2):
             try:
                 with translate():
-                    with self._client.connection(connection) as conn:
-                        found = scope.rows(conn, self.namespace, Q["add_one"], params)
+                    with self._client._connection(connection) as conn:
+                        statement = Q["add_one"] if given is None else Q["add_one_vector"]
+                        found = scope.rows(conn, self.namespace, statement, params)
                         added = found[0] if found else None
                 break
+            except InvalidInput as exc:
+                self._client.vectors.registry.lost_model(exc, memory, given)
+                raise
             except NotFound as exc:
                 # A concurrent delete removed the message row between our insert and the entry's check (the
                 # foreign key's violation, translated); retried once on our own connection, reported when it
@@ -128,39 +126,59 @@ class MessageRepository(Repository):
                         f"message id {message.id!r} is already stored with other content in namespace "
                         f"{self.namespace!r}; nothing was written (give the new message another id)"
                     ) from exc.__cause__
-        if added is None:
+        if given is not None:
+            self._client.vectors.changed(memory, connection)  # the vector is the message's as soon as stored
+        if added is None or (entry := AddedRow._make(added)).seq is None:
             return False
-        entry = AddedRow._make(added)
         message._seq = entry.seq
         if entry.embeds:
             self._client.vectors.written(connection)
         return True
 
     def add_many(
-        self, memory: str, messages: Iterable[Message], *, connection: Connection[Any] | None = None
+        self,
+        memory: str,
+        messages: Iterable[Message],
+        *,
+        embeddings: Any = None,
+        model: str | None = None,
+        connection: Connection[Any] | None = None,
     ) -> int:
         """Add messages in order, all or nothing, in one statement; return how many were new to the memory.
 
         Every message is validated before anything is sent: one bad message rejects the whole batch.
         An id stored with other content, or repeated in the batch with other contents, raises
         :class:`pgmem.Conflict` and writes nothing.
+
+        ``embeddings``: your own vectors, one per message in order (a list of lists or a 2-D numpy array),
+        for the memory's model named ``model`` (default: its active one), stored in the same statement as
+        :meth:`add` stores its ``embedding`` (of a message the batch repeats, the first one's). Another
+        number of vectors than of messages is an :class:`pgmem.EmbeddingError` too; nothing is written.
         """
         check_key(memory)
         batch = list(messages)
         if len(batch) > MAX_BATCH:
             raise InvalidInput(f"a batch holds at most {MAX_BATCH} messages, got {len(batch)}")
         if not batch:
+            if embeddings is not None:
+                given_vectors(embeddings, 0)  # no messages: no vectors either
             return 0
-        columns = batch_columns(batch)
+        columns: dict[str, Any] = {"ns": self.namespace, "memory": memory, **batch_columns(batch)}
+        given = None
+        if embeddings is not None or model is not None:
+            given = self._client.vectors.registry.given(memory, embeddings, len(batch), model, connection)
+            columns.update(given)
         for attempt in range(1, MAX_RACES + 1):
             try:
                 with translate():
-                    with self._client.connection(connection) as conn:
-                        found = scope.rows(
-                            conn, self.namespace, Q["add_many"], {"ns": self.namespace, "memory": memory, **columns}
-                        )
+                    with self._client._connection(connection) as conn:
+                        statement = Q["add_many"] if given is None else Q["add_many_vector"]
+                        found = scope.rows(conn, self.namespace, statement, columns)
                         row = found[0] if found else None
                 break
+            except InvalidInput as exc:
+                self._client.vectors.registry.lost_model(exc, memory, given)
+                raise
             except Conflict as exc:  # as in add: again on our own connection, while only races are found
                 if message_clash(exc) is None:
                     raise
@@ -170,6 +188,8 @@ class MessageRepository(Repository):
                         f"message ids stored with other content, or repeated in the batch with other contents: "
                         f"{listed_ids(ids)}; nothing was written"
                     ) from exc.__cause__
+        if given is not None:
+            self._client.vectors.changed(memory, connection)
         if row is None:
             return 0
         result = AddedManyRow._make(row)
@@ -199,12 +219,12 @@ class MessageRepository(Repository):
         params = {"ns": self.namespace, "memory": memory, "rows": json_rows(batch)}
         try:
             with translate():
-                with self._client.connection(connection) as conn:
+                with self._client._connection(connection) as conn:
                     found = scope.rows(conn, self.namespace, Q["append"], params)
                     row = found[0] if found else None
         except Conflict as exc:
             cause = exc.__cause__
-            if not isinstance(cause, pg_errors.UniqueViolation) or cause.diag.constraint_name not in _APPEND_KEYS:
+            if not isinstance(cause, pg_errors.UniqueViolation) or cause.diag.constraint_name not in APPEND_KEYS:
                 raise
             raise Conflict(
                 f"append stores new messages only: a message id is already stored in namespace "
@@ -477,6 +497,7 @@ class MessageRepository(Repository):
         Chinese, Japanese and Korean runs match by their characters' bigrams the same way. A query in
         search syntax (a double quote, a word starting with ``-``, ``AND`` or ``OR`` in capitals) follows
         ``websearch_to_tsquery``: every other word required, ``"a phrase"``, ``OR``, ``-not``.
+        :meth:`pgmem.AsyncVectorRepository.keyword_search` is the same search with scores and filters.
 
         Example: ``client.messages.search_text("role:PM", "贪吃蛇")`` finds "请编写一个命令行贪吃蛇游戏".
         """
@@ -485,7 +506,9 @@ class MessageRepository(Repository):
         if not isinstance(query, str) or "\x00" in query:
             raise InvalidInput("query must be a string without NUL bytes")
         check_query_text(query, "query")
-        return self._messages("search_text", {"memory": memory, "query": query, "limit": limit}, connection)
+        scope_n = self._client.vectors.planner.scope_size(memory, connection)
+        params = {"memory": memory, "query": query, "limit": limit, "scope_n": scope_n}
+        return self._messages("search_text", params, connection)
 
     def new_positions(
         self,

@@ -15,7 +15,8 @@ from psycopg import Connection
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from pgmem._acompat import run_blocking, sleep
-from pgmem.errors import ConnectionFailed, InvalidInput, Timeout, redact
+from pgmem._sync import scope
+from pgmem.errors import ConnectionFailed, InvalidInput, Timeout, redact, translate
 from pgmem.resilience import DEFAULT_TIMEOUT, GuardedConnection, idle_broken, remaining, verifying
 
 __all__ = ["RECONNECT_INTERVAL", "RECONNECT_WINDOW", "check_pool_size"]
@@ -39,8 +40,12 @@ class _LifoConnectionPool(ConnectionPool[Any]):
 
 
 @contextmanager
-def _pool_connection(pool: ConnectionPool[Any]) -> Iterator[Connection[Any]]:
-    """A pool connection within the current deadline. Idle connections whose server went away are closed
+def _pool_connection(
+    pool: ConnectionPool[Any], namespace: str | None = None
+) -> Iterator[Connection[Any]]:
+    """A pool connection within the current deadline; with ``namespace``, its session scoped to it for the
+    block (the caller's SQL: :func:`pgmem._async.scope.set_session`) and reset once the block's transaction
+    has ended, before the pool takes it back. Idle connections whose server went away are closed
     (the pool drops them) and the next one is taken at once (:func:`pgmem.resilience.idle_broken`; the pool's
     own ``check=`` sleeps 1, 2, 4... seconds after each failed check). When none comes in time the call
     raises :class:`ConnectionFailed` if the pool's last attempt to connect failed (the server is down),
@@ -66,8 +71,13 @@ def _pool_connection(pool: ConnectionPool[Any]) -> Iterator[Connection[Any]]:
         pool.putconn(conn)
     try:
         with conn:  # as pool.connection(): commit, or roll back on an error (a caller's pool)
+            if namespace is not None:
+                with translate():
+                    scope.set_session(conn, namespace)
             yield conn
     finally:
+        if namespace is not None:
+            scope.reset_session(conn)
         pool.putconn(conn)
 
 

@@ -18,12 +18,12 @@ from pgmem._acompat import Lock
 from pgmem._sync import scope
 from pgmem._sync.base import Repository
 from pgmem._sync.claims import WORKER, ack_claim_rows, claiming, int_array, raise_lost
-from pgmem._sync.messages import MAX_RACES, listed_ids, message_clash
 from pgmem.checks import MAX_BATCH, check_key
 from pgmem.errors import Conflict, InvalidInput, LeaseLost, translate
 from pgmem.models import Message, any_to_str
 from pgmem.planning import notify
 from pgmem.planning import statements as queries
+from pgmem.planning.clashes import MAX_RACES, listed_ids, message_clash
 from pgmem.planning.queues import (
     CHANNEL,
     MAX_ATTEMPTS,
@@ -90,7 +90,7 @@ class QueueRepository(Repository):
         self, name: str, params: dict[str, Any], connection: Connection[Any] | None
     ) -> list[tuple[Any, ...]]:
         with translate():
-            with self._client.connection(connection) as conn:
+            with self._client._connection(connection) as conn:
                 return scope.rows(
                     conn, self.namespace, claiming(name, params["n"]), {"ns": self.namespace, **params}
                 )
@@ -101,7 +101,7 @@ class QueueRepository(Repository):
         """The rows of ``ack_claim``, or None when an acknowledgement did not hold (see
         :func:`pgmem._async.claims.ack_claim_rows`)."""
         with translate():
-            with self._client.connection(connection) as conn:
+            with self._client._connection(connection) as conn:
                 return ack_claim_rows(conn, self.namespace, params)
 
     # -- producing ------------------------------------------------------------------------------------
@@ -544,17 +544,33 @@ class QueueRepository(Repository):
         message: Message,
         *,
         priority: int = 0,
+        embedding: Any = None,
+        model: str | None = None,
         connection: Connection[Any] | None = None,
     ) -> Delivery:
         """Add ``message`` to ``memory`` (e.g. the team's shared environment) and deliver it to the inbox
         of every subscriber it is addressed to, in one statement: the message and all its deliveries
         exist, or none do. Publishing a message the memory already holds delivers nothing again; one whose
-        id is stored with other content raises :class:`pgmem.Conflict` (nothing written)."""
+        id is stored with other content raises :class:`pgmem.Conflict` (nothing written). ``embedding`` and
+        ``model``: your own vector of the message, stored in the same statement, as ``messages.add`` does."""
         check_key(memory)
         row = dict(zip(INSERT_COLUMNS, encode(message), strict=True))
         params = {"memory": memory, "priority": integer(priority, "priority", MIN_PRIORITY, MAX_PRIORITY), **row}
-        rows = self._storing_once("publish", params, connection, message_id=row["id"])
+        registry, given = self._client.vectors.registry, None
+        if embedding is not None or model is not None:
+            given = registry.given(memory, embedding, 1, model, connection, single=True)
+            params.update(given)
+        try:
+            name = "publish" if given is None else "publish_vector"
+            rows = self._storing_once(name, params, connection, message_id=row["id"])
+        except InvalidInput as exc:
+            registry.lost_model(exc, memory, given)
+            raise
         published = PublishRow._make(rows[0])
+        if given is not None:
+            self._client.vectors.changed(memory, connection)
+        if published.seq is not None and published.embeds:
+            self._client.vectors.written(connection)  # its embedder embeds it after commit
         return Delivery(published.seq, list(published.inboxes or []))
 
     def inbox(

@@ -38,6 +38,8 @@ from psycopg import Connection
 from psycopg_pool import ConnectionPool
 
 from pgmem._acompat import Lock, OnConnection, sleep
+from pgmem._sync import scope
+from pgmem._sync.pooling import _pool_connection
 from pgmem.planning import statements
 from pgmem.planning.replicas import ReadStats, ReplicaStats, describe
 
@@ -171,8 +173,10 @@ class Replicas:
             return read(conn)
 
     @contextmanager
-    def connection(self) -> Iterator[Connection[Any]]:
-        """A replica connection that has the client's writes, else a primary one (for a block of reads).
+    def connection(self, namespace: str | None = None) -> Iterator[Connection[Any]]:
+        """A replica connection that has the client's writes, else a primary one (for a block of reads);
+        with ``namespace``, its session scoped to it for the block (as the client's ``read_connection``
+        does; :func:`pgmem._async.scope.set_session`) and reset before its pool takes it back.
 
         The choice is made once: a replica that fails inside the block raises there (use :meth:`run` to
         have the read tried again)."""
@@ -181,15 +185,25 @@ class Replicas:
         for replica in self._order():
             try:
                 with self._connection(replica, target, deadline) as conn:
+                    if namespace is not None:
+                        try:
+                            scope.set_session(conn, namespace)
+                        except psycopg.Error:
+                            self._down(replica)
+                            raise _Skip() from None
                     with self._lock:
                         replica.reads += 1
-                    yield conn
+                    try:
+                        yield conn
+                    finally:
+                        if namespace is not None:
+                            scope.reset_session(conn)  # read-only: rolling back loses nothing
                     return
             except _Skip:
                 continue
         with self._lock:
             self._primary_reads += 1
-        with self._primary.connection() as conn:
+        with _pool_connection(self._primary, namespace) as conn:
             yield conn
 
     def close(self) -> None:

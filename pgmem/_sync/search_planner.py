@@ -20,10 +20,13 @@ from pgmem.errors import translate
 from pgmem.planning import statements
 from pgmem.planning.rows import AnalyzeLockRow
 from pgmem.planning.search import EmbeddingModel, SearchFilters, statement
+from pgmem.planning.search.keyword import scope_size_sql
 from pgmem.planning.search.plan import (
     COUNT_TTL,
+    MAX_COUNTED_VECTORS,
     MAX_EF_SEARCH,
     MESSAGES,
+    SCOPE_SIZE_TTL,
     STATISTICS_CHECK_INTERVAL,
     VECTOR_ROWS_TTL,
     Corpus,
@@ -58,7 +61,8 @@ class SearchPlanner(Repository):
     def __init__(self, client: Client) -> None:
         super().__init__(client)
         self._counts: dict[tuple[str, Hashable, int], tuple[int, float]] = {}
-        self._vector_rows: dict[str, tuple[float, float]] = {}
+        self._vector_rows: dict[tuple[str, int], tuple[float, float]] = {}
+        self._scope_sizes: dict[str | None, tuple[int, float]] = {}
         self._statistics_checked: dict[str, float] = {}
 
     def strategy(
@@ -80,6 +84,7 @@ class SearchPlanner(Repository):
             filters.params(),
             exact_limit,
             connection,
+            model_id=model.id,
             namespace_only=not filters.filtered,
         )
 
@@ -92,11 +97,14 @@ class SearchPlanner(Repository):
         exact_limit: int | None,
         connection: Connection[Any] | None,
         *,
+        model_id: int,
         namespace_only: bool = False,
         depth: int | None = None,
     ) -> str:
         """``exact`` when at most ``exact_limit`` candidates pass the filters (default
-        :func:`~pgmem.planning.search.plan.default_exact_limit` of ``corpus``'s vectors), else ``ann``.
+        :func:`~pgmem.planning.search.plan.default_exact_limit` of the namespace's vectors of the model
+        ``model_id`` in ``corpus``: the choice depends on the tenant's own data, never on what other
+        namespaces hold), else ``ann``.
 
         ``count`` counts them no further than ``%(exact_limit)s + 1`` (with ``params`` and the namespace);
         the count is remembered under ``key`` (what the filters are) for
@@ -108,14 +116,14 @@ class SearchPlanner(Repository):
         if depth is not None and depth > MAX_EF_SEARCH:
             return "exact"
         if exact_limit is None:
-            exact_limit = self._default_exact_limit(corpus, connection, namespace_only=namespace_only)
+            exact_limit = self._default_exact_limit(corpus, model_id, connection, namespace_only=namespace_only)
         memo = (corpus.name, key, exact_limit)
         now = time.monotonic()
         known = self._counts.get(memo)
         if known is None or now - known[1] > COUNT_TTL:
             bound = {**params, "ns": self.namespace, "exact_limit": exact_limit}
             with translate():
-                with self._client.connection(connection) as conn:
+                with self._client._connection(connection) as conn:
                     found = scope.rows(conn, self.namespace, count, bound)
             known = (int(found[0][0]) if found else 0, now)
             if len(self._counts) > 10_000:
@@ -149,7 +157,7 @@ class SearchPlanner(Repository):
             return  # a client on the caller's single connection: not ours to analyze from
         self._statistics_checked[corpus.name] = now
         with translate():
-            with self._client.connection() as conn:
+            with self._client._connection() as conn:
                 cur = conn.execute(Q["stale_statistics"], {"tables": list(corpus.tables)})
                 stale = [row[0] for row in cur.fetchall()]
                 if not stale:
@@ -165,19 +173,44 @@ class SearchPlanner(Repository):
                 except errors.LockNotAvailable:
                     log.debug("statistics of %s not refreshed: a vacuum or analyze holds the table", stale)
 
-    def _default_exact_limit(
-        self, corpus: Corpus, connection: Connection[Any] | None, *, namespace_only: bool
-    ) -> int:
-        """:func:`~pgmem.planning.search.plan.default_exact_limit` of the number of ``corpus``'s vectors
-        (planner statistics, re-read every :data:`~pgmem.planning.search.plan.VECTOR_ROWS_TTL` seconds)."""
+    def scope_size(self, memory: str | None, connection: Connection[Any] | None) -> int:
+        """How many messages ``memory`` holds (None: the namespace), for keyword search's BM25 (its N:
+        :mod:`pgmem.planning.search.keyword`), counted at most every
+        :data:`~pgmem.planning.search.plan.SCOPE_SIZE_TTL` seconds: an N a minute old changes scores by
+        what the scope grew in that minute, and counting a memory of 30k entries on every search cost 5 ms,
+        twenty times a search of a rare word."""
         now = time.monotonic()
-        known = self._vector_rows.get(corpus.name)
-        if known is None or now - known[1] > VECTOR_ROWS_TTL:
+        known = self._scope_sizes.get(memory)
+        if known is None or now - known[1] > SCOPE_SIZE_TTL:
+            params = {"ns": self.namespace, "memory": memory}
             with translate():
-                with self._client.connection(connection) as conn:
-                    cur = conn.execute(Q["vector_rows"], {"table": corpus.vectors_table})
-                    row = cur.fetchone()
-            known = self._vector_rows[corpus.name] = (max(0.0, float(row[0]) if row else 0.0), now)
+                with self._client._connection(connection) as conn:
+                    found = scope.rows(conn, self.namespace, scope_size_sql(memory is not None), params)
+            if len(self._scope_sizes) > 10_000:
+                self._scope_sizes.clear()
+            known = self._scope_sizes[memory] = (int(found[0][0]) if found else 0, now)
+        return known[0]
+
+    def _default_exact_limit(
+        self, corpus: Corpus, model_id: int, connection: Connection[Any] | None, *, namespace_only: bool
+    ) -> int:
+        """:func:`~pgmem.planning.search.plan.default_exact_limit` of the number of vectors of ``model_id``
+        the namespace holds in ``corpus`` (counted up to
+        :data:`~pgmem.planning.search.plan.MAX_COUNTED_VECTORS`, again every
+        :data:`~pgmem.planning.search.plan.VECTOR_ROWS_TTL` seconds).
+
+        The namespace's own count, not the table's: with the table's (its planner statistics, until
+        revision 0016) a 629-message memory was searched exactly or through the index depending on what
+        other namespaces held, and so got other answers."""
+        now = time.monotonic()
+        key = (corpus.name, model_id)
+        known = self._vector_rows.get(key)
+        if known is None or now - known[1] > VECTOR_ROWS_TTL:
+            params = {"ns": self.namespace, "model": model_id, "cap": MAX_COUNTED_VECTORS}
+            with translate():
+                with self._client._connection(connection) as conn:
+                    found = scope.rows(conn, self.namespace, corpus.count_vectors, params)
+            known = self._vector_rows[key] = (float(found[0][0]) if found else 0.0, now)
         return default_exact_limit(known[0], namespace_only=namespace_only)
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from pgmem.cache.entries import unit
 from pgmem.embeddings import Vectors
-from pgmem.errors import InvalidInput
+from pgmem.errors import DimensionMismatch, InvalidInput
 
 if TYPE_CHECKING:
     from pgmem.cache.entries import Entry
@@ -158,8 +158,10 @@ def query_matrix(faiss: Faiss, vectors: Any, dimension: int) -> tuple[Vectors, l
     queries = np.asarray(vectors, dtype=np.float32)
     if queries.ndim == 1:
         queries = queries[None, :]
-    if queries.ndim != 2 or queries.shape[1] != dimension:
-        raise InvalidInput(f"query vectors must have {dimension} dimensions, got shape {np.shape(vectors)}")
+    if queries.ndim != 2:
+        raise InvalidInput(f"query vectors must be one vector or a 2-D array, got shape {np.shape(vectors)}")
+    if queries.shape[1] != dimension:  # does not fit the model, as in a search in Postgres
+        raise DimensionMismatch(f"query vectors must have {dimension} dimensions, got shape {np.shape(vectors)}")
     if not np.isfinite(queries).all():
         raise InvalidInput("query vectors must be finite (no NaN or infinity)")
     # normalised in float64 here (a float32 square can overflow); the scale is then 1

@@ -9,6 +9,7 @@ client's namespace (row-level security), set once for the session.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -183,15 +184,21 @@ class Reader:
         return None
 
     def search(
-        self, memory: str, model: EmbeddingModel, queries: Vectors, k: int, threshold: float | None
+        self,
+        memory: str,
+        model: EmbeddingModel,
+        queries: Vectors,
+        k: int,
+        threshold: float | None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> list[list[tuple[str, float]]]:
-        """An exact search in Postgres, for a memory larger than the whole budget or of a model not ranked by
-        cosine distance.
+        """An exact search in Postgres, for a memory larger than the whole budget, of a model not ranked by
+        cosine distance, or filtered on ``metadata``.
 
         Raises:
             ModelChanged: the memory's active model is not ``model`` any more.
         """
-        filters = SearchFilters(memory=memory)
+        filters = SearchFilters(memory=memory, metadata=metadata)
         query = statement("vector", model, filters, "exact", k, threshold is not None)
         out = []
         for q in queries:

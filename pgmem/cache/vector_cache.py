@@ -13,6 +13,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -42,6 +43,7 @@ from pgmem.planning.rows import MemoryModelRow, decode
 from pgmem.planning.search import (
     MODEL_SWITCH_ATTEMPTS,
     EmbeddingModel,
+    SearchFilters,
     SearchHit,
     as_query_vector,
     check_k,
@@ -305,14 +307,21 @@ class VectorCache:
     # -- search ---------------------------------------------------------------------------------------
 
     def search_vectors(
-        self, memory: str, vectors: Any, k: int = 10, *, threshold: float | None = None
+        self,
+        memory: str,
+        vectors: Any,
+        k: int = 10,
+        *,
+        threshold: float | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> list[list[tuple[str, float]]]:
-        """``[(message id, score)]`` per query vector, best first (ties by id); no message is fetched."""
+        """``[(message id, score)]`` per query vector, best first (ties by id); no message is fetched.
+        ``metadata``: see :meth:`search`."""
         if type(k) is not int or not 1 <= k <= 1000:
             check_k(k)
         if threshold is not None:
             threshold = check_threshold(threshold, None)
-        else:
+        elif metadata is None:
             hits = self._search_current(memory, vectors, k)
             if hits is not None:
                 return [hits]
@@ -321,12 +330,13 @@ class VectorCache:
             model = self._models.get(memory) or self._model(memory)
             check_threshold(threshold, model.distance)
             try:
-                if model.distance != DEFAULT_DISTANCE:
-                    # The entries hold unit vectors (cosine); other distances are searched in Postgres.
+                if model.distance != DEFAULT_DISTANCE or metadata is not None:
+                    # The entries hold unit vectors (cosine) and no metadata: other distances, and searches
+                    # filtered on metadata, are searched in Postgres.
                     self.stats.bypassed += 1
                     raw = np.asarray(vectors, dtype=np.float32)
                     rows = [as_query_vector(v, model.dimension) for v in (raw[None, :] if raw.ndim == 1 else raw)]
-                    return self._reader.search(memory, model, np.stack(rows), k, threshold)
+                    return self._reader.search(memory, model, np.stack(rows), k, threshold, metadata)
                 queries, scales = query_matrix(self._faiss, vectors, model.dimension)
                 entry, confirm = self._entry(memory, model)
                 if entry is None:
@@ -485,13 +495,26 @@ class VectorCache:
         return entry is not None and entry.ann is not None
 
     def search(
-        self, memory: str, query: str | Any, k: int = 10, *, threshold: float | None = None, label: str | None = None
+        self,
+        memory: str,
+        query: str | Any,
+        k: int = 10,
+        *,
+        threshold: float | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        label: str | None = None,
     ) -> list[SearchHit]:
         """The ``k`` messages of ``memory`` closest to ``query`` (a text, embedded with the memory's model,
         or a vector), as :class:`pgmem.planning.search.SearchHit` (their messages fetched in one round trip).
 
+        ``metadata``: only messages whose metadata pass the filter (as in
+        :meth:`pgmem.VectorRepository.search`). The cache holds vectors, not metadata, so such a search
+        runs in Postgres (complete under the filter; counted in ``stats.bypassed``).
+
         With the client's retrieval log on, the hits are recorded (kind ``cache``, with ``label``) by one
         more statement; :meth:`search_vectors` never logs."""
+        if metadata is not None:
+            SearchFilters(memory, metadata=metadata)  # bad filters fail here, before anything runs
         model = self._model(memory)
         if isinstance(query, str):
             embedder = self._client.vectors.embedder_for(model.name, model.dimension)
@@ -500,7 +523,7 @@ class VectorCache:
             vector = check_vectors(embedder.embed([query]), 1, model.dimension, model.name)[0]
         else:
             vector = as_query_vector(query, model.dimension)
-        (found,) = self.search_vectors(memory, vector, k, threshold=threshold)
+        (found,) = self.search_vectors(memory, vector, k, threshold=threshold, metadata=metadata)
         rows = self._reader.read("get_messages", {"ids": [i for i, _ in found]}, MESSAGES)
         messages = {m.id: m for m in map(decode, rows)}
         if self._client.retrieval_log:

@@ -496,7 +496,10 @@ def embed(
         console.print(f"[red]provider error:[/red] {error}", highlight=False)
     others = sorted({name for p in remaining.values() for name in p if name != model})
     if others:
-        console.print(f"queued for other models (set PGMEM_EMBEDDER to embed them): {', '.join(others)}")
+        console.print(
+            f"queued for other models: {', '.join(others)} (set PGMEM_EMBEDDER to embed them; "
+            "a Precomputed model's vectors come with the messages: add(..., embedding=...))"
+        )
     if failed:
         raise typer.Exit(code=1)
 

@@ -184,6 +184,25 @@ def _drift(conn: psycopg.Connection[Any]) -> Iterator[Check]:
         )
 
 
+def _filters(conn: psycopg.Connection[Any]) -> Iterator[Check]:
+    """Whether metadata filters (and the item store's) get their index under row-level security: migration
+    0016 declares containment leakproof and builds the indexes only as a superuser."""
+    row = conn.execute(
+        "SELECT coalesce((SELECT proleakproof FROM pg_proc"
+        " WHERE oid = to_regprocedure('pgmem.jsonb_contains(jsonb,jsonb)')), false),"
+        " to_regclass('pgmem.messages_metadata_idx') IS NOT NULL"
+    ).fetchone()
+    if row == (True, True):
+        yield Check("metadata filters", "ok", "equalities use the GIN index under row-level security")
+    else:
+        yield Check(
+            "metadata filters",
+            "warn",
+            "no index serves metadata filters (migrated by a role that is not a superuser): each candidate is tested",
+            "run `pgmem migrate` once as a superuser: it declares the containment leakproof and builds the indexes",
+        )
+
+
 def _settings(conn: psycopg.Connection[Any]) -> Iterator[Check]:
     row = conn.execute(
         "SELECT current_setting('max_connections')::int, (SELECT count(*) FROM pg_stat_activity),"
@@ -275,7 +294,7 @@ def run_checks(dsn: str, *, embedder: bool = True) -> list[Check]:
             for step in steps:
                 checks.extend(step(conn))
             if all(c.status != "fail" for c in checks):  # the rest reads pgmem's tables
-                for step in (_roles, _settings, _backlogs):
+                for step in (_roles, _filters, _settings, _backlogs):
                     checks.extend(step(conn))
     if embedder:
         checks.append(_embedder())

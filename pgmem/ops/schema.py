@@ -95,6 +95,14 @@ messages = Table(
     Index("messages_content_hash_idx", "namespace", "content_hash"),
     Index("messages_send_to_idx", "send_to", postgresql_using="gin"),
     Index("messages_tsv_idx", "tsv", postgresql_using="gin"),
+    # Metadata filters' equalities, usable under row-level security: the operator class's containment is
+    # leakproof (migration 0016; only where a superuser migrated).
+    Index(
+        "messages_metadata_idx",
+        "metadata",
+        postgresql_using="gin",
+        postgresql_ops={"metadata": "pgmem.jsonb_contains_ops"},
+    ),
     # Analytics (pre-baseline migration 0006): time windows of one namespace (pgmem stats --since, the report).
     Index("messages_created_idx", "namespace", "created_at"),
     comment="Every message, stored once per namespace; memories refer to it through memory_entries.",
@@ -444,11 +452,10 @@ items = Table(
     Index("items_id_key", "namespace", "id", unique=True),
     Index("items_updated_idx", "namespace", "updated_at"),
     Index("items_expires_idx", "namespace", "expires_at", postgresql_where=text("expires_at IS NOT NULL")),
-    # For equality filters of a search (``value @> {"field": v}``) read by a role that bypasses row-level
-    # security. pgmem's application role cannot use it: under RLS a qual whose operator is not leakproof
-    # (jsonb @>) is never an index condition, so its searches test the filter on every item of the
-    # namespace, and this index is only written (found 2026-11-24; dropping it needs a migration).
-    Index("items_value_idx", "value", postgresql_using="gin", postgresql_ops={"value": "jsonb_path_ops"}),
+    # For equality filters of a search (``value OPERATOR(pgmem.@>) {"field": v}``), usable under row-level
+    # security: the operator class's containment is leakproof (migration 0016, where a superuser migrated;
+    # otherwise it stays jsonb_path_ops, which only a role bypassing row-level security can use).
+    Index("items_value_idx", "value", postgresql_using="gin", postgresql_ops={"value": "pgmem.jsonb_contains_ops"}),
     CheckConstraint("cardinality(path) >= 1", name="items_path_check"),
     comment="Key-value items (client.items): a JSON value at (path, key), with an optional TTL.",
 )

@@ -254,9 +254,11 @@ def decode(row: tuple[Any, ...]) -> Message:
 
 
 class AddedRow(NamedTuple):
-    """``add_one``: the new entry's sequence number, and whether the memory has embedding models."""
+    """``add_one``: the new entry's sequence number, and whether the memory has embedding models.
+    ``add_one_vector``: seq None when the memory held the message already; embeds: whether it has models
+    other than the given vector's."""
 
-    seq: int
+    seq: int | None
     embeds: bool
 
 
@@ -330,12 +332,14 @@ class DepthRow(NamedTuple):
 
 
 class PublishRow(NamedTuple):
-    """``publish``: the message's entry in the memory (None: it held it already), its inboxes, and the
-    doorbell rings (one per inbox: their consumers are woken once it commits)."""
+    """``publish``: the message's entry in the memory (None: it held it already), its inboxes, the
+    doorbell rings (one per inbox: their consumers are woken once it commits), and whether the memory has
+    embedding models (``publish_vector``: models other than the given vector's) to embed it with."""
 
     seq: int | None
     inboxes: list[str] | None
     rung: int
+    embeds: bool
 
 
 # -- summaries.sql --------------------------------------------------------------------------------------

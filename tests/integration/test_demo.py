@@ -234,7 +234,7 @@ def test_cli_demo_bad_report_path_fails_before_the_server_starts(tmp_path: Path)
     )
     assert result.returncode == 1
     assert "InvalidInput" in result.stderr and "does not exist" in result.stderr
-    assert str(report.parent) in " ".join(result.stderr.split())  # rich wraps the line
+    assert str(report.parent) in "".join(result.stderr.split())  # rich wraps the line, inside the path too
     assert result.stdout == "" and not (tmp_path / "home").exists()
 
 

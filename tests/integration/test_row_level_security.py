@@ -202,9 +202,12 @@ def test_client_acts_as_the_app_role(client: pgmem.Client, dsn: str) -> None:
     assert row is not None and row[0] == "pgmem_app" and row[2] is False
     assert client.sessions.role == "pgmem_app"
     assert client.sessions.owner_conninfo == client.conninfo
-    # A statement outside pgmem's calls, on the client's connection, sees nothing.
+    # A statement outside pgmem's calls sees the client's namespace on client.connection(), and nothing
+    # on the same connection without one.
     client.messages.add("notes", Message(content="hello"))
     with client.connection() as conn:
+        assert conn.execute("SELECT count(*) FROM pgmem.messages").fetchone() == (1,)
+        conn.execute("SELECT set_config('pgmem.namespace', '', false)")
         assert conn.execute("SELECT count(*) FROM pgmem.messages").fetchone() == (0,)
     assert client.messages.count("notes") == 1
 

@@ -59,6 +59,8 @@ POLICY = tuple(field.name for field in dataclasses.fields(RetentionPolicy))
 ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("messages", "add_one"): AddedRow._fields,
     ("messages", "add_many"): AddedManyRow._fields,
+    ("messages", "add_one_vector"): AddedRow._fields,
+    ("messages", "add_many_vector"): AddedManyRow._fields,
     ("messages", "append"): AddedManyRow._fields,
     **{
         ("messages", name): MESSAGE
@@ -92,6 +94,7 @@ ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("queues", "nack_dead"): NackRow._fields,
     ("queues", "depth"): DepthRow._fields,
     ("queues", "publish"): PublishRow._fields,
+    ("queues", "publish_vector"): PublishRow._fields,
     ("summaries", "unsummarized"): MESSAGE,
     **{
         ("summaries", name): SUMMARY for name in ("unrolled", "insert", "list", "frontier", "range_children", "refresh")

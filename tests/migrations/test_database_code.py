@@ -20,7 +20,7 @@ from pgmem.ops import migrate
 from pgmem.planning import statements
 
 #: The runtime's declarations of the database's code, executed in this order (a view after what it reads).
-DECLARATIONS = ("text_search", "triggers", "views")
+DECLARATIONS = ("json_filters", "text_search", "triggers", "views")
 
 _VIEWS = """
 SELECT c.relname, pg_get_viewdef(c.oid), obj_description(c.oid, 'pg_class'), c.reloptions
@@ -39,7 +39,8 @@ JOIN pg_class AS c ON c.oid = t.tgrelid
 WHERE c.relnamespace = 'pgmem'::regnamespace AND NOT t.tgisinternal
 ORDER BY 2, 1"""
 # Every trigger, view and function of schema pgmem, dropped (the list is built before the first drop),
-# but the functions a table depends on (pgmem.fts_document computes messages.tsv): their declarations,
+# but the functions a table or an operator depends on (pgmem.fts_document computes messages.tsv,
+# pgmem.jsonb_contains is the operator pgmem.@>): their declarations,
 # CREATE OR REPLACE, replace them with the declared text, which is then compared all the same.
 _DROP_CODE = """
 DO $$
@@ -56,7 +57,8 @@ BEGIN
                  FROM pg_proc AS p WHERE p.pronamespace = 'pgmem'::regnamespace
                    AND NOT EXISTS (SELECT 1 FROM pg_depend AS d
                                    WHERE d.refclassid = 'pg_proc'::regclass AND d.refobjid = p.oid
-                                     AND d.classid IN ('pg_class'::regclass, 'pg_attrdef'::regclass))))
+                                     AND d.classid IN ('pg_class'::regclass, 'pg_attrdef'::regclass,
+                                                       'pg_operator'::regclass))))
     LOOP
         EXECUTE stmt;
     END LOOP;
@@ -98,7 +100,7 @@ def test_the_migrated_views_functions_and_triggers_are_the_declared_ones(empty_d
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(_DROP_CODE)
-        assert _code(dsn)["names"] == {"view": set(), "function": {"fts_document"}, "trigger": set()}
+        assert _code(dsn)["names"] == {"view": set(), "function": {"fts_document", "jsonb_contains"}, "trigger": set()}
         for statement in declarations:
             conn.execute(statement)
     redeclared = _code(dsn)

@@ -78,7 +78,9 @@ class EmbeddingConfig(StoreConfig):
                 base_url=self.base_url,
             )
         model_path = self.params.get("model_path") or self.model or "sentence-transformers/all-MiniLM-L6-v2"
-        return SentenceTransformerEmbedder(str(model_path), device=str(self.params.get("device", "cpu")))
+        # A model_path beside a model: the files of that model, registered under its name (not the path's).
+        name = self.model if self.params.get("model_path") and self.model else None
+        return SentenceTransformerEmbedder(str(model_path), name=name, device=str(self.params.get("device", "cpu")))
 
 
 class SimpleMemoryConfig(StoreConfig):

@@ -3,6 +3,8 @@ models and filters, the SQL each search runs, the exact-or-index rule, the resul
 
 Where things are: :mod:`~pgmem.planning.search.model` (the embedding model: storage, index, SQL
 expressions), :mod:`~pgmem.planning.search.filters` (a message search's filters and argument checks),
+:mod:`~pgmem.planning.search.metadata` (filters on JSON: a message's metadata, an item's value),
+:mod:`~pgmem.planning.search.keyword` (keyword search: BM25 under the same filters),
 :mod:`~pgmem.planning.search.plan` (the exact-or-index rule's numbers, what each search reads),
 :mod:`~pgmem.planning.search.vector` (message vector search statements),
 :mod:`~pgmem.planning.search.hybrid` (hybrid search), :mod:`~pgmem.planning.search.compose` (the text of a
@@ -50,7 +52,7 @@ Either is multiplied by ``0.5 ** (age / half_life)`` when a recency half-life is
 
 from __future__ import annotations
 
-from pgmem.planning.search.compose import logged_sql, statement
+from pgmem.planning.search.compose import keyword_statement, logged_sql, statement
 from pgmem.planning.search.filters import MAX_K, Mode, SearchFilters, check_exact_limit, check_k, check_mode
 from pgmem.planning.search.hits import (
     MESSAGE_WIDTH,
@@ -68,6 +70,8 @@ from pgmem.planning.search.hits import (
     vector_hits,
 )
 from pgmem.planning.search.hybrid import FUSIONS, check_fusion, check_half_life, hybrid_search_sql
+from pgmem.planning.search.keyword import keyword_search_sql
+from pgmem.planning.search.metadata import MetadataFilter
 from pgmem.planning.search.model import (
     BINARY_ABOVE,
     HALFVEC_ABOVE,
@@ -96,6 +100,7 @@ __all__ = [
     "MODEL_SWITCH_ATTEMPTS",
     "OVERSAMPLE",
     "EmbeddingModel",
+    "MetadataFilter",
     "Mode",
     "SearchFilters",
     "SearchHit",
@@ -111,6 +116,8 @@ __all__ = [
     "count_sql",
     "hybrid_hit",
     "hybrid_search_sql",
+    "keyword_search_sql",
+    "keyword_statement",
     "log_text",
     "logged_sql",
     "model_of",

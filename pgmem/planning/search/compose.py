@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import functools
 from datetime import UTC, datetime
-from typing import LiteralString
+from typing import Any, LiteralString
 
 from psycopg import sql
 
 from pgmem.planning.distances import DEFAULT_DISTANCE, score_sql
 from pgmem.planning.search.filters import SearchFilters
 from pgmem.planning.search.hybrid import hybrid_search_sql
+from pgmem.planning.search.keyword import keyword_search_sql
+from pgmem.planning.search.metadata import MetadataFilter
 from pgmem.planning.search.model import EmbeddingModel
 from pgmem.planning.search.vector import batch_search_sql, count_sql, vector_search_sql
 
-__all__ = ["logged_sql", "statement"]
+__all__ = ["keyword_statement", "logged_sql", "statement"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -25,6 +27,7 @@ _ORDER = {
     "vector": "h.distance, h.id",
     "batch": "h.ord, h.distance, h.id",
     "hybrid": "h.score DESC, h.id",
+    "keyword": "h.score DESC, h.seq DESC",
 }
 
 
@@ -37,7 +40,8 @@ def logged_sql(kind: str, search: sql.Composable, k: int = 0, distance: str = DE
     switched models under the search (its rows' ``ok`` is NULL; the caller searches again).
     """
     order = sql.SQL(_ORDER[kind])
-    score = sql.SQL("h.score") if kind == "hybrid" else sql.SQL(score_sql(distance, "h.distance"))
+    scored = kind in ("hybrid", "keyword")
+    score = sql.SQL("h.score") if scored else sql.SQL(score_sql(distance, "h.distance"))
     if kind == "hybrid":
         limit: sql.Composable = sql.SQL("%(limit)s")
     else:
@@ -70,18 +74,9 @@ def logged_sql(kind: str, search: sql.Composable, k: int = 0, distance: str = DE
     )
 
 
-@functools.lru_cache(maxsize=1024)
-def _statement(
-    kind: str,
-    model: EmbeddingModel,
-    shape: tuple[bool, ...],
-    strategy: str,
-    k: int,
-    bounded: bool,
-    logged: bool = False,
-    memory: str | None = None,
-) -> LiteralString:
-    filters = SearchFilters(
+def _placeholder(shape: tuple[Any, ...], memory: str | None = None) -> SearchFilters:
+    """Filters of ``shape`` (:attr:`SearchFilters.shape`) with dummy values, to compose a text from."""
+    return SearchFilters(
         memory or ("m" if shape[0] else None),
         "" if shape[1] else None,
         "" if shape[2] else None,
@@ -89,7 +84,37 @@ def _statement(
         _EPOCH if shape[4] else None,
         _EPOCH if shape[5] else None,
         0 if shape[6] else None,
+        None if shape[7] is None else MetadataFilter.placeholder(shape[7]),
     )
+
+
+@functools.lru_cache(maxsize=256)
+def _keyword_statement(shape: tuple[Any, ...], logged: bool) -> LiteralString:
+    composed = keyword_search_sql(_placeholder(shape))
+    if logged:
+        composed = logged_sql("keyword", composed)
+    text: LiteralString = composed.as_string(None)
+    return text
+
+
+def keyword_statement(filters: SearchFilters, *, logged: bool = False) -> LiteralString:
+    """The SQL text of a keyword search (:func:`~pgmem.planning.search.keyword.keyword_search_sql`) under
+    ``filters``, composed once per set of filters in use; ``logged`` as in :func:`statement`."""
+    return _keyword_statement(filters.shape, logged)
+
+
+@functools.lru_cache(maxsize=1024)
+def _statement(
+    kind: str,
+    model: EmbeddingModel,
+    shape: tuple[Any, ...],
+    strategy: str,
+    k: int,
+    bounded: bool,
+    logged: bool = False,
+    memory: str | None = None,
+) -> LiteralString:
+    filters = _placeholder(shape, memory)
     if kind == "count":
         composed = count_sql(filters, model)
     elif kind == "vector":
@@ -126,17 +151,6 @@ def statement(
     generic plan, costed for an average memory, hashes every vector of the model (10.9 ms against 0.8 ms);
     with the literal it keeps one plan per memory, costed for that memory. Such searches only run on
     memories small enough for the exact strategy."""
-    shape = tuple(
-        v is not None
-        for v in (
-            filters.memory,
-            filters.cause_by,
-            filters.role,
-            filters.sender,
-            filters.since,
-            filters.until,
-            filters.max_seq,
-        )
-    )
+    shape = filters.shape
     literal = filters.memory if kind == "vector" and strategy == "exact" else None
     return _statement(kind, model, shape, strategy, k, bounded, logged, literal)

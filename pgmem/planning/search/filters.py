@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
 from pgmem.checks import check_key, check_query_text
 from pgmem.errors import InvalidInput
+from pgmem.planning.search.metadata import MetadataFilter
 
 __all__ = ["MAX_K", "Mode", "SearchFilters", "check_exact_limit", "check_k", "check_mode"]
 
@@ -29,8 +31,14 @@ class SearchFilters:
     until: datetime | None = None
     #: Only the memory's entries up to this sequence number (RoleZero's long-term part); needs ``memory``.
     max_seq: int | None = None
+    #: Conditions on the message's metadata (:mod:`pgmem.planning.search.metadata`): a dict as the caller
+    #: passes it, compiled here (hashable: filters key the planner's remembered counts).
+    metadata: MetadataFilter | Mapping[str, Any] | None = field(default=None)
 
     def __post_init__(self) -> None:
+        if self.metadata is not None and not isinstance(self.metadata, MetadataFilter):
+            compiled = MetadataFilter.of(self.metadata)
+            object.__setattr__(self, "metadata", compiled if compiled.conditions else None)
         if self.memory is not None:
             check_key(self.memory)
         if self.max_seq is not None:
@@ -54,7 +62,7 @@ class SearchFilters:
     @property
     def on_message(self) -> bool:
         """Whether any filter needs the messages table (role, sender, time)."""
-        return any(v is not None for v in (self.role, self.sender, self.since, self.until))
+        return any(v is not None for v in (self.role, self.sender, self.since, self.until, self.metadata))
 
     @property
     def filtered(self) -> bool:
@@ -65,8 +73,23 @@ class SearchFilters:
         """Only the memory restricts the search: a vector cache of the memory can answer it."""
         return self.memory is not None and self.cause_by is None and self.max_seq is None and not self.on_message
 
+    @property
+    def metadata_filter(self) -> MetadataFilter | None:
+        """:attr:`metadata`, compiled (it always is, once the filters are made)."""
+        return self.metadata if isinstance(self.metadata, MetadataFilter) else None
+
+    @property
+    def shape(self) -> tuple[Any, ...]:
+        """Which filters are in use (and the metadata conditions' operators): what a statement's text
+        depends on."""
+        used = tuple(
+            v is not None
+            for v in (self.memory, self.cause_by, self.role, self.sender, self.since, self.until, self.max_seq)
+        )
+        return (*used, None if self.metadata_filter is None else self.metadata_filter.shape)
+
     def params(self) -> dict[str, Any]:
-        return {
+        params = {
             "memory": self.memory,
             "cause_by": self.cause_by,
             "role": self.role,
@@ -75,6 +98,9 @@ class SearchFilters:
             "until": self.until,
             "max_seq": self.max_seq,
         }
+        if self.metadata_filter is not None:
+            params.update(self.metadata_filter.params())
+        return params
 
 
 def check_k(k: int) -> int:

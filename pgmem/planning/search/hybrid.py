@@ -10,9 +10,9 @@ from psycopg import sql
 
 from pgmem.errors import InvalidInput
 from pgmem.planning.search.filters import SearchFilters
+from pgmem.planning.search.keyword import keyword_hits_sql
 from pgmem.planning.search.model import EmbeddingModel
-from pgmem.planning.search.vector import MESSAGE_COLUMNS, entry_filters, guard_sql, hits_sql
-from pgmem.planning.statements import fragment
+from pgmem.planning.search.vector import MESSAGE_COLUMNS, guard_sql, hits_sql
 
 __all__ = ["FUSIONS", "check_fusion", "check_half_life", "hybrid_search_sql"]
 
@@ -39,44 +39,12 @@ def hybrid_search_sql(model: EmbeddingModel, f: SearchFilters, strategy: str) ->
     """Vector and full-text rankings fused in one statement (:mod:`pgmem.planning.search`: convex or RRF
     fusion).
 
-    Parameters: those of :func:`vector_search_sql` (``k`` here is each list's depth) plus ``text``,
-    ``fusion`` (``convex`` or ``rrf``), ``w_vector``, ``w_text``, ``rrf_k``, ``half_life`` (seconds or
-    NULL) and ``limit``. Rows: ``(seq, id, …, created_at, distance, score, ok)``.
+    Parameters: those of :func:`vector_search_sql` (``k`` here is each list's depth) plus ``text`` and
+    ``scope_n`` (the keyword leg's, :func:`~pgmem.planning.search.keyword.keyword_hits_sql`), ``fusion``
+    (``convex`` or ``rrf``), ``w_vector``, ``w_text``, ``rrf_k``, ``half_life`` (seconds or NULL) and
+    ``limit``. Rows: ``(seq, id, …, created_at, distance, score, ok)``.
     """
-    terms: list[sql.Composable] = [
-        sql.SQL("m.namespace = %(ns)s"),
-        sql.SQL("m.tsv @@ pgmem.fts_query(%(text)s)"),
-    ]
-    terms += entry_filters(f, "te", "m")
-    if f.memory is not None:
-        text_from = sql.SQL(
-            "pgmem.memory_entries te JOIN pgmem.messages m ON m.namespace = te.namespace AND m.id = te.message_id"
-        )
-        terms.insert(0, sql.SQL("te.namespace = %(ns)s"))
-        scope = sql.SQL(fragment("bm25_entries"))
-    else:
-        text_from = sql.SQL("pgmem.messages m")
-        scope = sql.SQL(fragment("bm25_messages"))
-    # The keyword ranking of search_text (sql/messages.sql): BM25, df among the hits (the filters apply),
-    # and each hit's coverage: the idf of the query's lexemes it holds over the idf of them all (a lexeme
-    # no hit holds counts with df 0), 1 for a message holding every word of the query.
-    text_part = sql.SQL(
-        "WITH q AS MATERIALIZED (SELECT pgmem.fts_terms(%(text)s) AS terms), scope AS ({scope}), "
-        "hit AS MATERIALIZED (SELECT m.id, m.seq, {hit} FROM q, {text_from} WHERE {terms}), "
-        "{bm25}, "
-        "cover AS (SELECT sum(ln(1 + (s.n - coalesce(df.df, 0) + 0.5) / (coalesce(df.df, 0) + 0.5))) AS total "
-        "FROM (SELECT DISTINCT unnest(q.terms) AS lexeme FROM q) AS t CROSS JOIN stats AS s "
-        "LEFT JOIN df ON df.lexeme = t.lexeme) "
-        "SELECT b.id, row_number() OVER (ORDER BY b.score DESC, b.seq DESC) AS rank, "
-        "b.matched / nullif(c.total, 0) AS coverage FROM bm25 AS b CROSS JOIN cover AS c "
-        "ORDER BY rank LIMIT %(k)s"
-    ).format(
-        scope=scope,
-        hit=sql.SQL(fragment("bm25_hit")),
-        text_from=text_from,
-        terms=sql.SQL(" AND ").join(terms),
-        bm25=sql.SQL(fragment("bm25")),
-    )
+    text_part = keyword_hits_sql(f)
     # closeness: the vector candidates' distances scaled to [0, 1] over the list (closest 1, farthest 0;
     # 1 when they are all equal), so any distance and any model's range of scores fuse alike.
     return sql.SQL(

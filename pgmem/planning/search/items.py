@@ -15,23 +15,22 @@ embedding model, vectors of some of its texts (:mod:`pgmem.planning.items`). A s
   statement when the index scan came back short, so a page is never short while enough items match
   (:class:`pgmem._async.items.AsyncItemRepository`).
 
-Filters are JSON comparisons on top-level fields of the value: equality (``{"k": v}`` or ``$eq``, JSON
-equality), ``$ne`` (a missing field is not equal), and ``$gt $gte $lt $lte`` between values of the same
-JSON type (numbers numerically, strings by code point... as ``jsonb`` compares them).
+Filters are JSON comparisons on top-level fields of the value, as message search's ``metadata=``
+(:mod:`pgmem.planning.search.metadata`): equality (``{"k": v}`` or ``$eq``, JSON equality), ``$ne`` (a
+missing field is not equal), and ``$gt $gte $lt $lte`` between values of the same JSON type (numbers
+numerically, strings by code point... as ``jsonb`` compares them).
 """
 
 from __future__ import annotations
 
 import functools
-import json
-from collections.abc import Mapping
 from typing import Any, LiteralString
 
 from psycopg import sql
 
-from pgmem.checks import check_text, dump_json
 from pgmem.errors import InvalidInput
 from pgmem.planning import distances
+from pgmem.planning.search.metadata import FILTER_OPERATORS, compile_filter, json_terms
 from pgmem.planning.search.model import EmbeddingModel
 
 __all__ = [
@@ -46,15 +45,6 @@ __all__ = [
     "search_statement",
 ]
 
-#: The comparison operators a filter may use, and their SQL.
-FILTER_OPERATORS: dict[str, LiteralString] = {
-    "$eq": "=",
-    "$ne": "IS DISTINCT FROM",
-    "$gt": ">",
-    "$gte": ">=",
-    "$lt": "<",
-    "$lte": "<=",
-}
 #: The largest ``offset + limit`` of a search.
 MAX_ITEM_LIMIT = 100_000
 
@@ -69,43 +59,11 @@ def check_page(limit: Any, offset: Any) -> tuple[int, int]:
 
 
 def check_filter(filter: Any) -> tuple[tuple[tuple[str, str], ...], dict[str, Any]]:
-    """``(shape, params)`` of a filter: shape is ``((field, operator), ...)`` in order (the statement's
-    text depends on the operators only), params bind each field (``fk<i>``) and JSON value (``fv<i>``),
-    and for an equality the object ``{field: value}`` it is containment of (``fc<i>``)."""
-    if filter is None:
-        return (), {}
-    if not isinstance(filter, Mapping):
-        raise InvalidInput(f"a filter must be a dict, got {type(filter).__name__}")
-    shape: list[tuple[str, str]] = []
-    params: dict[str, Any] = {}
-    for field, condition in filter.items():
-        if not isinstance(field, str):
-            raise InvalidInput(f"filter fields must be strings, got {field!r}")
-        check_text(field, "filter field", "")
-        if isinstance(condition, Mapping) and any(isinstance(k, str) and k.startswith("$") for k in condition):
-            pairs = list(condition.items())
-        else:
-            pairs = [("$eq", condition)]
-        for operator, value in pairs:
-            if operator not in FILTER_OPERATORS:
-                raise InvalidInput(
-                    f"unsupported filter operator {operator!r} on {field!r}; use one of {', '.join(FILTER_OPERATORS)}"
-                )
-            i = len(shape)
-            params[f"fk{i}"] = field
-            params[f"fv{i}"] = dump_json(value, f"filter value of {field!r}")
-            # Equality with a scalar is containment of {field: value} (one term); with an array or object,
-            # containment is wider than equality, so the exact comparison is added. The object is built
-            # here, as jsonb_build_object(field, value) would build it: in the statement it was built
-            # again for every row (under row-level security every item of the namespace is a candidate:
-            # 28 ms against 7.5 ms for 34k items).
-            if operator == "$eq":
-                params[f"fc{i}"] = "{" + json.dumps(field, ensure_ascii=False) + ":" + params[f"fv{i}"] + "}"
-            scalar = value is None or isinstance(value, str | int | float | bool)
-            shape.append((field, "$eq_scalar" if operator == "$eq" and scalar else operator))
-    if len(shape) > 64:
-        raise InvalidInput("a filter has at most 64 conditions")
-    return tuple((f"fk{i}", op) for i, (_, op) in enumerate(shape)), params
+    """``(shape, params)`` of a filter (:func:`pgmem.planning.search.metadata.compile_filter`, parameters
+    ``fk<i>``, ``fv<i>``, ``fc<i>``): shape is ``(("fk<i>", operator), ...)`` in order (the statement's
+    text depends on the operators only)."""
+    operators, params = compile_filter(filter, "f")
+    return tuple((f"fk{i}", op) for i, op in enumerate(operators)), params
 
 
 def path_params(prefix: tuple[str, ...]) -> dict[str, Any]:
@@ -135,28 +93,11 @@ _ROW = "i.path, i.key, i.value, i.created_at, i.updated_at"
 
 def _item_terms(prefix: bool, shape: tuple[tuple[str, str], ...], omit_expired: bool) -> list[sql.Composable]:
     """WHERE terms on an ``items`` alias ``i`` (the namespace's term excluded): the filters first, then the
-    prefix. Under row-level security none of them is an index condition (their operators are not
-    leakproof), so an exact search tests them on every item of the namespace, in this order (terms of
-    equal cost keep it): a selective filter spares most rows the two array comparisons."""
-    terms: list[sql.Composable] = []
-    for param, operator in shape:
-        field = sql.Placeholder(param)
-        value = sql.Placeholder("fv" + param[2:])
-        contains = sql.SQL("i.value @> {}::jsonb").format(sql.Placeholder("fc" + param[2:]))
-        if operator == "$eq_scalar":
-            terms.append(contains)
-        elif operator == "$eq":
-            # containment narrows the candidates (one cheap term); the equality keeps it exact
-            terms.append(sql.SQL("{} AND (i.value -> {}) = {}::jsonb").format(contains, field, value))
-        elif operator == "$ne":
-            op = sql.SQL(FILTER_OPERATORS[operator])
-            terms.append(sql.SQL("(i.value -> {}) {} {}::jsonb").format(field, op, value))
-        else:
-            terms.append(
-                sql.SQL(
-                    "(jsonb_typeof(i.value -> {f}) = jsonb_typeof({v}::jsonb) AND (i.value -> {f}) {op} {v}::jsonb)"
-                ).format(f=field, v=value, op=sql.SQL(FILTER_OPERATORS[operator]))
-            )
+    prefix. Under row-level security only the filters' equalities can be an index condition (the GIN index
+    of migration 0016, :mod:`pgmem.planning.search.metadata`); the prefix's array comparisons are not
+    leakproof, so the others are tested on every candidate item, in this order (terms of equal cost keep
+    it): a selective filter spares most rows the two array comparisons."""
+    terms = json_terms(sql.SQL("i.value"), tuple(op for _, op in shape), "f")
     if prefix:
         terms.append(sql.SQL("i.path >= %(prefix)s::text[] AND i.path < %(prefix_end)s::text[]"))
     if omit_expired:

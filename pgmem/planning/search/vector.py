@@ -56,6 +56,8 @@ def entry_filters(
         terms.append(sql.SQL("{}.created_at >= %(since)s").format(m))
     if f.until is not None:
         terms.append(sql.SQL("{}.created_at <= %(until)s").format(m))
+    if f.metadata_filter is not None:
+        terms += f.metadata_filter.terms(message)
     return terms
 
 
