@@ -31,8 +31,15 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from pgmem._acompat import arun_blocking
 from pgmem.checks import check_namespace
-from pgmem.errors import InvalidInput, PermissionDenied, SchemaOutOfDate, check_conninfo
-from pgmem.resilience import DEFAULT_TIMEOUT
+from pgmem.errors import (
+    ConnectionFailed,
+    InvalidInput,
+    PermissionDenied,
+    SchemaOutOfDate,
+    check_conninfo,
+    connection_advice,
+)
+from pgmem.resilience import DEFAULT_TIMEOUT, with_connect_timeout
 from pgmem.settings import get_settings
 
 if TYPE_CHECKING:
@@ -121,6 +128,19 @@ def _behind(exc: SchemaOutOfDate | PermissionDenied, owner: str | None, migrate:
         raise exc
 
 
+def _advised(exc: ConnectionFailed, conninfo: str) -> ConnectionFailed:
+    """``exc`` (the core's "cannot connect to PostgreSQL at host:port: cause") with what to check, once."""
+    text = str(exc)
+    if not text.startswith("cannot connect"):  # not a connect (a pool that lost its server says so itself)
+        return exc
+    advice = connection_advice(text, conninfo)
+    if advice in text:
+        return exc
+    advised = ConnectionFailed(f"{text}; {advice}")
+    advised.sqlstate = exc.sqlstate
+    return advised
+
+
 def _check_dsn(dsn: object) -> None:
     if dsn is not None and not isinstance(dsn, str):
         raise InvalidInput(f"dsn must be a string, a psycopg connection or pool, not {type(dsn).__name__}")
@@ -157,8 +177,9 @@ def connect(
             replicas". Not with a connection of yours (your transaction is on the primary).
         replica_wait: seconds a read that follows this client's write waits for a replica to replay it
             before it reads the primary (default ``PGMEM_REPLICA_WAIT``, 1).
-        timeout: seconds a call may take: connecting (unless the DSN names its own ``connect_timeout``),
-            waiting for a pool connection, and every statement it runs (default 30; None: no limit).
+        timeout: seconds a call may take: connecting (at most 10, ``pgmem.resilience.CONNECT_TIMEOUT``,
+            unless the DSN or ``PGCONNECT_TIMEOUT`` names its own ``connect_timeout``), waiting for a pool
+            connection, and every statement it runs (default 30; None: no limit but the connect's).
             Past it the call raises :class:`pgmem.errors.Timeout` and its connection is discarded; a
             write that timed out committed entirely or not at all. ``client.with_timeout(s)`` changes
             it for some calls. See docs/reliability.md.
@@ -204,12 +225,19 @@ def connect(
     # The embedded server is pgmem's to start again when it dies: a pool that cannot connect calls this.
     options["restart"] = None if _configured_dsn(dsn) else _embedded_dsn
     configured = _configured_dsn(dsn)
-    owner, conninfo = (None, configured) if configured else _embedded_dsns()
+    # A bounded connect_timeout where the DSN names none: a port that never answers fails in 10 s
+    # (resilience.CONNECT_TIMEOUT) saying what to check, not after the call's whole timeout in silence.
+    owner, conninfo = (None, with_connect_timeout(configured, timeout)) if configured else _embedded_dsns()
     options["owner_conninfo"] = owner
     try:
         return _with_replicas(Client.from_conninfo(conninfo, min_size=min_size, max_size=max_size, **options), reading)
     except (SchemaOutOfDate, PermissionDenied) as exc:
         _behind(exc, owner, migrate)
+    except ConnectionFailed as exc:
+        advised = _advised(exc, conninfo)
+        if advised is exc:
+            raise
+        raise advised from exc
     _upgrade(owner or conninfo)  # alembic is loaded only now, when there is something to migrate
     return _with_replicas(Client.from_conninfo(conninfo, min_size=min_size, max_size=max_size, **options), reading)
 
@@ -245,8 +273,9 @@ async def aconnect(
             replicas". Not with a connection of yours (your transaction is on the primary).
         replica_wait: seconds a read that follows this client's write waits for a replica to replay it
             before it reads the primary (default ``PGMEM_REPLICA_WAIT``, 1).
-        timeout: seconds a call may take: connecting (unless the DSN names its own ``connect_timeout``),
-            waiting for a pool connection, and every statement it runs (default 30; None: no limit).
+        timeout: seconds a call may take: connecting (at most 10, ``pgmem.resilience.CONNECT_TIMEOUT``,
+            unless the DSN or ``PGCONNECT_TIMEOUT`` names its own ``connect_timeout``), waiting for a pool
+            connection, and every statement it runs (default 30; None: no limit but the connect's).
             Past it the call raises :class:`pgmem.errors.Timeout` and its connection is discarded; a
             write that timed out committed entirely or not at all. ``client.with_timeout(s)`` changes
             it for some calls. See docs/reliability.md.
@@ -293,7 +322,11 @@ async def aconnect(
     options["restart"] = None if _configured_dsn(dsn) else _embedded_dsn
     configured = _configured_dsn(dsn)
     # starting the embedded server blocks
-    owner, conninfo = (None, configured) if configured else await arun_blocking(_embedded_dsns)
+    # A bounded connect_timeout where the DSN names none: a port that never answers fails in 10 s
+    # (resilience.CONNECT_TIMEOUT) saying what to check, not after the call's whole timeout in silence.
+    owner, conninfo = (
+        (None, with_connect_timeout(configured, timeout)) if configured else await arun_blocking(_embedded_dsns)
+    )
     options["owner_conninfo"] = owner
     try:
         return _with_replicas(
@@ -301,6 +334,11 @@ async def aconnect(
         )
     except (SchemaOutOfDate, PermissionDenied) as exc:
         _behind(exc, owner, migrate)
+    except ConnectionFailed as exc:
+        advised = _advised(exc, conninfo)
+        if advised is exc:
+            raise
+        raise advised from exc
     await arun_blocking(_upgrade, owner or conninfo)  # alembic is loaded only now, when there is something to migrate
     return _with_replicas(
         await AsyncClient.from_conninfo(conninfo, min_size=min_size, max_size=max_size, **options), reading

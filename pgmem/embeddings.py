@@ -5,7 +5,8 @@
   in another order are (near-)identical. Good enough for de-duplication, tests and the demo; not a
   semantic model.
 * :class:`OpenAIEmbedder` — the ``openai`` package (``base_url`` configurable, so any compatible server
-  works); rate limits and transient errors are retried with exponential backoff by the client.
+  works); rate limits and transient errors are retried with exponential backoff; a server that cannot be
+  reached fails at once, naming its URL.
 * :class:`SentenceTransformerEmbedder` — local models, with the optional extra ``pgmem[local]``.
 * :class:`Precomputed` — no provider: a model whose vectors you compute yourself and pass to pgmem
   (``embedding=`` on ``messages.add``, ``embeddings=`` on ``add_many``, ``vector=`` on searches).
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
-from pgmem.errors import DimensionMismatch, EmbeddingError, InvalidInput
+from pgmem.errors import DimensionMismatch, EmbeddingError, InvalidInput, redact, scrub
 
 if TYPE_CHECKING:
     import numpy as np
@@ -230,8 +231,15 @@ class OpenAIEmbedder:
         dimension: the model's output size; checked on every answer.
         api_key / base_url: default to the ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL`` environment.
         batch_size: texts per request.
-        max_retries: retries of rate-limited and transient failures, with exponential backoff (done by
-            the ``openai`` client).
+        max_retries: retries of a rate-limited or failed request (HTTP 408, 409, 429, 5xx), with exponential
+            backoff (or the server's ``Retry-After``).
+        timeout: seconds a request may wait for its answer.
+        connect_timeout: seconds to connect to the server.
+
+    A server that cannot be reached (refused, unknown host, no answer to connect) or that does not answer
+    within ``timeout`` raises :class:`EmbeddingError` naming its URL and what to check: at most one retry
+    after a refused or reset connection, none after a timeout, where the ``openai`` client's own policy
+    (retries with backoff, as for a rate limit) stalled a search on an unreachable ``OPENAI_BASE_URL`` 23 s.
     """
 
     def __init__(
@@ -244,6 +252,7 @@ class OpenAIEmbedder:
         batch_size: int = 256,
         max_retries: int = 6,
         timeout: float = 60.0,
+        connect_timeout: float = 5.0,
     ) -> None:
         try:
             import openai
@@ -253,52 +262,147 @@ class OpenAIEmbedder:
         self.model = model
         self.dimension = dimension
         self.batch_size = batch_size
+        self.max_retries = max_retries
+        self.timeout = timeout
+        self.connect_timeout = min(connect_timeout, timeout)
+        limits = openai.Timeout(timeout, connect=self.connect_timeout)
         try:
-            self._client = openai.OpenAI(api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout)
-            self._aclient = openai.AsyncOpenAI(
-                api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout
-            )
+            # max_retries=0: the retries are this class's (_retry_delay), which tell a server that cannot be
+            # reached from one that asks to be called again later.
+            self._client = openai.OpenAI(api_key=api_key, base_url=base_url, max_retries=0, timeout=limits)
+            self._aclient = openai.AsyncOpenAI(api_key=api_key, base_url=base_url, max_retries=0, timeout=limits)
         except openai.OpenAIError as exc:  # no key: openai raises before any request
             raise EmbeddingError(
                 f"the OpenAI embedder cannot start ({type(exc).__name__}: no API key?): set OPENAI_API_KEY or pass "
                 "api_key=, or set PGMEM_EMBEDDER=hashing for the offline embedder"
             ) from None
 
-    def embed(self, texts: Sequence[str]) -> Vectors:
-        import numpy as np
+    @property
+    def base_url(self) -> str:
+        """The server's URL as shown in errors: scheme, host, port and path, without user info or query."""
+        from urllib.parse import urlsplit
+
+        url = urlsplit(str(self._client.base_url))
+        host = url.hostname or ""
+        shown = f"[{host}]" if ":" in host else host
+        port = f":{url.port}" if url.port else ""
+        return f"{url.scheme}://{shown}{port}{url.path.rstrip('/')}"
+
+    def _retry_delay(self, exc: Exception, attempt: int) -> float | None:
+        """Seconds to wait before sending again the request that failed with ``exc`` on its ``attempt``-th
+        try (0 first), None when it is not worth it."""
+        import random
+
         import openai
 
+        if isinstance(exc, openai.APITimeoutError):
+            return None  # it waited its whole timeout already
+        if isinstance(exc, openai.APIConnectionError):
+            # Once, at once: a pooled connection the server closed meanwhile fails like this; a server that
+            # is not there fails again in milliseconds.
+            return 0.1 if attempt == 0 else None
+        if not isinstance(exc, openai.APIStatusError) or attempt >= self.max_retries:
+            return None
+        headers = exc.response.headers
+        asked = headers.get("x-should-retry")
+        if asked == "false" or (asked != "true" and exc.status_code not in (408, 409, 429) and exc.status_code < 500):
+            return None
+        try:
+            after = float(headers.get("retry-after-ms", "")) / 1000
+        except ValueError:
+            try:
+                after = float(headers.get("retry-after", ""))
+            except ValueError:
+                after = 0.0
+        if 0 < after <= 60:
+            return after
+        return min(0.5 * 2.0**attempt, 8.0) * (1 - 0.25 * random.random())  # noqa: S311 - jitter, not a secret
+
+    def _failure(self, exc: Exception) -> EmbeddingError:
+        """The :class:`EmbeddingError` for the provider's ``exc``: what failed, where, and what to check."""
+        import openai
+
+        offline = "or set PGMEM_EMBEDDER=hashing for the offline embedder"
+        if isinstance(exc, openai.APITimeoutError):
+            # httpx's (and httpx2's) ConnectTimeout: nothing answered the connection (packets dropped).
+            if type(exc.__cause__).__name__ == "ConnectTimeout":
+                waited, longer = f"could not be connected to within {self.connect_timeout:g} s", "connect_timeout="
+            else:
+                waited, longer = f"did not answer within {self.timeout:g} s", "timeout="
+            return EmbeddingError(
+                f"{self.model}: the embedding server at {self.base_url} {waited}: check that it runs and is "
+                f"reachable (OPENAI_BASE_URL, base_url=), give it a longer {longer}, {offline}"
+            )
+        if isinstance(exc, openai.APIConnectionError):
+            cause = exc.__cause__
+            reason = redact(" ".join(str(cause).split())) if cause is not None and str(cause) else "no connection"
+            return EmbeddingError(
+                f"{self.model}: cannot reach the embedding server at {self.base_url} ({reason}): check the URL "
+                f"(OPENAI_BASE_URL, base_url=), that the server runs and that this machine can reach it, {offline}"
+            )
+        if isinstance(exc, openai.AuthenticationError):
+            return EmbeddingError(
+                f"{self.model}: the embedding server at {self.base_url} refused the API key ({redact(str(exc))}): "
+                f"check OPENAI_API_KEY (api_key=), {offline}"
+            )
+        if isinstance(exc, openai.NotFoundError):
+            return EmbeddingError(
+                f"{self.model}: the embedding server at {self.base_url} answered 404 ({redact(str(exc))}): check the "
+                f"model's name and the URL (OPENAI_BASE_URL, base_url=; an OpenAI-compatible one usually ends in /v1), "
+                f"{offline}"
+            )
+        return EmbeddingError(f"{self.model}: {redact(str(exc))}")
+
+    def _create(self, batch: list[str]) -> Any:
+        import time
+
+        import openai
+
+        attempt = 0
+        while True:
+            try:
+                return self._client.embeddings.create(model=self.model, input=batch)
+            except openai.OpenAIError as exc:
+                delay = self._retry_delay(exc, attempt)
+                if delay is None:
+                    raise self._failure(exc) from scrub(exc)  # its chain may quote a key
+            time.sleep(delay)
+            attempt += 1
+
+    async def _acreate(self, batch: list[str]) -> Any:
+        import openai
+
+        attempt = 0
+        while True:
+            try:
+                return await self._aclient.embeddings.create(model=self.model, input=batch)
+            except openai.OpenAIError as exc:
+                delay = self._retry_delay(exc, attempt)
+                if delay is None:
+                    raise self._failure(exc) from scrub(exc)  # its chain may quote a key
+            await asyncio.sleep(delay)
+            attempt += 1
+
+    def _vectors(self, rows: list[list[float]], count: int) -> Vectors:
+        import numpy as np
+
+        if not count:
+            return np.zeros((0, self.dimension), np.float32)
+        return normalize(check_vectors(rows, count, self.dimension, self.model))
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
         rows: list[list[float]] = []
         for start in range(0, len(texts), self.batch_size):
-            batch = list(texts[start : start + self.batch_size])
-            try:
-                answer = self._client.embeddings.create(model=self.model, input=batch)
-            except openai.OpenAIError as exc:
-                raise EmbeddingError(f"{self.model}: {exc}") from exc
+            answer = self._create(list(texts[start : start + self.batch_size]))
             rows.extend(d.embedding for d in sorted(answer.data, key=lambda d: d.index))
-        return (
-            normalize(check_vectors(rows, len(texts), self.dimension, self.model))
-            if texts
-            else np.zeros((0, self.dimension), np.float32)
-        )
+        return self._vectors(rows, len(texts))
 
     async def aembed(self, texts: Sequence[str]) -> Vectors:
-        import numpy as np
-        import openai
-
         rows: list[list[float]] = []
         for start in range(0, len(texts), self.batch_size):
-            batch = list(texts[start : start + self.batch_size])
-            try:
-                answer = await self._aclient.embeddings.create(model=self.model, input=batch)
-            except openai.OpenAIError as exc:
-                raise EmbeddingError(f"{self.model}: {exc}") from exc
+            answer = await self._acreate(list(texts[start : start + self.batch_size]))
             rows.extend(d.embedding for d in sorted(answer.data, key=lambda d: d.index))
-        return (
-            normalize(check_vectors(rows, len(texts), self.dimension, self.model))
-            if texts
-            else np.zeros((0, self.dimension), np.float32)
-        )
+        return self._vectors(rows, len(texts))
 
 
 def _check_model_name(name: Any, what: str = "name") -> str:

@@ -6,6 +6,7 @@ place (:func:`translate`), always chained with ``raise ... from exc`` so the ori
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -28,12 +29,16 @@ __all__ = [
     "PermissionDenied",
     "PgmemError",
     "ResourceExhausted",
+    "SchemaDrift",
     "SchemaOutOfDate",
     "SchemaTooNew",
     "ServerError",
     "SummaryError",
     "Timeout",
     "check_conninfo",
+    "connection_advice",
+    "connection_failed",
+    "missing_pgvector",
     "redact",
     "scrub",
     "secrets_in",
@@ -86,6 +91,21 @@ class SchemaOutOfDate(PgmemError):
 class SchemaTooNew(SchemaOutOfDate):
     """The database was migrated by a newer pgmem, to a revision this one does not know: upgrade pgmem in
     this process (``pgmem migrate`` cannot go back). The message names both revisions."""
+
+
+class SchemaDrift(SchemaOutOfDate):
+    """The database's schema differs from what its revision declares: its stamp says a revision whose work
+    is not all there (a database stamped while a migration was a placeholder, a hand-made change). Run
+    ``pgmem migrate --repair`` as the tables' owner; it keeps the data.
+
+    Attributes:
+        differences: one line per difference, ``"category: subject: what differs"``
+            (``"row-level security: pgmem.memories: row-level security not forced"``).
+    """
+
+    def __init__(self, message: str, differences: Iterable[str] = ()) -> None:
+        super().__init__(message)
+        self.differences = tuple(differences)
 
 
 class ConnectionFailed(PgmemError, ConnectionError):
@@ -300,10 +320,98 @@ def check_conninfo(dsn: str) -> str:
 
 
 def _described(exc: psycopg.Error) -> str:
-    """The server's message of ``exc`` and its SQLSTATE (the driver's text when it has none)."""
+    """The server's message of ``exc``, its SQLSTATE and its HINT (the driver's text when it has none).
+
+    The HINT is often the advice itself ("The extension must first be installed on the system where
+    PostgreSQL is running.", "Check free disk space."): it was dropped with the rest of ``str(exc)``. The
+    server writes it, not the caller; it is redacted with the message all the same."""
     primary = exc.diag.message_primary if isinstance(exc, psycopg.DatabaseError) else None
     text = primary or str(exc).strip()
-    return f"{text} (SQLSTATE {exc.sqlstate})" if exc.sqlstate else text
+    if not exc.sqlstate:
+        return text
+    hint = exc.diag.message_hint if primary else None  # str(exc) already holds it
+    return (
+        f"{text} (SQLSTATE {exc.sqlstate}; the server's hint: {hint})" if hint else f"{text} (SQLSTATE {exc.sqlstate})"
+    )
+
+
+#: The server's messages refusing to create pgvector because it is not installed (:func:`missing_pgvector`).
+_NO_VECTOR_RE = re.compile(r'extension "vector" is not available|[/\\]vector\.control"')
+
+
+def missing_pgvector(exc: psycopg.Error, major: int | None = None) -> ServerError | None:
+    """pgmem's error for the server's refusal to create pgvector because it is not installed there, saying
+    what to do for PostgreSQL ``major`` (its package's name; None: unknown); None for any other error.
+
+    ``CREATE EXTENSION vector`` where pgvector is not installed fails with feature_not_supported and
+    'extension "vector" is not available' (PostgreSQL 16 and later; before, undefined_file and 'could not
+    open extension control file ".../vector.control"'), and the server's HINT, which the message keeps."""
+    primary = exc.diag.message_primary if isinstance(exc, psycopg.DatabaseError) else None
+    if exc.sqlstate not in ("0A000", "58P01") or not (primary and _NO_VECTOR_RE.search(primary)):
+        return None
+    where = f"PostgreSQL {major}" if major else "the server's PostgreSQL major version (SHOW server_version)"
+    nn = major or "NN"
+    return ServerError(
+        f"pgvector is not installed on the server: {_redact_for(exc, _described(exc))}. pgmem needs it: install "
+        f"pgvector for {where} (Debian/Ubuntu: the postgresql-{nn}-pgvector package from apt.postgresql.org; "
+        f"RHEL/Fedora: pgvector_{nn}; or build it from https://github.com/pgvector/pgvector#installation), or "
+        "ask your DBA to install it and run CREATE EXTENSION vector in this database; or leave PGMEM_DSN unset "
+        "to use pgmem's embedded server, which has pgvector"
+    )
+
+
+def _connect_timeout(conninfo: str) -> float | None:
+    """The ``connect_timeout`` connecting to ``conninfo`` waited: the DSN's, else ``PGCONNECT_TIMEOUT``'s."""
+    try:
+        value = psycopg.conninfo.conninfo_to_dict(conninfo).get("connect_timeout")
+    except psycopg.Error:
+        value = None
+    text = str(value or os.environ.get("PGCONNECT_TIMEOUT") or "").strip()
+    return float(text) if text.isdigit() and int(text) > 0 else None
+
+
+def connection_advice(reason: str, conninfo: str | None = None) -> str:
+    """What to check when connecting to ``conninfo`` failed for ``reason`` (libpq's or psycopg's message)."""
+    text = reason.lower()
+    if "timeout expired" in text:
+        seconds = _connect_timeout(conninfo) if conninfo else None
+        waited = f" within {seconds:g} s" if seconds else ""
+        return (
+            f"nothing answered{waited}: is a PostgreSQL server listening there? check the DSN's host and port "
+            "(a firewall that drops packets, or another service on that port, looks the same); a slow network "
+            "may need a longer connect_timeout in the DSN"
+        )
+    if "connection refused" in text:
+        return "nothing listens there: start the server, or check the DSN's host and port"
+    if "could not translate host name" in text or "name or service not known" in text:
+        return "the host name does not resolve: check the DSN's host"
+    if "password authentication failed" in text or "no password supplied" in text:
+        return "check the DSN's user and password (or PGPASSWORD, ~/.pgpass)"
+    if "does not exist" in text:
+        return "check the DSN's user and database (dbname)"
+    if "no pg_hba.conf entry" in text:
+        return "the server does not accept this client: ask its administrator to allow it in pg_hba.conf"
+    return "check the DSN and that the server is running"
+
+
+def connection_failed(conninfo: str, exc: BaseException) -> ConnectionFailed:
+    """pgmem's error for a failed attempt to connect to ``conninfo``: the host and port, the cause and what
+    to check (:func:`connection_advice`), never the password. Raise it ``from None``: the driver's error
+    quotes the DSN it was given."""
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        params = {}
+    where = str(params.get("host") or params.get("hostaddr") or "localhost")
+    port = params.get("port")
+    # One line (libpq's own advice follows a newline and a tab), for a log line or the CLI's.
+    reason = " ".join(_redact_driver_text(str(exc), secrets_in(conninfo)).split()) or type(exc).__name__
+    error = ConnectionFailed(
+        f"cannot connect to PostgreSQL at {where}{':' + str(port) if port else ''}: {reason}; "
+        f"{connection_advice(reason, conninfo)}"
+    )
+    error.sqlstate = getattr(exc, "sqlstate", None)
+    return error
 
 
 #: SQLSTATEs of a session the server ended (besides class 08 and any FATAL error): admin_shutdown
@@ -345,11 +453,22 @@ def _translated(exc: psycopg.Error) -> PgmemError:
     if isinstance(exc, pg_errors.UniqueViolation):
         return Conflict(exc.diag.message_detail or described)
     if isinstance(exc, pg_errors.InsufficientPrivilege):
+        if 'extension "vector"' in (exc.diag.message_primary or ""):
+            # pgvector is not a trusted extension: only a superuser may create it.
+            return PermissionDenied(
+                f"{described}: ask your DBA to run CREATE EXTENSION vector in this database (as a superuser), then "
+                "migrate again; or leave PGMEM_DSN unset to use pgmem's embedded server"
+            )
         # e.g. "new row violates row-level security policy": a write outside the transaction's namespace.
         return PermissionDenied(exc.diag.message_primary or described)
+    if (no_vector := missing_pgvector(exc)) is not None:
+        return no_vector
     if _session_ended(exc):
         # The connection is gone (resilience.connection_lost decides whether the call is run again).
-        return ConnectionFailed(_redact_for(exc, str(exc)))
+        message = _redact_for(exc, str(exc))
+        if exc.sqlstate is None and "timeout expired" in message:  # psycopg's, naming no host: say what it means
+            message = f"{message}: {connection_advice(message)}"
+        return ConnectionFailed(message)
     if state.startswith("40"):
         # SQLSTATE class 40 (deadlock, serialization failure) is an OperationalError in psycopg, but the
         # server is fine: the transaction lost a race with another one and can be retried.

@@ -23,6 +23,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import math
+import os
 import re
 import select
 import time
@@ -37,6 +39,7 @@ from psycopg import errors as pg_errors
 from pgmem.errors import Timeout
 
 __all__ = [
+    "CONNECT_TIMEOUT",
     "DEFAULT_TIMEOUT",
     "GuardedAsyncConnection",
     "GuardedConnection",
@@ -49,16 +52,49 @@ __all__ = [
     "verifying",
     "reads_only",
     "remaining",
+    "with_connect_timeout",
 ]
 
 #: Seconds a call may take by default: connecting, waiting for a pool connection and every statement.
 DEFAULT_TIMEOUT = 30.0
+
+#: Seconds connecting may take at most where the DSN names no ``connect_timeout`` (nor ``PGCONNECT_TIMEOUT``):
+#: a server answers a connection in milliseconds, even across a continent, so a port that never answers
+#: (a firewall dropping packets, another service) fails after this, not the call's whole timeout (30 s of
+#: silence) nor psycopg's own default (130 s, what ``pgmem migrate`` waited).
+CONNECT_TIMEOUT = 10.0
 
 _DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("pgmem_deadline", default=None)
 _VERIFY: contextvars.ContextVar[bool] = contextvars.ContextVar("pgmem_verify", default=False)
 
 #: psycopg's interval between checks for Ctrl-C while it waits on a socket.
 _INTERVAL = 0.1
+
+
+def with_connect_timeout(conninfo: str, timeout: float | None = CONNECT_TIMEOUT) -> str:
+    """``conninfo`` with a ``connect_timeout``: the DSN's own (or ``PGCONNECT_TIMEOUT``'s) where it names one,
+    else ``timeout`` capped at :data:`CONNECT_TIMEOUT` (None: that), in whole seconds, at least 2 (libpq
+    counts less as 2 anyway). A URL stays a URL (the parameter joins its query) and key=value stays
+    key=value, so that what pgmem shows of it (password masked) still looks like what was given."""
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        return conninfo  # connecting says what is wrong with it (pgmem.errors.check_conninfo)
+    if "connect_timeout" in params or os.environ.get("PGCONNECT_TIMEOUT", "").strip():
+        return conninfo
+    seconds = str(max(2, math.ceil(min(timeout or CONNECT_TIMEOUT, CONNECT_TIMEOUT))))
+    wanted = {**params, "connect_timeout": seconds}
+    if conninfo.startswith(("postgresql://", "postgres://")):
+        joined = f"{conninfo}{'&' if '?' in conninfo else '?'}connect_timeout={seconds}"
+    else:
+        joined = f"{conninfo} connect_timeout={seconds}"
+    try:
+        if psycopg.conninfo.conninfo_to_dict(joined) == wanted:
+            return joined
+    except psycopg.Error:
+        pass
+    # A URL whose user info holds a "?" (libpq takes it as it is): psycopg writes it out as key=value.
+    return psycopg.conninfo.make_conninfo(conninfo, connect_timeout=seconds)
 
 
 def check_timeout(timeout: float | None) -> float | None:

@@ -3,7 +3,7 @@
 A client is scoped to one namespace and nothing it offers reaches another one (row-level security
 enforces it below pgmem). What a DBA runs for every tenant at once lives here instead, as functions of a
 connection, never methods of a client: each one lists the namespaces concerned in an
-:func:`~pgmem._async.scope.admin_transaction` (which refuses a role that does not own pgmem's tables:
+:func:`~pgmem._async.executor.admin_block` (which refuses a role that does not own pgmem's tables:
 :class:`~pgmem.errors.PermissionDenied`), then does each namespace's work through a client scoped to it,
 so the per-namespace code is the very code a tenant runs on its own.
 
@@ -20,8 +20,8 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from pgmem._async.client import AsyncClient
+from pgmem._async.executor import admin_block
 from pgmem._async.retention import DEFAULT_BATCH
-from pgmem._async.scope import admin_transaction
 from pgmem.planning import statements as queries
 
 __all__ = ["namespaces", "namespaces_with_pending", "purge_expired", "run_retention"]
@@ -37,9 +37,8 @@ async def namespaces(conn: AsyncConnection[Any], *, with_policies: bool = False)
     Raises:
         PermissionDenied: the connection's role does not own pgmem's tables.
     """
-    async with admin_transaction(conn):
-        cur = await conn.execute(Q["policy_namespaces" if with_policies else "namespaces"])
-        return [str(row[0]) for row in await cur.fetchall()]
+    async with admin_block(conn) as block:
+        return [str(row[0]) for row in await block.rows(Q["policy_namespaces" if with_policies else "namespaces"])]
 
 
 async def namespaces_with_pending(conn: AsyncConnection[Any]) -> list[str]:
@@ -49,9 +48,8 @@ async def namespaces_with_pending(conn: AsyncConnection[Any]) -> list[str]:
     Raises:
         PermissionDenied: the connection's role does not own pgmem's tables.
     """
-    async with admin_transaction(conn):
-        cur = await conn.execute(VQ["outbox_namespaces"])
-        return [str(row[0]) for row in await cur.fetchall()]
+    async with admin_block(conn) as block:
+        return [str(row[0]) for row in await block.rows(VQ["outbox_namespaces"])]
 
 
 async def purge_expired(conn: AsyncConnection[Any], *, batch_size: int = 500) -> dict[str, int]:
@@ -61,9 +59,8 @@ async def purge_expired(conn: AsyncConnection[Any], *, batch_size: int = 500) ->
     Raises:
         PermissionDenied: the connection's role does not own pgmem's tables (nothing was purged).
     """
-    async with admin_transaction(conn):
-        cur = await conn.execute(Q["expired_namespaces"])
-        found = [str(row[0]) for row in await cur.fetchall()]
+    async with admin_block(conn) as block:
+        found = [str(row[0]) for row in await block.rows(Q["expired_namespaces"])]
     purged: dict[str, int] = {}
     for ns in found:
         client = AsyncClient(namespace=ns, connection=conn)

@@ -1,15 +1,11 @@
-"""What every repository shares: its client, its namespace, and running one named query."""
+"""What every repository shares: its client, its namespace, and running one named query (through the
+client's executor, :mod:`pgmem._async.executor`)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, LiteralString
 
 from psycopg import AsyncConnection
-
-from pgmem._async import scope
-from pgmem._async.retrying import resilient
-from pgmem.checks import unencodable
-from pgmem.errors import translate
 
 if TYPE_CHECKING:
     from pgmem._async.client import AsyncClient
@@ -27,21 +23,13 @@ class AsyncRepository:
     def namespace(self) -> str:
         return self._client.namespace
 
-    @resilient  # the call's deadline, and one retry when its connection is lost and that is harmless
     async def _rows(
         self, name: str, params: dict[str, Any], connection: AsyncConnection[Any] | None
     ) -> list[tuple[Any, ...]]:
-        """Run the named query (``%(ns)s`` is the client's namespace) in a transaction scoped to the
-        namespace (:func:`pgmem._async.scope.execute`) and return its rows."""
-        ns = self.namespace
-        try:
-            with translate():
-                async with self._client._connection(connection) as conn:
-                    return await scope.rows(conn, ns, self.queries[name], {"ns": ns, **params})
-        except UnicodeEncodeError:
-            # A lone surrogate the public method's checks missed: the driver failed to encode it before
-            # sending the statement. Still the caller's input, named.
-            raise unencodable(params) from None
+        """Run the named query (``%(ns)s`` is the client's namespace) and return its rows: in a transaction
+        scoped to the namespace, under the call's deadline, once more when its connection is lost and that
+        is harmless (:meth:`AsyncExecutor.rows <pgmem._async.executor.AsyncExecutor.rows>`)."""
+        return await self._client.executor.rows(self.queries[name], {"ns": self.namespace, **params}, connection)
 
     async def _scalar(self, name: str, params: dict[str, Any], connection: AsyncConnection[Any] | None) -> Any:
         """The value of a one-column statement's first row (None when it returned no row)."""

@@ -17,8 +17,9 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from pgmem._async.base import AsyncRepository
+from pgmem._async.executor import AsyncBlock
 from pgmem.checks import MAX_TTL, check_brain_key, check_text, check_ttl, key_for
-from pgmem.errors import Conflict, InvalidInput, translate
+from pgmem.errors import Conflict, InvalidInput
 from pgmem.models import Message, storage_id
 from pgmem.planning import statements as queries
 from pgmem.planning.rows import BrainLockRow, BrainRow, decode, encode
@@ -70,31 +71,33 @@ class AsyncBrainRepository(AsyncRepository):
     async def load(self, redis_key: str, *, connection: AsyncConnection[Any] | None = None) -> BrainState | None:
         """The brain stored under ``redis_key``; None when there is none or it has expired."""
         key, knowledge_key = self.keys(redis_key)
-        with translate():
-            async with self._client.transaction(connection) as conn:
-                cur = await conn.execute(Q["load"], {"ns": self.namespace, "key": key})
-                row = await cur.fetchone()
-                if row is None:
-                    return None
-                brain = BrainRow._make(row)
-                state = BrainState(
-                    redis_key=brain.redis_key,
-                    historical_summary=brain.historical_summary,
-                    summarized_seq=brain.summarized_seq,
-                    last_history_id=brain.last_history_id,
-                    last_talk=brain.last_talk,
-                    version=brain.version,
-                    expires_at=brain.expires_at,
-                )
-                cur = await conn.execute(
-                    Q["history"], {"ns": self.namespace, "memory": key, "after": state.summarized_seq}, binary=True
-                )
-                state.history = [decode(r) for r in await cur.fetchall()]
-                cur = await conn.execute(
-                    Q["history"], {"ns": self.namespace, "memory": knowledge_key, "after": 0}, binary=True
-                )
-                state.knowledge = [decode(r) for r in await cur.fetchall()]
-        return state
+
+        async def read(block: AsyncBlock) -> BrainState | None:
+            # Three reads, each setting the namespace in its own round trip: no transaction block (under
+            # read committed it would give them no common snapshot either), and all three again on a fresh
+            # connection when this one is lost.
+            row = await block.one(Q["load"], {"ns": self.namespace, "key": key})
+            if row is None:
+                return None
+            brain = BrainRow._make(row)
+            state = BrainState(
+                redis_key=brain.redis_key,
+                historical_summary=brain.historical_summary,
+                summarized_seq=brain.summarized_seq,
+                last_history_id=brain.last_history_id,
+                last_talk=brain.last_talk,
+                version=brain.version,
+                expires_at=brain.expires_at,
+            )
+            state.history = await self._history(block, key, state.summarized_seq)
+            state.knowledge = await self._history(block, knowledge_key, 0)
+            return state
+
+        return await self._client.executor.run(read, connection, reads=True)
+
+    async def _history(self, block: AsyncBlock, memory: str, after: int) -> list[Message]:
+        rows = await block.rows(Q["history"], {"ns": self.namespace, "memory": memory, "after": after})
+        return [decode(r) for r in rows]
 
     async def dump(
         self,
@@ -128,36 +131,32 @@ class AsyncBrainRepository(AsyncRepository):
                 raise InvalidInput(f"last_talk must be a string or None, not {type(last_talk).__name__}")
             check_text(last_talk, "last_talk", "brain ", max_chars=None)
         params = {"ns": self.namespace, "key": key, "knowledge_key": knowledge_key, "redis_key": redis_key}
-        with translate():
-            async with self._client.transaction(connection) as conn:
-                await self._lock(conn, params)
-                if history:
-                    await self._client.messages.add_many(key, history, connection=conn)
-                if knowledge:
-                    await self._client.messages.add_many(knowledge_key, knowledge, connection=conn)
-                cur = await conn.execute(
-                    Q["save"],
-                    {
-                        **params,
-                        "historical_summary": historical_summary,
-                        "summarized_seq": None,
-                        "last_history_id": last_history_id,
-                        "set_last_talk": last_talk is not _UNSET,
-                        "last_talk": None if last_talk is _UNSET else last_talk,
-                        "ttl": seconds,
-                    },
-                )
-                version = await cur.fetchone()  # one column
-                assert version is not None
-                return int(version[0])
+        async with self._client.executor.transaction(connection) as block:
+            await self._lock(block, params)
+            if history:
+                await self._client.messages.add_many(key, history, connection=block.connection)
+            if knowledge:
+                await self._client.messages.add_many(knowledge_key, knowledge, connection=block.connection)
+            version = await block.scalar(
+                Q["save"],
+                {
+                    **params,
+                    "historical_summary": historical_summary,
+                    "summarized_seq": None,
+                    "last_history_id": last_history_id,
+                    "set_last_talk": last_talk is not _UNSET,
+                    "last_talk": None if last_talk is _UNSET else last_talk,
+                    "ttl": seconds,
+                },
+            )
+            return int(version)
 
-    async def _lock(self, conn: AsyncConnection[Any], params: dict[str, Any]) -> int:
+    async def _lock(self, block: AsyncBlock, params: dict[str, Any]) -> int:
         """Create the brain if needed, lock its row, empty it if it expired; return its summarised seq."""
         row = None
         for _attempt in range(3):
-            await conn.execute(Q["create"], params)
-            cur = await conn.execute(Q["lock"], params)
-            row = await cur.fetchone()
+            await block.command(Q["create"], params)
+            row = await block.one(Q["lock"], params)
             if row is not None:
                 break
             # The retention job deleted the (expired) brain between our insert and our lock: create it again.
@@ -166,9 +165,9 @@ class AsyncBrainRepository(AsyncRepository):
         brain = BrainLockRow._make(row)
         if brain.expired:
             for memory in (params["key"], params["knowledge_key"]):
-                await conn.execute(MQ["clear"], {"ns": self.namespace, "memory": memory})
-            await conn.execute(SQ["delete_all"], {"ns": self.namespace, "memory": params["key"]})
-            await conn.execute(Q["reset"], params)
+                await block.command(MQ["clear"], {"ns": self.namespace, "memory": memory})
+            await block.command(SQ["delete_all"], {"ns": self.namespace, "memory": params["key"]})
+            await block.command(Q["reset"], params)
             return 0
         return int(brain.summarized_seq)
 
@@ -179,13 +178,8 @@ class AsyncBrainRepository(AsyncRepository):
         an empty brain when there is none."""
         key, knowledge_key = self.keys(redis_key)
         params = {"ns": self.namespace, "key": key, "knowledge_key": knowledge_key, "redis_key": redis_key}
-        with translate():
-            async with self._client.transaction(connection) as conn:
-                after = await self._lock(conn, params)
-                cur = await conn.execute(
-                    Q["history"], {"ns": self.namespace, "memory": key, "after": after}, binary=True
-                )
-                return [decode(r) for r in await cur.fetchall()]
+        async with self._client.executor.transaction(connection) as block:
+            return await self._history(block, key, await self._lock(block, params))
 
     async def set_summary(
         self,
@@ -211,69 +205,61 @@ class AsyncBrainRepository(AsyncRepository):
         ids = None if covered is None else {storage_id(m) for m in covered}
         params = {"ns": self.namespace, "key": key, "knowledge_key": knowledge_key, "redis_key": redis_key}
         stored: Summary | None = None
-        with translate():
-            async with self._client.transaction(connection) as conn:
-                after = await self._lock(conn, params)
-                cur = await conn.execute(
-                    Q["history"], {"ns": self.namespace, "memory": key, "after": after}, binary=True
-                )
-                history = [decode(r) for r in await cur.fetchall()]
-                upto = after
-                if ids is not None:
-                    prefix: list[Message] = []
-                    for message in history:
-                        if storage_id(message) not in ids:
-                            break
-                        prefix.append(message)
-                    # Messages compression already covered (its run failed before the brain moved on) keep
-                    # their summary; the new row covers the rest of the prefix.
-                    cur = await conn.execute(SQ["level_end"], {"ns": self.namespace, "memory": key, "level": 1})
-                    row = await cur.fetchone()
-                    covered_end = int(row[0]) if row else 0
-                    if prefix and covered_end >= (prefix[-1].seq or 0):
-                        upto = int(prefix[-1].seq or 0)
-                        prefix = []
-                    prefix = [m for m in prefix if (m.seq or 0) > covered_end]
-                    if prefix:
-                        text = "\n".join(f"{m.role}: {m.content}" for m in prefix)
-                        counter = get_tokenizer()
-                        stored = await self._client.summaries.add(
-                            key,
-                            level=1,
-                            first_seq=int(prefix[0].seq or 0),
-                            last_seq=int(prefix[-1].seq or 0),
-                            content=historical_summary,
-                            source_chars=len(text),
-                            source_tokens=counter.count(text),
-                            connection=conn,
-                        )
-                        upto = stored.last_seq
-                elif summarized_seq is not None:
-                    upto = max(after, summarized_seq)
-                await conn.execute(
-                    Q["save_keeping_ttl"],
-                    {
-                        **params,
-                        "historical_summary": historical_summary,
-                        "summarized_seq": upto,
-                        "last_history_id": None,
-                        "set_last_talk": False,
-                        "last_talk": None,
-                    },
-                )
+        async with self._client.executor.transaction(connection) as block:
+            after = await self._lock(block, params)
+            history = await self._history(block, key, after)
+            upto = after
+            if ids is not None:
+                prefix: list[Message] = []
+                for message in history:
+                    if storage_id(message) not in ids:
+                        break
+                    prefix.append(message)
+                # Messages compression already covered (its run failed before the brain moved on) keep
+                # their summary; the new row covers the rest of the prefix.
+                end = await block.scalar(SQ["level_end"], {"ns": self.namespace, "memory": key, "level": 1})
+                covered_end = int(end or 0)
+                if prefix and covered_end >= (prefix[-1].seq or 0):
+                    upto = int(prefix[-1].seq or 0)
+                    prefix = []
+                prefix = [m for m in prefix if (m.seq or 0) > covered_end]
+                if prefix:
+                    text = "\n".join(f"{m.role}: {m.content}" for m in prefix)
+                    counter = get_tokenizer()
+                    stored = await self._client.summaries.add(
+                        key,
+                        level=1,
+                        first_seq=int(prefix[0].seq or 0),
+                        last_seq=int(prefix[-1].seq or 0),
+                        content=historical_summary,
+                        source_chars=len(text),
+                        source_tokens=counter.count(text),
+                        connection=block.connection,
+                    )
+                    upto = stored.last_seq
+            elif summarized_seq is not None:
+                upto = max(after, summarized_seq)
+            await block.command(
+                Q["save_keeping_ttl"],
+                {
+                    **params,
+                    "historical_summary": historical_summary,
+                    "summarized_seq": upto,
+                    "last_history_id": None,
+                    "set_last_talk": False,
+                    "last_talk": None,
+                },
+            )
         return stored, [m for m in history if (m.seq or 0) > upto]
 
     async def delete(self, redis_key: str, *, connection: AsyncConnection[Any] | None = None) -> bool:
         """Forget a brain: its row, history, knowledge and summaries. False when there was none."""
         key, knowledge_key = self.keys(redis_key)
-        with translate():
-            async with self._client.transaction(connection) as conn:
-                return bool(await self._drop(conn, self.namespace, [key, knowledge_key]))
-
-    async def _drop(self, conn: AsyncConnection[Any], namespace: str, keys: list[str]) -> int:
-        for memory in keys:
-            await conn.execute(MQ["clear"], {"ns": namespace, "memory": memory})
-        return int(await self._scalar("delete_memories", {"ns": namespace, "keys": keys}, conn) or 0)
+        keys = [key, knowledge_key]
+        async with self._client.executor.transaction(connection) as block:
+            for memory in keys:
+                await block.command(MQ["clear"], {"ns": self.namespace, "memory": memory})
+            return bool(await block.scalar(Q["delete_memories"], {"ns": self.namespace, "keys": keys}))
 
     async def purge_expired(self, *, batch_size: int = 500, connection: AsyncConnection[Any] | None = None) -> int:
         """The retention job of this namespace: delete its expired brains (their history and knowledge

@@ -10,12 +10,11 @@ import socket
 from collections.abc import Iterable
 from typing import Any
 
-import psycopg
 from psycopg import AsyncConnection, sql
 from psycopg.pq import TransactionStatus
 
-from pgmem._async import scope
-from pgmem.errors import LeaseLost
+from pgmem._async.executor import AsyncBlock, AsyncExecutor
+from pgmem.errors import LeaseLost, PgmemError
 from pgmem.planning import statements as queries
 
 __all__ = ["WORKER", "ack_claim_rows", "claiming", "int_array", "raise_lost"]
@@ -50,34 +49,58 @@ def raise_lost(held: dict[int, int], acked: Iterable[int]) -> None:
 
 
 async def ack_claim_rows(
-    conn: AsyncConnection[Any], namespace: str, params: dict[str, Any]
+    executor: AsyncExecutor, args: dict[str, Any], connection: AsyncConnection[Any] | None, *, pooled: bool
 ) -> list[tuple[Any, ...]] | None:
-    """The rows of ``ack_claim`` on ``conn``, or None when an acknowledgement did not hold: the statement
-    then rolled back. In a caller's transaction it runs under a savepoint, which that rollback undoes
+    """The rows of ``ack_claim`` (``args``: its parameters, the namespace's included), or None when an
+    acknowledgement did not hold: the statement then rolled back. ``pooled``: on a pool's connection, where
+    it is a transaction of its own (one statement through the executor, as a claim); elsewhere it runs
+    under a savepoint when the connection is in a transaction (the caller's), which that rollback undoes
     while the caller's transaction goes on.
 
     A deadlock is retried: claiming before acknowledging, the statement holds its new claims while it
     waits for a row it acknowledges, which a consumer that re-claimed it after its lease ran out may
     hold while it waits for one of them. The victim's statement rolled back whole, so it is run again.
     """
-    stmt = claiming("ack_claim", params["n"])
-    args = {"ns": namespace, **params}
-    own = conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
-    if not own:
-        await conn.execute("SAVEPOINT pgmem_ack_claim")
+    stmt = claiming("ack_claim", args["n"])
+    if not pooled:
+        return await executor.run(lambda block: _ack_claim(block, stmt, args), connection, reads=False)
     for attempt in range(_DEADLOCK_RETRIES + 1):
         try:
-            rows = await scope.rows(conn, namespace, stmt, args)
-        except psycopg.DatabaseError as exc:
-            retry = exc.sqlstate == _DEADLOCK and attempt < _DEADLOCK_RETRIES
-            if exc.sqlstate != _LEASE_LOST and not retry:
-                raise
+            return await executor.rows(stmt, args, reads=False)
+        except PgmemError as exc:
+            if not _again(exc, attempt):
+                return None
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _again(exc: PgmemError, attempt: int) -> bool:
+    """Whether ``ack_claim`` failing with ``exc`` runs again (a deadlock, a few times), or returns None (a
+    lease lost); any other error is raised."""
+    if exc.sqlstate == _DEADLOCK and attempt < _DEADLOCK_RETRIES:
+        return True
+    if exc.sqlstate != _LEASE_LOST:
+        raise exc
+    return False
+
+
+async def _ack_claim(block: AsyncBlock, stmt: bytes, args: dict[str, Any]) -> list[tuple[Any, ...]] | None:
+    """``ack_claim`` on the block's connection, under a savepoint unless it is a transaction of its own."""
+    conn = block.connection
+    own = conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
+    savepoints = AsyncBlock(conn)  # no table: no namespace to set
+    if not own:
+        await savepoints.command("SAVEPOINT pgmem_ack_claim")
+    for attempt in range(_DEADLOCK_RETRIES + 1):
+        try:
+            rows = await block.rows(stmt, args)
+        except PgmemError as exc:
+            retry = _again(exc, attempt)
             if not own:
-                await conn.execute("ROLLBACK TO SAVEPOINT pgmem_ack_claim")
+                await savepoints.command("ROLLBACK TO SAVEPOINT pgmem_ack_claim")
             if retry:
                 continue
             rows = None
         if not own:
-            await conn.execute("RELEASE SAVEPOINT pgmem_ack_claim")
+            await savepoints.command("RELEASE SAVEPOINT pgmem_ack_claim")
         return rows
     raise AssertionError("unreachable")  # pragma: no cover

@@ -7,14 +7,11 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
-import psycopg
 from psycopg import AsyncConnection
-from psycopg import errors as pg_errors
-from psycopg.pq import TransactionStatus
-from psycopg.types import TypeInfo
 from psycopg_pool import AsyncConnectionPool
 
 from pgmem._async import scope
+from pgmem._async.executor import AsyncExecutor
 from pgmem._async.messages import AsyncMessageRepository
 from pgmem._async.pooling import (
     _NO_LIMIT,
@@ -25,17 +22,17 @@ from pgmem._async.pooling import (
     _pool_connection,
     check_pool_size,
 )
+from pgmem._async.preflight import bypasses_security, check_schema, conninfo_of
 from pgmem._async.sessions import AsyncSessions
 from pgmem.checks import check_namespace
 from pgmem.embeddings import Embedder, default_embedder
-from pgmem.errors import ClientClosed, InvalidInput, PermissionDenied, SchemaOutOfDate, SchemaTooNew, redact, translate
-from pgmem.planning.adapters import vector_types
+from pgmem.errors import ClientClosed, InvalidInput, redact, translate
 from pgmem.resilience import DEFAULT_TIMEOUT, check_timeout, deadline
-from pgmem.revision import SCHEMA_REVISION, is_known, too_new_message
 from pgmem.settings import get_settings
 
 if TYPE_CHECKING:
     from pgmem._async.brains import AsyncBrainRepository
+    from pgmem._async.context import AsyncContextBuilder
     from pgmem._async.items import AsyncItemRepository
     from pgmem._async.queues import AsyncQueueRepository
     from pgmem._async.replicas import AsyncReplicas
@@ -43,6 +40,7 @@ if TYPE_CHECKING:
     from pgmem._async.stores import AsyncStoreRepository
     from pgmem._async.summaries import AsyncSummaryRepository
     from pgmem._async.vectors import AsyncVectorRepository
+    from pgmem.planning.context import Context
     from pgmem.planning.replicas import ReadStats
 
 __all__ = ["AsyncClient", "check_pool_size", "check_schema", "conninfo_of"]
@@ -118,6 +116,12 @@ def _items(client: AsyncClient) -> AsyncItemRepository:
     return AsyncItemRepository(client)
 
 
+def _contexts(client: AsyncClient) -> AsyncContextBuilder:
+    from pgmem._async.context import AsyncContextBuilder
+
+    return AsyncContextBuilder(client, client.vectors)
+
+
 class AsyncClient:
     """A connection to pgmem's tables in one namespace, with its repositories.
 
@@ -155,6 +159,7 @@ class AsyncClient:
     retention = _OnFirstUse(_retention)
     stores = _OnFirstUse(_stores)
     items = _OnFirstUse(_items)
+    _contexts = _OnFirstUse(_contexts)
 
     def __init__(
         self,
@@ -178,6 +183,8 @@ class AsyncClient:
         self._closed = False
         self._conninfo = conninfo  # the real one, password included: for opening connections only
         self._build_lock = threading.RLock()  # a repository's constructor may use another one
+        #: What runs every statement of this client (:mod:`pgmem._async.executor`).
+        self.executor = AsyncExecutor(self)
         self.messages = AsyncMessageRepository(self)
         self._embedder = embedder
         # What the client knows of its connections' sessions; shared with the pool's configure hook.
@@ -232,7 +239,7 @@ class AsyncClient:
         first = await _open_connection(conninfo, timeout)
         try:
             vector_types = await check_schema(first)
-            acting = role if await _bypasses_security(first, role) else None
+            acting = role if await bypasses_security(first, role) else None
         except BaseException:
             await first.close()
             raise
@@ -383,6 +390,49 @@ class AsyncClient:
         """Semantic search (:meth:`AsyncVectorRepository.search`): ``client.search("text", memory=..., k=5)``."""
         return await self.vectors.search(query, **kwargs)
 
+    async def context(
+        self,
+        memory: str,
+        *,
+        budget: int,
+        query: str | None = None,
+        reserve: int = 0,
+        parts: Sequence[str] = ("pinned", "summary", "related", "window"),
+        related_k: int = 5,
+        related_share: float = 0.25,
+        pinned_roles: Sequence[str] = ("system",),
+        embedder: Embedder | None = None,
+        connection: AsyncConnection[Any] | None = None,
+    ) -> Context:
+        """What to send the model for the next turn of ``memory``, at most ``budget - reserve`` tokens, read
+        in one statement (one round trip; the query's embedding is computed before it).
+
+        Parts, in the order sent: ``pinned`` (messages of a role in ``pinned_roles``, or whose metadata
+        holds ``{"pinned": true}``), ``summary`` (the memory's summaries of what falls before the window),
+        ``related`` (up to ``related_k`` messages older than the window matching ``query``: hybrid search,
+        or keyword search when the memory has no model; at most ``related_share`` of the budget left), and
+        ``window`` (the newest messages). A tool call travels with all its results or not at all. Counted
+        with tiktoken when installed (else one token per 4 UTF-8 bytes), 4 tokens a message for its role
+        and framing. The result says, per part, what it kept and what it dropped and why
+        (:class:`pgmem.planning.context.Context`; the rules: :mod:`pgmem.planning.context`).
+
+        Example:
+            >>> ctx = await client.context("chat:42", budget=8000, reserve=1000, query=user_message)
+            >>> reply = openai.chat.completions.create(model=..., messages=ctx.as_openai())
+        """
+        return await self._contexts.build(
+            memory,
+            budget=budget,
+            query=query,
+            reserve=reserve,
+            parts=parts,
+            related_k=related_k,
+            related_share=related_share,
+            pinned_roles=pinned_roles,
+            embedder=embedder,
+            connection=connection,
+        )
+
     @property
     def owns_transactions(self) -> bool:
         """Whether this client's transactions are its own (a pool's connections), not part of a caller's
@@ -491,87 +541,5 @@ class AsyncClient:
         non-autocommit connection outside a transaction the statements start the caller's implicit
         transaction, which the caller commits.
         """
-        async with self._connection(connection) as conn:
-            if conn.autocommit or conn.info.transaction_status == TransactionStatus.INTRANS:
-                async with scope.transaction(conn, self.namespace):  # BEGIN with the namespace, one round trip
-                    yield conn
-            else:
-                await conn.execute(scope.SET_NAMESPACE, {"ns": self.namespace})  # the caller's transaction
-                yield conn
-
-
-#: The revision the database is at (``pgmem.alembic_version`` is alembic's table), and pgvector's types as
-#: ``TypeInfo.fetch`` reads them (pgmem.planning.adapters): one row per type, one of NULLs without any.
-#: One query, no alembic.
-_SCHEMA_REVISION_SQL = """
-SELECT v.version_num, t.typname, t.oid, t.typarray, t.oid::regtype::text, t.typdelim
-FROM pgmem.alembic_version AS v
-LEFT JOIN pg_type AS t
-  ON t.oid IN (to_regtype('vector'), to_regtype('bit'), to_regtype('halfvec'), to_regtype('sparsevec'))
-"""
-
-
-async def check_schema(conn: AsyncConnection[Any]) -> dict[str, TypeInfo]:
-    """Raise :class:`SchemaOutOfDate` unless the database at ``conn`` is at :data:`SCHEMA_REVISION`;
-    return pgvector's types in it (for :class:`AsyncSessions`: the pool registers them with no query).
-
-    One query. On a connection outside autocommit, or inside a transaction (the caller's), it runs in a
-    transaction block of its own (a savepoint inside the caller's transaction), so that a database without
-    pgmem's tables never aborts the caller's work.
-    """
-    with translate():
-        try:
-            if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
-                cur = await conn.execute(_SCHEMA_REVISION_SQL)
-                rows = await cur.fetchall()
-            else:
-                async with conn.transaction():
-                    cur = await conn.execute(_SCHEMA_REVISION_SQL)
-                    rows = await cur.fetchall()
-        except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName):
-            rows = []  # an empty database: nothing migrated yet
-    current = str(rows[0][0]) if rows else None
-    if current is not None and not is_known(current):
-        raise SchemaTooNew(too_new_message(current))
-    if current != SCHEMA_REVISION:
-        raise SchemaOutOfDate(
-            f"database schema is at {current or 'nothing'}, this pgmem needs {SCHEMA_REVISION}; "
-            "run `pgmem migrate` or connect with migrate=True"
-        )
-    return vector_types(row[1:] for row in rows)
-
-
-#: Whether the login role is one row-level security does not hold, and whether it may act as the
-#: application role (which exists).
-_BYPASS_SQL = """
-SELECT r.rolsuper OR r.rolbypassrls OR pg_has_role(current_user, c.relowner, 'MEMBER'),
-       CASE WHEN to_regrole(%(role)s) IS NULL THEN false ELSE pg_has_role(current_user, %(role)s, 'MEMBER') END
-FROM pg_roles AS r, pg_class AS c
-WHERE r.rolname = current_user AND c.oid = 'pgmem.messages'::regclass"""
-
-
-async def _bypasses_security(conn: AsyncConnection[Any], role: str) -> bool:
-    """Whether ``conn``'s role escapes row-level security, so the client must act as ``role`` (one query).
-
-    Raises :class:`PermissionDenied` when it does and ``role`` does not exist: a client acting as the
-    owner would see every namespace, which pgmem refuses rather than allow.
-    """
-    with translate():
-        cur = await conn.execute(_BYPASS_SQL, {"role": role})
-        row = await cur.fetchone()
-    if row is None or not row[0]:
-        return False
-    if not row[1]:
-        raise PermissionDenied(
-            "this DSN logs in as a role that row-level security does not hold (a superuser, BYPASSRLS or the "
-            f"owner of pgmem's tables), and the application role {role!r} does not exist or it is not a member: "
-            "run `pgmem migrate` as a role that may create roles (or `GRANT pgmem_app TO` this role), or "
-            "`pgmem roles create --name NAME` and connect as NAME"
-        )
-    return True
-
-
-def conninfo_of(conn: AsyncConnection[Any]) -> str:
-    """The conninfo of an open connection, its password included (to open more connections like it)."""
-    info = conn.info
-    return psycopg.conninfo.make_conninfo(info.dsn, password=info.password or None)
+        async with self._connection(connection) as conn, scope.block(conn, self.namespace):
+            yield conn  # BEGIN with the namespace: one round trip

@@ -13,6 +13,7 @@ from psycopg.pq import TransactionStatus
 
 from pgmem._acompat import asleep
 from pgmem._async.base import AsyncRepository
+from pgmem._async.executor import AsyncBlock
 from pgmem.checks import check_key
 from pgmem.embeddings import HALF_MAX, Embedder, Vectors, check_vectors, given_vectors
 from pgmem.errors import DimensionMismatch, EmbeddingError, InvalidInput, PgmemError, translate
@@ -134,23 +135,21 @@ class AsyncModelRegistry(AsyncRepository):
             dimension = chosen.dimension
             if not 1 <= dimension <= 16000:
                 raise InvalidInput(f"{chosen.model}: dimension must be in [1, 16000], got {dimension}")
-            with translate():
-                async with self._client.transaction(connection) as conn:
-                    await conn.execute(
-                        Q["register_model"],
-                        {
-                            "name": chosen.model,
-                            "dimension": dimension,
-                            "kind": storage_kind(dimension),
-                            "distance": distance,
-                        },
-                    )
-                    cur = await conn.execute(
-                        Q["get_model"], {"name": chosen.model, "dimension": dimension, "distance": distance}
-                    )
-                    row = await cur.fetchone()
-                    assert row is not None
-                    known = model_of(EmbeddingModelRow._make(row))
+            async with self._client.executor.transaction(connection) as block:
+                await block.command(
+                    Q["register_model"],
+                    {
+                        "name": chosen.model,
+                        "dimension": dimension,
+                        "kind": storage_kind(dimension),
+                        "distance": distance,
+                    },
+                )
+                row = await block.one(
+                    Q["get_model"], {"name": chosen.model, "dimension": dimension, "distance": distance}
+                )
+                assert row is not None
+                known = model_of(EmbeddingModelRow._make(row))
             self._models[definition] = known
         if known.index_name not in self._indexed and not await self.build_index(known, connection=connection):
             self.deferred = True
@@ -183,11 +182,11 @@ class AsyncModelRegistry(AsyncRepository):
         name = name or model.table_index_name(table)
         if name in self._indexed:
             return True
-        async with self._client._connection(connection) as conn:
-            if not conn.autocommit or conn.info.transaction_status != TransactionStatus.IDLE:
-                return False
-            with translate():
-                valid = await self._index_valid(conn, name)
+        usable, valid = await self._client.executor.run(
+            lambda block: self._state(block, name), connection, reads=True, scoped=False
+        )
+        if not usable:
+            return False
         if not valid:
             # Only the tables' owner may create an index: the client's owner DSN (its own when it logs in as
             # the owner or a superuser and acts as pgmem_app, the embedded server's superuser), on a
@@ -203,39 +202,46 @@ class AsyncModelRegistry(AsyncRepository):
                         model.name,
                     )
                 return False
-            with translate():
-                async with await AsyncConnection.connect(owner, autocommit=True) as conn:
-                    while not await self._index_valid(conn, name):
-                        cur = await conn.execute(Q["build_lock"], {"key": MODEL_LOCK_KEY})
-                        row = await cur.fetchone()
-                        if row is not None and row[0]:
-                            try:
-                                await self._build(conn, model, table, name)
-                            finally:
-                                if not conn.broken:
-                                    await conn.execute(Q["build_unlock"], {"key": MODEL_LOCK_KEY})
-                            break
-                        if not wait:
-                            return False
-                        await asleep(BUILD_POLL)
+            with translate():  # connecting: the block below translates its statements
+                conn = await AsyncConnection.connect(owner, autocommit=True)
+            async with conn:
+                block = AsyncBlock(conn)  # the owner's own connection: DDL, no namespace
+                while not await self._index_valid(block, name):
+                    if await block.scalar(Q["build_lock"], {"key": MODEL_LOCK_KEY}):
+                        try:
+                            await self._build(block, model, table, name)
+                        finally:
+                            if not conn.broken:
+                                await block.command(Q["build_unlock"], {"key": MODEL_LOCK_KEY})
+                        break
+                    if not wait:
+                        return False
+                    await asleep(BUILD_POLL)
         self._indexed.add(name)
         return True
 
-    async def _index_valid(self, conn: AsyncConnection[Any], name: str) -> bool | None:
+    async def _state(self, block: AsyncBlock, name: str) -> tuple[bool, bool | None]:
+        """Whether the block's connection may build an index (autocommit, outside a transaction: ``CREATE
+        INDEX CONCURRENTLY`` runs in none), and the index's state (:meth:`_index_valid`)."""
+        conn = block.connection
+        if not conn.autocommit or conn.info.transaction_status != TransactionStatus.IDLE:
+            return False, None
+        return True, await self._index_valid(block, name)
+
+    async def _index_valid(self, block: AsyncBlock, name: str) -> bool | None:
         """Whether the index ``pgmem.<name>`` is valid (None: it does not exist)."""
-        cur = await conn.execute(Q["index_valid"], {"index": f"pgmem.{name}"})
-        row = await cur.fetchone()
+        row = await block.one(Q["index_valid"], {"index": f"pgmem.{name}"})
         return None if row is None else bool(row[0])
 
-    async def _build(self, conn: AsyncConnection[Any], model: EmbeddingModel, table: str, name: str) -> None:
+    async def _build(self, block: AsyncBlock, model: EmbeddingModel, table: str, name: str) -> None:
         """Build the index, holding the build lock (see :meth:`build_index`)."""
-        state = await self._index_valid(conn, name)
+        state = await self._index_valid(block, name)
         if state:
             return  # another process built it between our check and our lock
         if state is False:
             log.warning("index pgmem.%s was left INVALID by a failed build: dropping it and building it again", name)
-            await conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier("pgmem", name)))
-        await conn.execute(model.index_ddl(table, name))
+            await block.command(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier("pgmem", name)))
+        await block.command(model.index_ddl(table, name))
 
     async def memory_models(
         self, memory: str, connection: AsyncConnection[Any] | None = None

@@ -8,11 +8,10 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg import errors as pg_errors
 
-from pgmem._async import scope
 from pgmem._async.base import AsyncRepository
 from pgmem.checks import MAX_BATCH, check_key, check_message_id, check_query_text, check_query_texts, load_json
 from pgmem.embeddings import given_vectors
-from pgmem.errors import Conflict, InvalidInput, NotFound, translate
+from pgmem.errors import Conflict, InvalidInput, NotFound
 from pgmem.models import MESSAGE_ROUTE_TO_ALL, Message, any_to_str, storage_id
 from pgmem.planning import statements as queries
 from pgmem.planning.clashes import APPEND_KEYS, MAX_RACES, listed_ids, message_clash
@@ -98,11 +97,9 @@ class AsyncMessageRepository(AsyncRepository):
             params.update(given)
         for attempt in (1, 2):
             try:
-                with translate():
-                    async with self._client._connection(connection) as conn:
-                        statement = Q["add_one"] if given is None else Q["add_one_vector"]
-                        found = await scope.rows(conn, self.namespace, statement, params)
-                        added = found[0] if found else None
+                statement = Q["add_one"] if given is None else Q["add_one_vector"]
+                found = await self._client.executor.rows(statement, params, connection)
+                added = found[0] if found else None
                 break
             except InvalidInput as exc:
                 self._client.vectors.registry.lost_model(exc, memory, given)
@@ -169,11 +166,9 @@ class AsyncMessageRepository(AsyncRepository):
             columns.update(given)
         for attempt in range(1, MAX_RACES + 1):
             try:
-                with translate():
-                    async with self._client._connection(connection) as conn:
-                        statement = Q["add_many"] if given is None else Q["add_many_vector"]
-                        found = await scope.rows(conn, self.namespace, statement, columns)
-                        row = found[0] if found else None
+                statement = Q["add_many"] if given is None else Q["add_many_vector"]
+                found = await self._client.executor.rows(statement, columns, connection)
+                row = found[0] if found else None
                 break
             except InvalidInput as exc:
                 self._client.vectors.registry.lost_model(exc, memory, given)
@@ -217,10 +212,8 @@ class AsyncMessageRepository(AsyncRepository):
             return 0
         params = {"ns": self.namespace, "memory": memory, "rows": json_rows(batch)}
         try:
-            with translate():
-                async with self._client._connection(connection) as conn:
-                    found = await scope.rows(conn, self.namespace, Q["append"], params)
-                    row = found[0] if found else None
+            found = await self._client.executor.rows(Q["append"], params, connection)
+            row = found[0] if found else None
         except Conflict as exc:
             cause = exc.__cause__
             if not isinstance(cause, pg_errors.UniqueViolation) or cause.diag.constraint_name not in APPEND_KEYS:
@@ -505,7 +498,9 @@ class AsyncMessageRepository(AsyncRepository):
         if not isinstance(query, str) or "\x00" in query:
             raise InvalidInput("query must be a string without NUL bytes")
         check_query_text(query, "query")
-        scope_n = await self._client.vectors.planner.scope_size(memory, connection)
+        planner = self._client.vectors.planner
+        await planner.fresh_statistics(connection)
+        scope_n = await planner.scope_size(memory, connection)
         params = {"memory": memory, "query": query, "limit": limit, "scope_n": scope_n}
         return await self._messages("search_text", params, connection)
 

@@ -146,7 +146,7 @@ def _handing_out(
                     except IndexError:
                         conn = await super().connect(conninfo, **kwargs)
                     await configure(conn)
-                except psycopg.OperationalError as exc:
+                except (psycopg.OperationalError, ConnectionFailed) as exc:
                     if conn is not None:
                         await conn.close()
                     _PoolConnection.failure = redact(str(exc)).strip()

@@ -14,9 +14,9 @@ from psycopg import AsyncConnection, sql
 
 from pgmem import doorbell
 from pgmem._acompat import ALock
-from pgmem._async import scope
 from pgmem._async.base import AsyncRepository
 from pgmem._async.claims import WORKER, ack_claim_rows, claiming, int_array, raise_lost
+from pgmem._async.executor import AsyncBlock
 from pgmem.checks import MAX_BATCH, check_key
 from pgmem.errors import Conflict, InvalidInput, LeaseLost, translate
 from pgmem.models import Message, any_to_str
@@ -88,20 +88,16 @@ class AsyncQueueRepository(AsyncRepository):
     async def _claim_rows(
         self, name: str, params: dict[str, Any], connection: AsyncConnection[Any] | None
     ) -> list[tuple[Any, ...]]:
-        with translate():
-            async with self._client._connection(connection) as conn:
-                return await scope.rows(
-                    conn, self.namespace, claiming(name, params["n"]), {"ns": self.namespace, **params}
-                )
+        query = claiming(name, params["n"])  # FOR UPDATE: a write, never run twice
+        return await self._client.executor.rows(query, {"ns": self.namespace, **params}, connection, reads=False)
 
     async def _ack_claim_rows(
         self, params: dict[str, Any], connection: AsyncConnection[Any] | None
     ) -> list[tuple[Any, ...]] | None:
         """The rows of ``ack_claim``, or None when an acknowledgement did not hold (see
         :func:`pgmem._async.claims.ack_claim_rows`)."""
-        with translate():
-            async with self._client._connection(connection) as conn:
-                return await ack_claim_rows(conn, self.namespace, params)
+        pooled = connection is None and self._client.owns_transactions
+        return await ack_claim_rows(self._client.executor, {"ns": self.namespace, **params}, connection, pooled=pooled)
 
     # -- producing ------------------------------------------------------------------------------------
 
@@ -354,7 +350,7 @@ class AsyncQueueRepository(AsyncRepository):
                 raise InvalidInput("waiting on a queue needs a client that knows its DSN")
             with translate():
                 conn = await AsyncConnection.connect(conninfo, autocommit=True)
-                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+            await AsyncBlock(conn).command(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
             self._listener = conn
             if self._doorbell is None:
                 # Someone must turn committed pushes into notifications: this process stands for it.

@@ -38,7 +38,9 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgmem._acompat import ALock, AOnConnection, asleep
 from pgmem._async import scope
+from pgmem._async.executor import AsyncBlock
 from pgmem._async.pooling import _pool_connection
+from pgmem.errors import PgmemError
 from pgmem.planning import statements
 from pgmem.planning.replicas import ReadStats, ReplicaStats, describe
 
@@ -244,8 +246,7 @@ class AsyncReplicas:
                 return self._position
             self._checks += 1
         async with self._primary.connection() as conn:  # not the client's: this use is no write
-            cur = await conn.execute(Q["primary_position"])
-            row = await cur.fetchone()
+            row = await AsyncBlock(conn).one(Q["primary_position"])  # the server's, in no namespace
         position = int(row[0]) if row is not None and row[0] is not None else 0
         with self._lock:
             self._seen = max(self._seen, writes)
@@ -268,7 +269,9 @@ class AsyncReplicas:
             if check and target is not None and replica.replayed < target:
                 try:
                     caught_up = await self._catch_up(replica, conn, target, deadline)
-                except psycopg.Error:
+                except PgmemError as exc:
+                    if not _from_database(exc):
+                        raise
                     await self._down(replica)
                     raise _Skip() from None
                 if not caught_up:
@@ -316,8 +319,8 @@ class AsyncReplicas:
         pause = POLL_FIRST
         waited = False
         while True:
-            cur = await conn.execute(Q["replayed_position"])
-            if self._replayed(replica, await cur.fetchone(), target, waited=waited):
+            row = await AsyncBlock(conn).one(Q["replayed_position"])
+            if self._replayed(replica, row, target, waited=waited):
                 return True
             left = deadline - time.monotonic()
             if left <= 0:

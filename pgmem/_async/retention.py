@@ -47,8 +47,9 @@ from typing import TYPE_CHECKING, Any
 from psycopg import AsyncConnection
 
 from pgmem._async.base import AsyncRepository
+from pgmem._async.executor import AsyncBlock
 from pgmem.checks import check_key
-from pgmem.errors import InvalidInput, translate
+from pgmem.errors import InvalidInput
 from pgmem.planning import statements as queries
 from pgmem.planning.queues import check_queue, integer
 from pgmem.planning.retention import (
@@ -129,15 +130,12 @@ class AsyncRetention(AsyncRepository):
         #: time.monotonic() at which the next sweep is due (0: at the first chance).
         self._next_sweep = 0.0
 
-    async def _fetch(self, conn: AsyncConnection[Any], name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        """Run a row-returning statement on ``conn``, inside a transaction this client opened (scoped to the
-        namespace), and fetch its rows. Not ``_rows``: the client's transaction block may run in pipeline
-        mode, where a cursor's result is known only once fetched."""
-        cur = await conn.execute(Q[name], {"ns": self.namespace, **params})
-        return await cur.fetchall()
+    async def _fetch(self, block: AsyncBlock, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """The rows of the named statement in ``block``, a transaction block of the executor's."""
+        return await block.rows(Q[name], {"ns": self.namespace, **params})
 
-    async def _count(self, conn: AsyncConnection[Any], name: str, params: dict[str, Any]) -> int:
-        rows = await self._fetch(conn, name, params)
+    async def _count(self, block: AsyncBlock, name: str, params: dict[str, Any]) -> int:
+        rows = await self._fetch(block, name, params)
         return int(rows[0][0]) if rows else 0
 
     async def _removed(self, name: str, params: dict[str, Any], connection: AsyncConnection[Any] | None) -> int:
@@ -165,12 +163,10 @@ class AsyncRetention(AsyncRepository):
         integer(batch_size, "batch_size", 1, MAX_BRAIN_BATCH)
         purged = 0
         while True:
-            with translate():
-                async with self._client.transaction(connection) as conn:
-                    cur = await conn.execute(Q["expired_brains"], {"ns": self.namespace, "limit": batch_size})
-                    keys = [str(row[0]) for row in await cur.fetchall()]
-                    for redis_key in keys:
-                        await self._client.brains.delete(redis_key, connection=conn)
+            async with self._client.executor.transaction(connection) as block:
+                keys = [str(row[0]) for row in await self._fetch(block, "expired_brains", {"limit": batch_size})]
+                for redis_key in keys:
+                    await self._client.brains.delete(redis_key, connection=block.connection)
             purged += len(keys)
             if len(keys) < batch_size:
                 return purged
@@ -214,10 +210,9 @@ class AsyncRetention(AsyncRepository):
         elif keep is None:
             removed = await self._removed("trim_before", {"memory": memory, **cutoff}, connection)
         else:
-            with translate():
-                async with self._client.transaction(connection) as conn:
-                    removed = await self._removed("trim", {"memory": memory, "keep": keep}, conn)
-                    removed += await self._removed("trim_before", {"memory": memory, **cutoff}, conn)
+            async with self._client.executor.transaction(connection) as block:
+                removed = await self._removed("trim", {"memory": memory, "keep": keep}, block.connection)
+                removed += await self._removed("trim_before", {"memory": memory, **cutoff}, block.connection)
         if removed:
             self._client.vectors.changed(memory, connection)
         return removed
@@ -302,18 +297,17 @@ class AsyncRetention(AsyncRepository):
                 {"subject": subject},
                 {"kind": "subject", "subject": subject},
             )
-        with translate():
-            async with self._client.transaction(connection) as conn:
-                found = [str(row[0]) for row in await self._fetch(conn, select, params)]
-                done = await self._forget_ids(conn, found, stale=True)
-                audit = {"label": label, "scope": json.dumps(scope), "counts": json.dumps(done.counts())}
-                audit_id = await self._count(conn, "audit", audit)
+        async with self._client.executor.transaction(connection) as block:
+            found = [str(row[0]) for row in await self._fetch(block, select, params)]
+            done = await self._forget_ids(block, found, stale=True)
+            audit = {"label": label, "scope": json.dumps(scope), "counts": json.dumps(done.counts())}
+            audit_id = await self._count(block, "audit", audit)
         for name in done.memories:
             self._client.vectors.changed(name, connection)
         return Forgotten(**{**{f: getattr(done, f) for f in COUNTED}, "memories": done.memories, "audit_id": audit_id})
 
-    async def _forget_ids(self, conn: AsyncConnection[Any], ids: list[str], *, stale: bool) -> Forgotten:
-        """Remove every copy of the messages ``ids`` (locked by the caller) on ``conn``, inside its
+    async def _forget_ids(self, block: AsyncBlock, ids: list[str], *, stale: bool) -> Forgotten:
+        """Remove every copy of the messages ``ids`` (locked by the caller) in ``block``, inside its
         transaction. ``stale``: mark the summaries that covered them stale (forget does; a retention policy
         does not: a summary is what it keeps of the history it purges)."""
         if not ids:
@@ -321,15 +315,15 @@ class AsyncRetention(AsyncRepository):
         p = {"ids": ids}
         counts: dict[str, int] = {}
         if stale:  # before the entries go: they say what each summary covered
-            counts["summaries_stale"] = await self._count(conn, "forget_stale_summaries", p)
-            counts["brain_summaries"] = await self._count(conn, "forget_brain_summaries", p)
+            counts["summaries_stale"] = await self._count(block, "forget_stale_summaries", p)
+            counts["brain_summaries"] = await self._count(block, "forget_brain_summaries", p)
         for table in ("retrieval_log", "queue_items", "queue_archive", "store_files"):
-            counts[table] = await self._count(conn, f"forget_{table}", p)
-        entries = await self._fetch(conn, "forget_entries", p)
+            counts[table] = await self._count(block, f"forget_{table}", p)
+        entries = await self._fetch(block, "forget_entries", p)
         counts["memory_entries"] = sum(int(n) for _, n in entries)
-        counts["embedding_outbox"] = await self._count(conn, "forget_outbox", p)
-        counts["embeddings"] = await self._count(conn, "forget_embeddings", p)
-        counts["messages"] = await self._count(conn, "forget_messages", p)
+        counts["embedding_outbox"] = await self._count(block, "forget_outbox", p)
+        counts["embeddings"] = await self._count(block, "forget_embeddings", p)
+        counts["messages"] = await self._count(block, "forget_messages", p)
         return Forgotten(audit_id=0, memories=tuple(str(m) for m, _ in entries), **counts)
 
     # -- policies ---------------------------------------------------------------------------------------
@@ -463,11 +457,10 @@ class AsyncRetention(AsyncRepository):
                 if params["bound"] is None:
                     continue
             while True:
-                with translate():
-                    async with self._client.transaction() as conn:
-                        batch = await self._fetch(conn, "messages_batch", {**params, "limit": limit})
-                        ids = [str(row[0]) for row in batch]
-                        done = await self._forget_ids(conn, ids, stale=False)
+                async with self._client.executor.transaction() as block:
+                    batch = await self._fetch(block, "messages_batch", {**params, "limit": limit})
+                    ids = [str(row[0]) for row in batch]
+                    done = await self._forget_ids(block, ids, stale=False)
                 for name in done.memories:
                     self._client.vectors.changed(name, None)
                 removed += done.messages

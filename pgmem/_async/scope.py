@@ -8,7 +8,8 @@ it first, locally (``set_config('pgmem.namespace', ns, true)``: it ends with the
   round trip as the statement (a psycopg pipeline: one Sync, so one implicit transaction holds both). On
   a caller's connection inside the caller's transaction, the setting lasts until that transaction ends.
 - :func:`transaction`: ``BEGIN`` (or a savepoint) with the setting, in one round trip; statements inside
-  run as they are (:func:`execute` sees the connection is scoped and adds nothing).
+  run as they are (:func:`execute` sees the connection is scoped and adds nothing). :func:`block` is the
+  all-or-nothing block of ``client.transaction()`` and the executor's, built on it.
 - :func:`admin_transaction`: a transaction that sees every namespace (the owner's ``pgmem_admin``
   policy), for maintenance across tenants; refused to a role that is not the tables' owner.
 
@@ -39,8 +40,10 @@ from pgmem.errors import PermissionDenied, PgmemError, translate
 __all__ = [
     "SET_NAMESPACE",
     "admin_transaction",
+    "block",
     "borrowed",
     "execute",
+    "idle",
     "reset_session",
     "rows",
     "scoped",
@@ -166,6 +169,17 @@ def _pipelined(conn: AsyncConnection[Any]) -> bool:
     return conn.pgconn.pipeline_status != PipelineStatus.OFF
 
 
+def idle(conn: AsyncConnection[Any]) -> bool:
+    """Whether a statement on ``conn`` would run in an implicit transaction of its own: autocommit, no
+    transaction open, no pipeline of the caller's (which may hold statements of its own)."""
+    pgconn = conn.pgconn
+    return (
+        conn.autocommit
+        and pgconn.transaction_status == TransactionStatus.IDLE
+        and pgconn.pipeline_status == PipelineStatus.OFF
+    )
+
+
 @asynccontextmanager
 async def transaction(conn: AsyncConnection[Any], namespace: str) -> AsyncIterator[AsyncConnection[Any]]:
     """A transaction block (``BEGIN`` on an idle autocommit connection, else a savepoint) scoped to
@@ -199,6 +213,37 @@ async def transaction(conn: AsyncConnection[Any], namespace: str) -> AsyncIterat
             _scopes[conn] = outer
         else:
             _scopes.pop(conn, None)
+
+
+@asynccontextmanager
+async def block(
+    conn: AsyncConnection[Any], namespace: str, *, pipeline: bool = False
+) -> AsyncIterator[AsyncConnection[Any]]:
+    """A block of statements scoped to ``namespace`` that is all or nothing: a :func:`transaction` on an
+    autocommit connection or inside a transaction (``BEGIN``, or a savepoint: pgmem never commits what it
+    did not open); on a connection outside autocommit and outside a transaction, the setting made in the
+    caller's implicit transaction, which the caller commits.
+
+    ``pipeline``: the block's statements go in one pipeline. On an idle autocommit connection (:func:`idle`)
+    that is the whole block: the setting and the statements in one pipeline, whose Sync ends the implicit
+    transaction holding them all (committed together, or not at all): one round trip where ``BEGIN …
+    COMMIT`` took three (an item store's put of one item).
+    """
+    async with AsyncExitStack() as stack:
+        if pipeline and idle(conn):
+            await stack.enter_async_context(conn.pipeline())
+            await conn.execute(SET_NAMESPACE, {"ns": namespace})
+            _scopes[conn] = namespace  # until the Sync: the statements inside add nothing
+            stack.callback(_scopes.pop, conn, None)
+        else:
+            if conn.autocommit or conn.info.transaction_status == TransactionStatus.INTRANS:
+                await stack.enter_async_context(transaction(conn, namespace))
+            else:
+                # Not marked scoped: the caller may commit inside the block, which ends the setting.
+                await conn.execute(SET_NAMESPACE, {"ns": namespace})
+            if pipeline:
+                await stack.enter_async_context(conn.pipeline())
+        yield conn
 
 
 @asynccontextmanager

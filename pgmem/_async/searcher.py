@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import AsyncConnection
 
-from pgmem._async import scope
 from pgmem._async.base import AsyncRepository
 from pgmem._async.embedding_models import AsyncModelRegistry
+from pgmem._async.executor import AsyncBlock
 from pgmem._async.search_planner import AsyncSearchPlanner, hnsw_settings
 from pgmem._async.sessions import AsyncSessions
 from pgmem.checks import check_query_text, check_query_texts
 from pgmem.embeddings import Embedder, Vectors
-from pgmem.errors import InvalidInput, translate
+from pgmem.errors import InvalidInput
 from pgmem.planning import statements
 from pgmem.planning.distances import DEFAULT_DISTANCE, check_threshold, max_distance
 from pgmem.planning.search import (
@@ -39,6 +39,7 @@ from pgmem.planning.search import (
     switched,
     vector_hits,
 )
+from pgmem.resilience import reads_only
 
 if TYPE_CHECKING:
     from pgmem._async.client import AsyncClient
@@ -298,6 +299,7 @@ class AsyncSearcher(AsyncRepository):
         check_query_text(text, "text")
         check_k(k)
         logged = self._client.retrieval_log
+        await self._planner.fresh_statistics(connection)  # without any, Postgres probed every message per entry
         params = {
             "ns": self.namespace,
             "text": text,
@@ -375,10 +377,12 @@ class AsyncSearcher(AsyncRepository):
         if connection is None and replicas is not None and not self._client.retrieval_log:
             # A read (the retrieval log writes): on a replica that has the client's writes, else the primary.
             return await replicas.run(lambda conn: self._execute(plan, conn))
-        out: list[Rows] = []
-        with translate():
-            async with self._client._connection(connection) as conn:
-                await self._sessions.ready(conn)
-                for p in plan.params:
-                    out.append(await scope.rows(conn, self.namespace, plan.statement, p, settings=plan.settings))
-        return out
+        executor, settings = self._client.executor, plan.settings
+        if len(plan.params) == 1:  # one query: one statement, the executor's shortest way
+            return [await executor.rows(plan.statement, plan.params[0], connection, settings=settings, vectors=True)]
+
+        async def each(block: AsyncBlock) -> list[Rows]:
+            return [await block.rows(plan.statement, p, settings=plan.settings) for p in plan.params]
+
+        # A read unless the retrieval log records it: then a lost connection is CommitUnknown, not a retry.
+        return await executor.run(each, connection, reads=reads_only(plan.statement), vectors=True)

@@ -10,6 +10,7 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.types import TypeInfo
 
+from pgmem._async.executor import AsyncBlock
 from pgmem.planning.adapters import register_fast_adapters, register_vector_types
 
 __all__ = ["SESSION_EF_SEARCH", "AsyncSessions"]
@@ -18,7 +19,7 @@ __all__ = ["SESSION_EF_SEARCH", "AsyncSessions"]
 #: it for their transaction.
 SESSION_EF_SEARCH = 40
 
-_AS_ROLE = "SELECT set_config('role', %s, false)"
+_AS_ROLE = "SELECT set_config('role', %(role)s, false)"
 
 
 class AsyncSessions:
@@ -53,7 +54,7 @@ class AsyncSessions:
             register_vector_types(conn, self._vector_types)
         register_fast_adapters(conn)
         if self.role is not None:  # a failure leaves the connection unused: the pool drops it
-            await conn.execute(_AS_ROLE, (self.role,))
+            await AsyncBlock(conn).command(_AS_ROLE, {"role": self.role})  # the session's: no namespace
         self._typed.add(conn)
 
     async def ready(self, conn: AsyncConnection[Any]) -> None:

@@ -4,7 +4,7 @@
 A client is scoped to one namespace and nothing it offers reaches another one (row-level security
 enforces it below pgmem). What a DBA runs for every tenant at once lives here instead, as functions of a
 connection, never methods of a client: each one lists the namespaces concerned in an
-:func:`~pgmem._async.scope.admin_transaction` (which refuses a role that does not own pgmem's tables:
+:func:`~pgmem._async.executor.admin_block` (which refuses a role that does not own pgmem's tables:
 :class:`~pgmem.errors.PermissionDenied`), then does each namespace's work through a client scoped to it,
 so the per-namespace code is the very code a tenant runs on its own.
 
@@ -21,8 +21,8 @@ from typing import Any
 from psycopg import Connection
 
 from pgmem._sync.client import Client
+from pgmem._sync.executor import admin_block
 from pgmem._sync.retention import DEFAULT_BATCH
-from pgmem._sync.scope import admin_transaction
 from pgmem.planning import statements as queries
 
 __all__ = ["namespaces", "namespaces_with_pending", "purge_expired", "run_retention"]
@@ -38,9 +38,8 @@ def namespaces(conn: Connection[Any], *, with_policies: bool = False) -> list[st
     Raises:
         PermissionDenied: the connection's role does not own pgmem's tables.
     """
-    with admin_transaction(conn):
-        cur = conn.execute(Q["policy_namespaces" if with_policies else "namespaces"])
-        return [str(row[0]) for row in cur.fetchall()]
+    with admin_block(conn) as block:
+        return [str(row[0]) for row in block.rows(Q["policy_namespaces" if with_policies else "namespaces"])]
 
 
 def namespaces_with_pending(conn: Connection[Any]) -> list[str]:
@@ -50,9 +49,8 @@ def namespaces_with_pending(conn: Connection[Any]) -> list[str]:
     Raises:
         PermissionDenied: the connection's role does not own pgmem's tables.
     """
-    with admin_transaction(conn):
-        cur = conn.execute(VQ["outbox_namespaces"])
-        return [str(row[0]) for row in cur.fetchall()]
+    with admin_block(conn) as block:
+        return [str(row[0]) for row in block.rows(VQ["outbox_namespaces"])]
 
 
 def purge_expired(conn: Connection[Any], *, batch_size: int = 500) -> dict[str, int]:
@@ -62,9 +60,8 @@ def purge_expired(conn: Connection[Any], *, batch_size: int = 500) -> dict[str, 
     Raises:
         PermissionDenied: the connection's role does not own pgmem's tables (nothing was purged).
     """
-    with admin_transaction(conn):
-        cur = conn.execute(Q["expired_namespaces"])
-        found = [str(row[0]) for row in cur.fetchall()]
+    with admin_block(conn) as block:
+        found = [str(row[0]) for row in block.rows(Q["expired_namespaces"])]
     purged: dict[str, int] = {}
     for ns in found:
         client = Client(namespace=ns, connection=conn)

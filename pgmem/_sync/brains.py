@@ -18,8 +18,9 @@ from typing import Any
 from psycopg import Connection
 
 from pgmem._sync.base import Repository
+from pgmem._sync.executor import Block
 from pgmem.checks import MAX_TTL, check_brain_key, check_text, check_ttl, key_for
-from pgmem.errors import Conflict, InvalidInput, translate
+from pgmem.errors import Conflict, InvalidInput
 from pgmem.models import Message, storage_id
 from pgmem.planning import statements as queries
 from pgmem.planning.rows import BrainLockRow, BrainRow, decode, encode
@@ -71,31 +72,33 @@ class BrainRepository(Repository):
     def load(self, redis_key: str, *, connection: Connection[Any] | None = None) -> BrainState | None:
         """The brain stored under ``redis_key``; None when there is none or it has expired."""
         key, knowledge_key = self.keys(redis_key)
-        with translate():
-            with self._client.transaction(connection) as conn:
-                cur = conn.execute(Q["load"], {"ns": self.namespace, "key": key})
-                row = cur.fetchone()
-                if row is None:
-                    return None
-                brain = BrainRow._make(row)
-                state = BrainState(
-                    redis_key=brain.redis_key,
-                    historical_summary=brain.historical_summary,
-                    summarized_seq=brain.summarized_seq,
-                    last_history_id=brain.last_history_id,
-                    last_talk=brain.last_talk,
-                    version=brain.version,
-                    expires_at=brain.expires_at,
-                )
-                cur = conn.execute(
-                    Q["history"], {"ns": self.namespace, "memory": key, "after": state.summarized_seq}, binary=True
-                )
-                state.history = [decode(r) for r in cur.fetchall()]
-                cur = conn.execute(
-                    Q["history"], {"ns": self.namespace, "memory": knowledge_key, "after": 0}, binary=True
-                )
-                state.knowledge = [decode(r) for r in cur.fetchall()]
-        return state
+
+        def read(block: Block) -> BrainState | None:
+            # Three reads, each setting the namespace in its own round trip: no transaction block (under
+            # read committed it would give them no common snapshot either), and all three again on a fresh
+            # connection when this one is lost.
+            row = block.one(Q["load"], {"ns": self.namespace, "key": key})
+            if row is None:
+                return None
+            brain = BrainRow._make(row)
+            state = BrainState(
+                redis_key=brain.redis_key,
+                historical_summary=brain.historical_summary,
+                summarized_seq=brain.summarized_seq,
+                last_history_id=brain.last_history_id,
+                last_talk=brain.last_talk,
+                version=brain.version,
+                expires_at=brain.expires_at,
+            )
+            state.history = self._history(block, key, state.summarized_seq)
+            state.knowledge = self._history(block, knowledge_key, 0)
+            return state
+
+        return self._client.executor.run(read, connection, reads=True)
+
+    def _history(self, block: Block, memory: str, after: int) -> list[Message]:
+        rows = block.rows(Q["history"], {"ns": self.namespace, "memory": memory, "after": after})
+        return [decode(r) for r in rows]
 
     def dump(
         self,
@@ -129,36 +132,32 @@ class BrainRepository(Repository):
                 raise InvalidInput(f"last_talk must be a string or None, not {type(last_talk).__name__}")
             check_text(last_talk, "last_talk", "brain ", max_chars=None)
         params = {"ns": self.namespace, "key": key, "knowledge_key": knowledge_key, "redis_key": redis_key}
-        with translate():
-            with self._client.transaction(connection) as conn:
-                self._lock(conn, params)
-                if history:
-                    self._client.messages.add_many(key, history, connection=conn)
-                if knowledge:
-                    self._client.messages.add_many(knowledge_key, knowledge, connection=conn)
-                cur = conn.execute(
-                    Q["save"],
-                    {
-                        **params,
-                        "historical_summary": historical_summary,
-                        "summarized_seq": None,
-                        "last_history_id": last_history_id,
-                        "set_last_talk": last_talk is not _UNSET,
-                        "last_talk": None if last_talk is _UNSET else last_talk,
-                        "ttl": seconds,
-                    },
-                )
-                version = cur.fetchone()  # one column
-                assert version is not None
-                return int(version[0])
+        with self._client.executor.transaction(connection) as block:
+            self._lock(block, params)
+            if history:
+                self._client.messages.add_many(key, history, connection=block.connection)
+            if knowledge:
+                self._client.messages.add_many(knowledge_key, knowledge, connection=block.connection)
+            version = block.scalar(
+                Q["save"],
+                {
+                    **params,
+                    "historical_summary": historical_summary,
+                    "summarized_seq": None,
+                    "last_history_id": last_history_id,
+                    "set_last_talk": last_talk is not _UNSET,
+                    "last_talk": None if last_talk is _UNSET else last_talk,
+                    "ttl": seconds,
+                },
+            )
+            return int(version)
 
-    def _lock(self, conn: Connection[Any], params: dict[str, Any]) -> int:
+    def _lock(self, block: Block, params: dict[str, Any]) -> int:
         """Create the brain if needed, lock its row, empty it if it expired; return its summarised seq."""
         row = None
         for _attempt in range(3):
-            conn.execute(Q["create"], params)
-            cur = conn.execute(Q["lock"], params)
-            row = cur.fetchone()
+            block.command(Q["create"], params)
+            row = block.one(Q["lock"], params)
             if row is not None:
                 break
             # The retention job deleted the (expired) brain between our insert and our lock: create it again.
@@ -167,9 +166,9 @@ class BrainRepository(Repository):
         brain = BrainLockRow._make(row)
         if brain.expired:
             for memory in (params["key"], params["knowledge_key"]):
-                conn.execute(MQ["clear"], {"ns": self.namespace, "memory": memory})
-            conn.execute(SQ["delete_all"], {"ns": self.namespace, "memory": params["key"]})
-            conn.execute(Q["reset"], params)
+                block.command(MQ["clear"], {"ns": self.namespace, "memory": memory})
+            block.command(SQ["delete_all"], {"ns": self.namespace, "memory": params["key"]})
+            block.command(Q["reset"], params)
             return 0
         return int(brain.summarized_seq)
 
@@ -180,13 +179,8 @@ class BrainRepository(Repository):
         an empty brain when there is none."""
         key, knowledge_key = self.keys(redis_key)
         params = {"ns": self.namespace, "key": key, "knowledge_key": knowledge_key, "redis_key": redis_key}
-        with translate():
-            with self._client.transaction(connection) as conn:
-                after = self._lock(conn, params)
-                cur = conn.execute(
-                    Q["history"], {"ns": self.namespace, "memory": key, "after": after}, binary=True
-                )
-                return [decode(r) for r in cur.fetchall()]
+        with self._client.executor.transaction(connection) as block:
+            return self._history(block, key, self._lock(block, params))
 
     def set_summary(
         self,
@@ -212,69 +206,61 @@ class BrainRepository(Repository):
         ids = None if covered is None else {storage_id(m) for m in covered}
         params = {"ns": self.namespace, "key": key, "knowledge_key": knowledge_key, "redis_key": redis_key}
         stored: Summary | None = None
-        with translate():
-            with self._client.transaction(connection) as conn:
-                after = self._lock(conn, params)
-                cur = conn.execute(
-                    Q["history"], {"ns": self.namespace, "memory": key, "after": after}, binary=True
-                )
-                history = [decode(r) for r in cur.fetchall()]
-                upto = after
-                if ids is not None:
-                    prefix: list[Message] = []
-                    for message in history:
-                        if storage_id(message) not in ids:
-                            break
-                        prefix.append(message)
-                    # Messages compression already covered (its run failed before the brain moved on) keep
-                    # their summary; the new row covers the rest of the prefix.
-                    cur = conn.execute(SQ["level_end"], {"ns": self.namespace, "memory": key, "level": 1})
-                    row = cur.fetchone()
-                    covered_end = int(row[0]) if row else 0
-                    if prefix and covered_end >= (prefix[-1].seq or 0):
-                        upto = int(prefix[-1].seq or 0)
-                        prefix = []
-                    prefix = [m for m in prefix if (m.seq or 0) > covered_end]
-                    if prefix:
-                        text = "\n".join(f"{m.role}: {m.content}" for m in prefix)
-                        counter = get_tokenizer()
-                        stored = self._client.summaries.add(
-                            key,
-                            level=1,
-                            first_seq=int(prefix[0].seq or 0),
-                            last_seq=int(prefix[-1].seq or 0),
-                            content=historical_summary,
-                            source_chars=len(text),
-                            source_tokens=counter.count(text),
-                            connection=conn,
-                        )
-                        upto = stored.last_seq
-                elif summarized_seq is not None:
-                    upto = max(after, summarized_seq)
-                conn.execute(
-                    Q["save_keeping_ttl"],
-                    {
-                        **params,
-                        "historical_summary": historical_summary,
-                        "summarized_seq": upto,
-                        "last_history_id": None,
-                        "set_last_talk": False,
-                        "last_talk": None,
-                    },
-                )
+        with self._client.executor.transaction(connection) as block:
+            after = self._lock(block, params)
+            history = self._history(block, key, after)
+            upto = after
+            if ids is not None:
+                prefix: list[Message] = []
+                for message in history:
+                    if storage_id(message) not in ids:
+                        break
+                    prefix.append(message)
+                # Messages compression already covered (its run failed before the brain moved on) keep
+                # their summary; the new row covers the rest of the prefix.
+                end = block.scalar(SQ["level_end"], {"ns": self.namespace, "memory": key, "level": 1})
+                covered_end = int(end or 0)
+                if prefix and covered_end >= (prefix[-1].seq or 0):
+                    upto = int(prefix[-1].seq or 0)
+                    prefix = []
+                prefix = [m for m in prefix if (m.seq or 0) > covered_end]
+                if prefix:
+                    text = "\n".join(f"{m.role}: {m.content}" for m in prefix)
+                    counter = get_tokenizer()
+                    stored = self._client.summaries.add(
+                        key,
+                        level=1,
+                        first_seq=int(prefix[0].seq or 0),
+                        last_seq=int(prefix[-1].seq or 0),
+                        content=historical_summary,
+                        source_chars=len(text),
+                        source_tokens=counter.count(text),
+                        connection=block.connection,
+                    )
+                    upto = stored.last_seq
+            elif summarized_seq is not None:
+                upto = max(after, summarized_seq)
+            block.command(
+                Q["save_keeping_ttl"],
+                {
+                    **params,
+                    "historical_summary": historical_summary,
+                    "summarized_seq": upto,
+                    "last_history_id": None,
+                    "set_last_talk": False,
+                    "last_talk": None,
+                },
+            )
         return stored, [m for m in history if (m.seq or 0) > upto]
 
     def delete(self, redis_key: str, *, connection: Connection[Any] | None = None) -> bool:
         """Forget a brain: its row, history, knowledge and summaries. False when there was none."""
         key, knowledge_key = self.keys(redis_key)
-        with translate():
-            with self._client.transaction(connection) as conn:
-                return bool(self._drop(conn, self.namespace, [key, knowledge_key]))
-
-    def _drop(self, conn: Connection[Any], namespace: str, keys: list[str]) -> int:
-        for memory in keys:
-            conn.execute(MQ["clear"], {"ns": namespace, "memory": memory})
-        return int(self._scalar("delete_memories", {"ns": namespace, "keys": keys}, conn) or 0)
+        keys = [key, knowledge_key]
+        with self._client.executor.transaction(connection) as block:
+            for memory in keys:
+                block.command(MQ["clear"], {"ns": self.namespace, "memory": memory})
+            return bool(block.scalar(Q["delete_memories"], {"ns": self.namespace, "keys": keys}))
 
     def purge_expired(self, *, batch_size: int = 500, connection: Connection[Any] | None = None) -> int:
         """The retention job of this namespace: delete its expired brains (their history and knowledge

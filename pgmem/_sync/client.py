@@ -8,14 +8,11 @@ from collections.abc import Iterator, Callable, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
-import psycopg
 from psycopg import Connection
-from psycopg import errors as pg_errors
-from psycopg.pq import TransactionStatus
-from psycopg.types import TypeInfo
 from psycopg_pool import ConnectionPool
 
 from pgmem._sync import scope
+from pgmem._sync.executor import Executor
 from pgmem._sync.messages import MessageRepository
 from pgmem._sync.pooling import (
     _NO_LIMIT,
@@ -26,17 +23,17 @@ from pgmem._sync.pooling import (
     _pool_connection,
     check_pool_size,
 )
+from pgmem._sync.preflight import bypasses_security, check_schema, conninfo_of
 from pgmem._sync.sessions import Sessions
 from pgmem.checks import check_namespace
 from pgmem.embeddings import Embedder, default_embedder
-from pgmem.errors import ClientClosed, InvalidInput, PermissionDenied, SchemaOutOfDate, SchemaTooNew, redact, translate
-from pgmem.planning.adapters import vector_types
+from pgmem.errors import ClientClosed, InvalidInput, redact, translate
 from pgmem.resilience import DEFAULT_TIMEOUT, check_timeout, deadline
-from pgmem.revision import SCHEMA_REVISION, is_known, too_new_message
 from pgmem.settings import get_settings
 
 if TYPE_CHECKING:
     from pgmem._sync.brains import BrainRepository
+    from pgmem._sync.context import ContextBuilder
     from pgmem._sync.items import ItemRepository
     from pgmem._sync.queues import QueueRepository
     from pgmem._sync.replicas import Replicas
@@ -44,6 +41,7 @@ if TYPE_CHECKING:
     from pgmem._sync.stores import StoreRepository
     from pgmem._sync.summaries import SummaryRepository
     from pgmem._sync.vectors import VectorRepository
+    from pgmem.planning.context import Context
     from pgmem.planning.replicas import ReadStats
 
 __all__ = ["Client", "check_pool_size", "check_schema", "conninfo_of"]
@@ -119,6 +117,12 @@ def _items(client: Client) -> ItemRepository:
     return ItemRepository(client)
 
 
+def _contexts(client: Client) -> ContextBuilder:
+    from pgmem._sync.context import ContextBuilder
+
+    return ContextBuilder(client, client.vectors)
+
+
 class Client:
     """A connection to pgmem's tables in one namespace, with its repositories.
 
@@ -156,6 +160,7 @@ class Client:
     retention = _OnFirstUse(_retention)
     stores = _OnFirstUse(_stores)
     items = _OnFirstUse(_items)
+    _contexts = _OnFirstUse(_contexts)
 
     def __init__(
         self,
@@ -179,6 +184,8 @@ class Client:
         self._closed = False
         self._conninfo = conninfo  # the real one, password included: for opening connections only
         self._build_lock = threading.RLock()  # a repository's constructor may use another one
+        #: What runs every statement of this client (:mod:`pgmem._async.executor`).
+        self.executor = Executor(self)
         self.messages = MessageRepository(self)
         self._embedder = embedder
         # What the client knows of its connections' sessions; shared with the pool's configure hook.
@@ -233,7 +240,7 @@ class Client:
         first = _open_connection(conninfo, timeout)
         try:
             vector_types = check_schema(first)
-            acting = role if _bypasses_security(first, role) else None
+            acting = role if bypasses_security(first, role) else None
         except BaseException:
             first.close()
             raise
@@ -384,6 +391,49 @@ class Client:
         """Semantic search (:meth:`AsyncVectorRepository.search`): ``client.search("text", memory=..., k=5)``."""
         return self.vectors.search(query, **kwargs)
 
+    def context(
+        self,
+        memory: str,
+        *,
+        budget: int,
+        query: str | None = None,
+        reserve: int = 0,
+        parts: Sequence[str] = ("pinned", "summary", "related", "window"),
+        related_k: int = 5,
+        related_share: float = 0.25,
+        pinned_roles: Sequence[str] = ("system",),
+        embedder: Embedder | None = None,
+        connection: Connection[Any] | None = None,
+    ) -> Context:
+        """What to send the model for the next turn of ``memory``, at most ``budget - reserve`` tokens, read
+        in one statement (one round trip; the query's embedding is computed before it).
+
+        Parts, in the order sent: ``pinned`` (messages of a role in ``pinned_roles``, or whose metadata
+        holds ``{"pinned": true}``), ``summary`` (the memory's summaries of what falls before the window),
+        ``related`` (up to ``related_k`` messages older than the window matching ``query``: hybrid search,
+        or keyword search when the memory has no model; at most ``related_share`` of the budget left), and
+        ``window`` (the newest messages). A tool call travels with all its results or not at all. Counted
+        with tiktoken when installed (else one token per 4 UTF-8 bytes), 4 tokens a message for its role
+        and framing. The result says, per part, what it kept and what it dropped and why
+        (:class:`pgmem.planning.context.Context`; the rules: :mod:`pgmem.planning.context`).
+
+        Example:
+            >>> ctx = await client.context("chat:42", budget=8000, reserve=1000, query=user_message)
+            >>> reply = openai.chat.completions.create(model=..., messages=ctx.as_openai())
+        """
+        return self._contexts.build(
+            memory,
+            budget=budget,
+            query=query,
+            reserve=reserve,
+            parts=parts,
+            related_k=related_k,
+            related_share=related_share,
+            pinned_roles=pinned_roles,
+            embedder=embedder,
+            connection=connection,
+        )
+
     @property
     def owns_transactions(self) -> bool:
         """Whether this client's transactions are its own (a pool's connections), not part of a caller's
@@ -492,87 +542,5 @@ class Client:
         non-autocommit connection outside a transaction the statements start the caller's implicit
         transaction, which the caller commits.
         """
-        with self._connection(connection) as conn:
-            if conn.autocommit or conn.info.transaction_status == TransactionStatus.INTRANS:
-                with scope.transaction(conn, self.namespace):  # BEGIN with the namespace, one round trip
-                    yield conn
-            else:
-                conn.execute(scope.SET_NAMESPACE, {"ns": self.namespace})  # the caller's transaction
-                yield conn
-
-
-#: The revision the database is at (``pgmem.alembic_version`` is alembic's table), and pgvector's types as
-#: ``TypeInfo.fetch`` reads them (pgmem.planning.adapters): one row per type, one of NULLs without any.
-#: One query, no alembic.
-_SCHEMA_REVISION_SQL = """
-SELECT v.version_num, t.typname, t.oid, t.typarray, t.oid::regtype::text, t.typdelim
-FROM pgmem.alembic_version AS v
-LEFT JOIN pg_type AS t
-  ON t.oid IN (to_regtype('vector'), to_regtype('bit'), to_regtype('halfvec'), to_regtype('sparsevec'))
-"""
-
-
-def check_schema(conn: Connection[Any]) -> dict[str, TypeInfo]:
-    """Raise :class:`SchemaOutOfDate` unless the database at ``conn`` is at :data:`SCHEMA_REVISION`;
-    return pgvector's types in it (for :class:`AsyncSessions`: the pool registers them with no query).
-
-    One query. On a connection outside autocommit, or inside a transaction (the caller's), it runs in a
-    transaction block of its own (a savepoint inside the caller's transaction), so that a database without
-    pgmem's tables never aborts the caller's work.
-    """
-    with translate():
-        try:
-            if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
-                cur = conn.execute(_SCHEMA_REVISION_SQL)
-                rows = cur.fetchall()
-            else:
-                with conn.transaction():
-                    cur = conn.execute(_SCHEMA_REVISION_SQL)
-                    rows = cur.fetchall()
-        except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName):
-            rows = []  # an empty database: nothing migrated yet
-    current = str(rows[0][0]) if rows else None
-    if current is not None and not is_known(current):
-        raise SchemaTooNew(too_new_message(current))
-    if current != SCHEMA_REVISION:
-        raise SchemaOutOfDate(
-            f"database schema is at {current or 'nothing'}, this pgmem needs {SCHEMA_REVISION}; "
-            "run `pgmem migrate` or connect with migrate=True"
-        )
-    return vector_types(row[1:] for row in rows)
-
-
-#: Whether the login role is one row-level security does not hold, and whether it may act as the
-#: application role (which exists).
-_BYPASS_SQL = """
-SELECT r.rolsuper OR r.rolbypassrls OR pg_has_role(current_user, c.relowner, 'MEMBER'),
-       CASE WHEN to_regrole(%(role)s) IS NULL THEN false ELSE pg_has_role(current_user, %(role)s, 'MEMBER') END
-FROM pg_roles AS r, pg_class AS c
-WHERE r.rolname = current_user AND c.oid = 'pgmem.messages'::regclass"""
-
-
-def _bypasses_security(conn: Connection[Any], role: str) -> bool:
-    """Whether ``conn``'s role escapes row-level security, so the client must act as ``role`` (one query).
-
-    Raises :class:`PermissionDenied` when it does and ``role`` does not exist: a client acting as the
-    owner would see every namespace, which pgmem refuses rather than allow.
-    """
-    with translate():
-        cur = conn.execute(_BYPASS_SQL, {"role": role})
-        row = cur.fetchone()
-    if row is None or not row[0]:
-        return False
-    if not row[1]:
-        raise PermissionDenied(
-            "this DSN logs in as a role that row-level security does not hold (a superuser, BYPASSRLS or the "
-            f"owner of pgmem's tables), and the application role {role!r} does not exist or it is not a member: "
-            "run `pgmem migrate` as a role that may create roles (or `GRANT pgmem_app TO` this role), or "
-            "`pgmem roles create --name NAME` and connect as NAME"
-        )
-    return True
-
-
-def conninfo_of(conn: Connection[Any]) -> str:
-    """The conninfo of an open connection, its password included (to open more connections like it)."""
-    info = conn.info
-    return psycopg.conninfo.make_conninfo(info.dsn, password=info.password or None)
+        with self._connection(connection) as conn, scope.block(conn, self.namespace):
+            yield conn  # BEGIN with the namespace: one round trip

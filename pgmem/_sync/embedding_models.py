@@ -14,6 +14,7 @@ from psycopg.pq import TransactionStatus
 
 from pgmem._acompat import sleep
 from pgmem._sync.base import Repository
+from pgmem._sync.executor import Block
 from pgmem.checks import check_key
 from pgmem.embeddings import HALF_MAX, Embedder, Vectors, check_vectors, given_vectors
 from pgmem.errors import DimensionMismatch, EmbeddingError, InvalidInput, PgmemError, translate
@@ -135,23 +136,21 @@ class ModelRegistry(Repository):
             dimension = chosen.dimension
             if not 1 <= dimension <= 16000:
                 raise InvalidInput(f"{chosen.model}: dimension must be in [1, 16000], got {dimension}")
-            with translate():
-                with self._client.transaction(connection) as conn:
-                    conn.execute(
-                        Q["register_model"],
-                        {
-                            "name": chosen.model,
-                            "dimension": dimension,
-                            "kind": storage_kind(dimension),
-                            "distance": distance,
-                        },
-                    )
-                    cur = conn.execute(
-                        Q["get_model"], {"name": chosen.model, "dimension": dimension, "distance": distance}
-                    )
-                    row = cur.fetchone()
-                    assert row is not None
-                    known = model_of(EmbeddingModelRow._make(row))
+            with self._client.executor.transaction(connection) as block:
+                block.command(
+                    Q["register_model"],
+                    {
+                        "name": chosen.model,
+                        "dimension": dimension,
+                        "kind": storage_kind(dimension),
+                        "distance": distance,
+                    },
+                )
+                row = block.one(
+                    Q["get_model"], {"name": chosen.model, "dimension": dimension, "distance": distance}
+                )
+                assert row is not None
+                known = model_of(EmbeddingModelRow._make(row))
             self._models[definition] = known
         if known.index_name not in self._indexed and not self.build_index(known, connection=connection):
             self.deferred = True
@@ -184,11 +183,11 @@ class ModelRegistry(Repository):
         name = name or model.table_index_name(table)
         if name in self._indexed:
             return True
-        with self._client._connection(connection) as conn:
-            if not conn.autocommit or conn.info.transaction_status != TransactionStatus.IDLE:
-                return False
-            with translate():
-                valid = self._index_valid(conn, name)
+        usable, valid = self._client.executor.run(
+            lambda block: self._state(block, name), connection, reads=True, scoped=False
+        )
+        if not usable:
+            return False
         if not valid:
             # Only the tables' owner may create an index: the client's owner DSN (its own when it logs in as
             # the owner or a superuser and acts as pgmem_app, the embedded server's superuser), on a
@@ -204,39 +203,46 @@ class ModelRegistry(Repository):
                         model.name,
                     )
                 return False
-            with translate():
-                with Connection.connect(owner, autocommit=True) as conn:
-                    while not self._index_valid(conn, name):
-                        cur = conn.execute(Q["build_lock"], {"key": MODEL_LOCK_KEY})
-                        row = cur.fetchone()
-                        if row is not None and row[0]:
-                            try:
-                                self._build(conn, model, table, name)
-                            finally:
-                                if not conn.broken:
-                                    conn.execute(Q["build_unlock"], {"key": MODEL_LOCK_KEY})
-                            break
-                        if not wait:
-                            return False
-                        sleep(BUILD_POLL)
+            with translate():  # connecting: the block below translates its statements
+                conn = Connection.connect(owner, autocommit=True)
+            with conn:
+                block = Block(conn)  # the owner's own connection: DDL, no namespace
+                while not self._index_valid(block, name):
+                    if block.scalar(Q["build_lock"], {"key": MODEL_LOCK_KEY}):
+                        try:
+                            self._build(block, model, table, name)
+                        finally:
+                            if not conn.broken:
+                                block.command(Q["build_unlock"], {"key": MODEL_LOCK_KEY})
+                        break
+                    if not wait:
+                        return False
+                    sleep(BUILD_POLL)
         self._indexed.add(name)
         return True
 
-    def _index_valid(self, conn: Connection[Any], name: str) -> bool | None:
+    def _state(self, block: Block, name: str) -> tuple[bool, bool | None]:
+        """Whether the block's connection may build an index (autocommit, outside a transaction: ``CREATE
+        INDEX CONCURRENTLY`` runs in none), and the index's state (:meth:`_index_valid`)."""
+        conn = block.connection
+        if not conn.autocommit or conn.info.transaction_status != TransactionStatus.IDLE:
+            return False, None
+        return True, self._index_valid(block, name)
+
+    def _index_valid(self, block: Block, name: str) -> bool | None:
         """Whether the index ``pgmem.<name>`` is valid (None: it does not exist)."""
-        cur = conn.execute(Q["index_valid"], {"index": f"pgmem.{name}"})
-        row = cur.fetchone()
+        row = block.one(Q["index_valid"], {"index": f"pgmem.{name}"})
         return None if row is None else bool(row[0])
 
-    def _build(self, conn: Connection[Any], model: EmbeddingModel, table: str, name: str) -> None:
+    def _build(self, block: Block, model: EmbeddingModel, table: str, name: str) -> None:
         """Build the index, holding the build lock (see :meth:`build_index`)."""
-        state = self._index_valid(conn, name)
+        state = self._index_valid(block, name)
         if state:
             return  # another process built it between our check and our lock
         if state is False:
             log.warning("index pgmem.%s was left INVALID by a failed build: dropping it and building it again", name)
-            conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier("pgmem", name)))
-        conn.execute(model.index_ddl(table, name))
+            block.command(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier("pgmem", name)))
+        block.command(model.index_ddl(table, name))
 
     def memory_models(
         self, memory: str, connection: Connection[Any] | None = None

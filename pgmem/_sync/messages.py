@@ -9,11 +9,10 @@ from typing import Any
 from psycopg import Connection
 from psycopg import errors as pg_errors
 
-from pgmem._sync import scope
 from pgmem._sync.base import Repository
 from pgmem.checks import MAX_BATCH, check_key, check_message_id, check_query_text, check_query_texts, load_json
 from pgmem.embeddings import given_vectors
-from pgmem.errors import Conflict, InvalidInput, NotFound, translate
+from pgmem.errors import Conflict, InvalidInput, NotFound
 from pgmem.models import MESSAGE_ROUTE_TO_ALL, Message, any_to_str, storage_id
 from pgmem.planning import statements as queries
 from pgmem.planning.clashes import APPEND_KEYS, MAX_RACES, listed_ids, message_clash
@@ -99,11 +98,9 @@ class MessageRepository(Repository):
             params.update(given)
         for attempt in (1, 2):
             try:
-                with translate():
-                    with self._client._connection(connection) as conn:
-                        statement = Q["add_one"] if given is None else Q["add_one_vector"]
-                        found = scope.rows(conn, self.namespace, statement, params)
-                        added = found[0] if found else None
+                statement = Q["add_one"] if given is None else Q["add_one_vector"]
+                found = self._client.executor.rows(statement, params, connection)
+                added = found[0] if found else None
                 break
             except InvalidInput as exc:
                 self._client.vectors.registry.lost_model(exc, memory, given)
@@ -170,11 +167,9 @@ class MessageRepository(Repository):
             columns.update(given)
         for attempt in range(1, MAX_RACES + 1):
             try:
-                with translate():
-                    with self._client._connection(connection) as conn:
-                        statement = Q["add_many"] if given is None else Q["add_many_vector"]
-                        found = scope.rows(conn, self.namespace, statement, columns)
-                        row = found[0] if found else None
+                statement = Q["add_many"] if given is None else Q["add_many_vector"]
+                found = self._client.executor.rows(statement, columns, connection)
+                row = found[0] if found else None
                 break
             except InvalidInput as exc:
                 self._client.vectors.registry.lost_model(exc, memory, given)
@@ -218,10 +213,8 @@ class MessageRepository(Repository):
             return 0
         params = {"ns": self.namespace, "memory": memory, "rows": json_rows(batch)}
         try:
-            with translate():
-                with self._client._connection(connection) as conn:
-                    found = scope.rows(conn, self.namespace, Q["append"], params)
-                    row = found[0] if found else None
+            found = self._client.executor.rows(Q["append"], params, connection)
+            row = found[0] if found else None
         except Conflict as exc:
             cause = exc.__cause__
             if not isinstance(cause, pg_errors.UniqueViolation) or cause.diag.constraint_name not in APPEND_KEYS:
@@ -506,7 +499,9 @@ class MessageRepository(Repository):
         if not isinstance(query, str) or "\x00" in query:
             raise InvalidInput("query must be a string without NUL bytes")
         check_query_text(query, "query")
-        scope_n = self._client.vectors.planner.scope_size(memory, connection)
+        planner = self._client.vectors.planner
+        planner.fresh_statistics(connection)
+        scope_n = planner.scope_size(memory, connection)
         params = {"memory": memory, "query": query, "limit": limit, "scope_n": scope_n}
         return self._messages("search_text", params, connection)
 

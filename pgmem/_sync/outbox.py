@@ -17,7 +17,7 @@ from pgmem._sync.embedding_models import ModelRegistry
 from pgmem._sync.sessions import Sessions
 from pgmem.checks import check_key
 from pgmem.embeddings import Embedder, Precomputed, check_vectors
-from pgmem.errors import InvalidInput, redact, translate
+from pgmem.errors import InvalidInput, redact
 from pgmem.planning import statements
 from pgmem.planning.rows import EmbeddingModelRow, OutboxItemRow, PendingModelRow, PendingRow, PromotedRow
 from pgmem.planning.search import EmbeddingModel, model_of
@@ -153,27 +153,25 @@ class EmbeddingOutbox(Repository):
     def _embed_batch(self, model: EmbeddingModel, embedder: Embedder, n: int) -> tuple[int, str | None]:
         """Claim, embed and store one batch. Returns (messages, error or None)."""
         failure: str | None = None
-        with translate():
-            with self._client.transaction() as conn:
-                cur = conn.execute(Q["claim_outbox"], {"ns": self.namespace, "model": model.id, "n": n})
-                claimed = [OutboxItemRow._make(row) for row in cur.fetchall()]
-                if not claimed:
-                    return 0, None
-                ids = [r.message_id for r in claimed]
-                try:
-                    with paused():  # the provider's time is not the database call's (pgmem.resilience)
-                        embedded = embedder.embed([r.content for r in claimed])
-                    vectors = check_vectors(embedded, len(claimed), model.dimension, model.name)
-                except Exception as exc:  # noqa: BLE001 - whatever the provider raises leaves the batch queued
-                    failure = redact(f"{type(exc).__name__}: {exc}")  # logged and stored: no API key
-                else:
-                    # The database's own errors are raised (the batch stays queued as it was, no backoff).
-                    self._sessions.ready(conn)
-                    query = Q["store_vectors"] if model.kind == "vector" else Q["store_halfvecs"]
-                    conn.execute(
-                        query,
-                        {"ns": self.namespace, "model": model.id, "ids": ids, "vectors": list(vectors)},
-                    )
+        with self._client.executor.transaction() as block:
+            params = {"ns": self.namespace, "model": model.id, "n": n}
+            claimed = [OutboxItemRow._make(row) for row in block.rows(Q["claim_outbox"], params)]
+            if not claimed:
+                return 0, None
+            ids = [r.message_id for r in claimed]
+            try:
+                with paused():  # the provider's time is not the database call's (pgmem.resilience)
+                    embedded = embedder.embed([r.content for r in claimed])
+                vectors = check_vectors(embedded, len(claimed), model.dimension, model.name)
+            except Exception as exc:  # noqa: BLE001 - whatever the provider raises leaves the batch queued
+                failure = redact(f"{type(exc).__name__}: {exc}")  # logged and stored: no API key
+            else:
+                # The database's own errors are raised (the batch stays queued as it was, no backoff).
+                self._sessions.ready(block.connection)
+                query = Q["store_vectors"] if model.kind == "vector" else Q["store_halfvecs"]
+                block.command(
+                    query, {"ns": self.namespace, "model": model.id, "ids": ids, "vectors": list(vectors)}
+                )
         if failure is not None:
             log.warning("embedding %d messages with %s failed: %s", len(ids), model.name, failure)
             self._rows("outbox_failed", {"model": model.id, "ids": ids, "error": failure}, None)

@@ -147,7 +147,7 @@ def _handing_out(
                     except IndexError:
                         conn = super().connect(conninfo, **kwargs)
                     configure(conn)
-                except psycopg.OperationalError as exc:
+                except (psycopg.OperationalError, ConnectionFailed) as exc:
                     if conn is not None:
                         conn.close()
                     _PoolConnection.failure = redact(str(exc)).strip()

@@ -15,9 +15,9 @@ from psycopg import Connection, sql
 
 from pgmem import doorbell
 from pgmem._acompat import Lock
-from pgmem._sync import scope
 from pgmem._sync.base import Repository
 from pgmem._sync.claims import WORKER, ack_claim_rows, claiming, int_array, raise_lost
+from pgmem._sync.executor import Block
 from pgmem.checks import MAX_BATCH, check_key
 from pgmem.errors import Conflict, InvalidInput, LeaseLost, translate
 from pgmem.models import Message, any_to_str
@@ -89,20 +89,16 @@ class QueueRepository(Repository):
     def _claim_rows(
         self, name: str, params: dict[str, Any], connection: Connection[Any] | None
     ) -> list[tuple[Any, ...]]:
-        with translate():
-            with self._client._connection(connection) as conn:
-                return scope.rows(
-                    conn, self.namespace, claiming(name, params["n"]), {"ns": self.namespace, **params}
-                )
+        query = claiming(name, params["n"])  # FOR UPDATE: a write, never run twice
+        return self._client.executor.rows(query, {"ns": self.namespace, **params}, connection, reads=False)
 
     def _ack_claim_rows(
         self, params: dict[str, Any], connection: Connection[Any] | None
     ) -> list[tuple[Any, ...]] | None:
         """The rows of ``ack_claim``, or None when an acknowledgement did not hold (see
         :func:`pgmem._async.claims.ack_claim_rows`)."""
-        with translate():
-            with self._client._connection(connection) as conn:
-                return ack_claim_rows(conn, self.namespace, params)
+        pooled = connection is None and self._client.owns_transactions
+        return ack_claim_rows(self._client.executor, {"ns": self.namespace, **params}, connection, pooled=pooled)
 
     # -- producing ------------------------------------------------------------------------------------
 
@@ -355,7 +351,7 @@ class QueueRepository(Repository):
                 raise InvalidInput("waiting on a queue needs a client that knows its DSN")
             with translate():
                 conn = Connection.connect(conninfo, autocommit=True)
-                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+            Block(conn).command(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
             self._listener = conn
             if self._doorbell is None:
                 # Someone must turn committed pushes into notifications: this process stands for it.

@@ -39,7 +39,9 @@ from psycopg_pool import ConnectionPool
 
 from pgmem._acompat import Lock, OnConnection, sleep
 from pgmem._sync import scope
+from pgmem._sync.executor import Block
 from pgmem._sync.pooling import _pool_connection
+from pgmem.errors import PgmemError
 from pgmem.planning import statements
 from pgmem.planning.replicas import ReadStats, ReplicaStats, describe
 
@@ -245,8 +247,7 @@ class Replicas:
                 return self._position
             self._checks += 1
         with self._primary.connection() as conn:  # not the client's: this use is no write
-            cur = conn.execute(Q["primary_position"])
-            row = cur.fetchone()
+            row = Block(conn).one(Q["primary_position"])  # the server's, in no namespace
         position = int(row[0]) if row is not None and row[0] is not None else 0
         with self._lock:
             self._seen = max(self._seen, writes)
@@ -269,7 +270,9 @@ class Replicas:
             if check and target is not None and replica.replayed < target:
                 try:
                     caught_up = self._catch_up(replica, conn, target, deadline)
-                except psycopg.Error:
+                except PgmemError as exc:
+                    if not _from_database(exc):
+                        raise
                     self._down(replica)
                     raise _Skip() from None
                 if not caught_up:
@@ -317,8 +320,8 @@ class Replicas:
         pause = POLL_FIRST
         waited = False
         while True:
-            cur = conn.execute(Q["replayed_position"])
-            if self._replayed(replica, cur.fetchone(), target, waited=waited):
+            row = Block(conn).one(Q["replayed_position"])
+            if self._replayed(replica, row, target, waited=waited):
                 return True
             left = deadline - time.monotonic()
             if left <= 0:

@@ -48,8 +48,9 @@ from typing import TYPE_CHECKING, Any
 from psycopg import Connection
 
 from pgmem._sync.base import Repository
+from pgmem._sync.executor import Block
 from pgmem.checks import check_key
-from pgmem.errors import InvalidInput, translate
+from pgmem.errors import InvalidInput
 from pgmem.planning import statements as queries
 from pgmem.planning.queues import check_queue, integer
 from pgmem.planning.retention import (
@@ -130,15 +131,12 @@ class Retention(Repository):
         #: time.monotonic() at which the next sweep is due (0: at the first chance).
         self._next_sweep = 0.0
 
-    def _fetch(self, conn: Connection[Any], name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        """Run a row-returning statement on ``conn``, inside a transaction this client opened (scoped to the
-        namespace), and fetch its rows. Not ``_rows``: the client's transaction block may run in pipeline
-        mode, where a cursor's result is known only once fetched."""
-        cur = conn.execute(Q[name], {"ns": self.namespace, **params})
-        return cur.fetchall()
+    def _fetch(self, block: Block, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """The rows of the named statement in ``block``, a transaction block of the executor's."""
+        return block.rows(Q[name], {"ns": self.namespace, **params})
 
-    def _count(self, conn: Connection[Any], name: str, params: dict[str, Any]) -> int:
-        rows = self._fetch(conn, name, params)
+    def _count(self, block: Block, name: str, params: dict[str, Any]) -> int:
+        rows = self._fetch(block, name, params)
         return int(rows[0][0]) if rows else 0
 
     def _removed(self, name: str, params: dict[str, Any], connection: Connection[Any] | None) -> int:
@@ -166,12 +164,10 @@ class Retention(Repository):
         integer(batch_size, "batch_size", 1, MAX_BRAIN_BATCH)
         purged = 0
         while True:
-            with translate():
-                with self._client.transaction(connection) as conn:
-                    cur = conn.execute(Q["expired_brains"], {"ns": self.namespace, "limit": batch_size})
-                    keys = [str(row[0]) for row in cur.fetchall()]
-                    for redis_key in keys:
-                        self._client.brains.delete(redis_key, connection=conn)
+            with self._client.executor.transaction(connection) as block:
+                keys = [str(row[0]) for row in self._fetch(block, "expired_brains", {"limit": batch_size})]
+                for redis_key in keys:
+                    self._client.brains.delete(redis_key, connection=block.connection)
             purged += len(keys)
             if len(keys) < batch_size:
                 return purged
@@ -215,10 +211,9 @@ class Retention(Repository):
         elif keep is None:
             removed = self._removed("trim_before", {"memory": memory, **cutoff}, connection)
         else:
-            with translate():
-                with self._client.transaction(connection) as conn:
-                    removed = self._removed("trim", {"memory": memory, "keep": keep}, conn)
-                    removed += self._removed("trim_before", {"memory": memory, **cutoff}, conn)
+            with self._client.executor.transaction(connection) as block:
+                removed = self._removed("trim", {"memory": memory, "keep": keep}, block.connection)
+                removed += self._removed("trim_before", {"memory": memory, **cutoff}, block.connection)
         if removed:
             self._client.vectors.changed(memory, connection)
         return removed
@@ -303,18 +298,17 @@ class Retention(Repository):
                 {"subject": subject},
                 {"kind": "subject", "subject": subject},
             )
-        with translate():
-            with self._client.transaction(connection) as conn:
-                found = [str(row[0]) for row in self._fetch(conn, select, params)]
-                done = self._forget_ids(conn, found, stale=True)
-                audit = {"label": label, "scope": json.dumps(scope), "counts": json.dumps(done.counts())}
-                audit_id = self._count(conn, "audit", audit)
+        with self._client.executor.transaction(connection) as block:
+            found = [str(row[0]) for row in self._fetch(block, select, params)]
+            done = self._forget_ids(block, found, stale=True)
+            audit = {"label": label, "scope": json.dumps(scope), "counts": json.dumps(done.counts())}
+            audit_id = self._count(block, "audit", audit)
         for name in done.memories:
             self._client.vectors.changed(name, connection)
         return Forgotten(**{**{f: getattr(done, f) for f in COUNTED}, "memories": done.memories, "audit_id": audit_id})
 
-    def _forget_ids(self, conn: Connection[Any], ids: list[str], *, stale: bool) -> Forgotten:
-        """Remove every copy of the messages ``ids`` (locked by the caller) on ``conn``, inside its
+    def _forget_ids(self, block: Block, ids: list[str], *, stale: bool) -> Forgotten:
+        """Remove every copy of the messages ``ids`` (locked by the caller) in ``block``, inside its
         transaction. ``stale``: mark the summaries that covered them stale (forget does; a retention policy
         does not: a summary is what it keeps of the history it purges)."""
         if not ids:
@@ -322,15 +316,15 @@ class Retention(Repository):
         p = {"ids": ids}
         counts: dict[str, int] = {}
         if stale:  # before the entries go: they say what each summary covered
-            counts["summaries_stale"] = self._count(conn, "forget_stale_summaries", p)
-            counts["brain_summaries"] = self._count(conn, "forget_brain_summaries", p)
+            counts["summaries_stale"] = self._count(block, "forget_stale_summaries", p)
+            counts["brain_summaries"] = self._count(block, "forget_brain_summaries", p)
         for table in ("retrieval_log", "queue_items", "queue_archive", "store_files"):
-            counts[table] = self._count(conn, f"forget_{table}", p)
-        entries = self._fetch(conn, "forget_entries", p)
+            counts[table] = self._count(block, f"forget_{table}", p)
+        entries = self._fetch(block, "forget_entries", p)
         counts["memory_entries"] = sum(int(n) for _, n in entries)
-        counts["embedding_outbox"] = self._count(conn, "forget_outbox", p)
-        counts["embeddings"] = self._count(conn, "forget_embeddings", p)
-        counts["messages"] = self._count(conn, "forget_messages", p)
+        counts["embedding_outbox"] = self._count(block, "forget_outbox", p)
+        counts["embeddings"] = self._count(block, "forget_embeddings", p)
+        counts["messages"] = self._count(block, "forget_messages", p)
         return Forgotten(audit_id=0, memories=tuple(str(m) for m, _ in entries), **counts)
 
     # -- policies ---------------------------------------------------------------------------------------
@@ -464,11 +458,10 @@ class Retention(Repository):
                 if params["bound"] is None:
                     continue
             while True:
-                with translate():
-                    with self._client.transaction() as conn:
-                        batch = self._fetch(conn, "messages_batch", {**params, "limit": limit})
-                        ids = [str(row[0]) for row in batch]
-                        done = self._forget_ids(conn, ids, stale=False)
+                with self._client.executor.transaction() as block:
+                    batch = self._fetch(block, "messages_batch", {**params, "limit": limit})
+                    ids = [str(row[0]) for row in batch]
+                    done = self._forget_ids(block, ids, stale=False)
                 for name in done.memories:
                     self._client.vectors.changed(name, None)
                 removed += done.messages

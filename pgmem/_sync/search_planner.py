@@ -11,12 +11,11 @@ import time
 from collections.abc import Hashable, Mapping
 from typing import TYPE_CHECKING, Any, LiteralString
 
-from psycopg import Connection, errors, sql
+from psycopg import Connection, sql
 
-from pgmem._sync import scope
 from pgmem._sync.base import Repository
 from pgmem._sync.sessions import SESSION_EF_SEARCH
-from pgmem.errors import translate
+from pgmem.errors import Conflict
 from pgmem.planning import statements
 from pgmem.planning.rows import AnalyzeLockRow
 from pgmem.planning.search import EmbeddingModel, SearchFilters, statement
@@ -49,6 +48,8 @@ log = logging.getLogger("pgmem.vectors")
 
 #: Key of the advisory lock under which one process analyzes the search tables.
 ANALYZE_LOCK_KEY = 0x70676D656D03
+#: lock_not_available: the analyze lock's lock_timeout ran out (autovacuum holds the table).
+_LOCK_NOT_AVAILABLE = "55P03"
 
 
 class SearchPlanner(Repository):
@@ -122,10 +123,7 @@ class SearchPlanner(Repository):
         known = self._counts.get(memo)
         if known is None or now - known[1] > COUNT_TTL:
             bound = {**params, "ns": self.namespace, "exact_limit": exact_limit}
-            with translate():
-                with self._client._connection(connection) as conn:
-                    found = scope.rows(conn, self.namespace, count, bound)
-            known = (int(found[0][0]) if found else 0, now)
+            known = (int(self._client.executor.scalar(count, bound, connection) or 0), now)
             if len(self._counts) > 10_000:
                 self._counts.clear()
             self._counts[memo] = known
@@ -156,22 +154,23 @@ class SearchPlanner(Repository):
         if not self._client.owns_transactions:
             return  # a client on the caller's single connection: not ours to analyze from
         self._statistics_checked[corpus.name] = now
-        with translate():
-            with self._client._connection() as conn:
-                cur = conn.execute(Q["stale_statistics"], {"tables": list(corpus.tables)})
-                stale = [row[0] for row in cur.fetchall()]
-                if not stale:
-                    return
-                try:
-                    with self._client.transaction(conn) as tx:
-                        cur = tx.execute(Q["analyze_lock"], {"key": ANALYZE_LOCK_KEY})
-                        found = cur.fetchone()
-                        if found is not None and AnalyzeLockRow._make(found).locked:
-                            for table in stale:
-                                tx.execute(sql.SQL("ANALYZE {}").format(sql.Identifier("pgmem", table)))
-                            log.info("analyzed %s: planner statistics were far behind", ", ".join(stale))
-                except errors.LockNotAvailable:
-                    log.debug("statistics of %s not refreshed: a vacuum or analyze holds the table", stale)
+        executor = self._client.executor
+        # The statistics views are the database's: no namespace.
+        found = executor.rows(Q["stale_statistics"], {"tables": list(corpus.tables)}, scoped=False)
+        stale = [row[0] for row in found]
+        if not stale:
+            return
+        try:
+            with executor.transaction() as block:
+                lock = block.one(Q["analyze_lock"], {"key": ANALYZE_LOCK_KEY})
+                if lock is not None and AnalyzeLockRow._make(lock).locked:
+                    for table in stale:
+                        block.command(sql.SQL("ANALYZE {}").format(sql.Identifier("pgmem", table)))
+                    log.info("analyzed %s: planner statistics were far behind", ", ".join(stale))
+        except Conflict as exc:
+            if exc.sqlstate != _LOCK_NOT_AVAILABLE:
+                raise
+            log.debug("statistics of %s not refreshed: a vacuum or analyze holds the table", stale)
 
     def scope_size(self, memory: str | None, connection: Connection[Any] | None) -> int:
         """How many messages ``memory`` holds (None: the namespace), for keyword search's BM25 (its N:
@@ -183,12 +182,10 @@ class SearchPlanner(Repository):
         known = self._scope_sizes.get(memory)
         if known is None or now - known[1] > SCOPE_SIZE_TTL:
             params = {"ns": self.namespace, "memory": memory}
-            with translate():
-                with self._client._connection(connection) as conn:
-                    found = scope.rows(conn, self.namespace, scope_size_sql(memory is not None), params)
+            size = self._client.executor.scalar(scope_size_sql(memory is not None), params, connection)
             if len(self._scope_sizes) > 10_000:
                 self._scope_sizes.clear()
-            known = self._scope_sizes[memory] = (int(found[0][0]) if found else 0, now)
+            known = self._scope_sizes[memory] = (int(size or 0), now)
         return known[0]
 
     def _default_exact_limit(
@@ -207,10 +204,8 @@ class SearchPlanner(Repository):
         known = self._vector_rows.get(key)
         if known is None or now - known[1] > VECTOR_ROWS_TTL:
             params = {"ns": self.namespace, "model": model_id, "cap": MAX_COUNTED_VECTORS}
-            with translate():
-                with self._client._connection(connection) as conn:
-                    found = scope.rows(conn, self.namespace, corpus.count_vectors, params)
-            known = self._vector_rows[key] = (float(found[0][0]) if found else 0.0, now)
+            counted = self._client.executor.scalar(corpus.count_vectors, params, connection)
+            known = self._vector_rows[key] = (float(counted or 0.0), now)
         return default_exact_limit(known[0], namespace_only=namespace_only)
 
 

@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import Connection
 
-from pgmem._sync import scope
 from pgmem._sync.base import Repository
 from pgmem._sync.embedding_models import ModelRegistry
+from pgmem._sync.executor import Block
 from pgmem._sync.search_planner import SearchPlanner, hnsw_settings
 from pgmem._sync.sessions import Sessions
 from pgmem.checks import check_query_text, check_query_texts
 from pgmem.embeddings import Embedder, Vectors
-from pgmem.errors import InvalidInput, translate
+from pgmem.errors import InvalidInput
 from pgmem.planning import statements
 from pgmem.planning.distances import DEFAULT_DISTANCE, check_threshold, max_distance
 from pgmem.planning.search import (
@@ -40,6 +40,7 @@ from pgmem.planning.search import (
     switched,
     vector_hits,
 )
+from pgmem.resilience import reads_only
 
 if TYPE_CHECKING:
     from pgmem._sync.client import Client
@@ -299,6 +300,7 @@ class Searcher(Repository):
         check_query_text(text, "text")
         check_k(k)
         logged = self._client.retrieval_log
+        self._planner.fresh_statistics(connection)  # without any, Postgres probed every message per entry
         params = {
             "ns": self.namespace,
             "text": text,
@@ -376,10 +378,12 @@ class Searcher(Repository):
         if connection is None and replicas is not None and not self._client.retrieval_log:
             # A read (the retrieval log writes): on a replica that has the client's writes, else the primary.
             return replicas.run(lambda conn: self._execute(plan, conn))
-        out: list[Rows] = []
-        with translate():
-            with self._client._connection(connection) as conn:
-                self._sessions.ready(conn)
-                for p in plan.params:
-                    out.append(scope.rows(conn, self.namespace, plan.statement, p, settings=plan.settings))
-        return out
+        executor, settings = self._client.executor, plan.settings
+        if len(plan.params) == 1:  # one query: one statement, the executor's shortest way
+            return [executor.rows(plan.statement, plan.params[0], connection, settings=settings, vectors=True)]
+
+        def each(block: Block) -> list[Rows]:
+            return [block.rows(plan.statement, p, settings=plan.settings) for p in plan.params]
+
+        # A read unless the retrieval log records it: then a lost connection is CommitUnknown, not a retry.
+        return executor.run(each, connection, reads=reads_only(plan.statement), vectors=True)

@@ -11,6 +11,7 @@ from typing import Any
 from psycopg import Connection
 from psycopg.types import TypeInfo
 
+from pgmem._sync.executor import Block
 from pgmem.planning.adapters import register_fast_adapters, register_vector_types
 
 __all__ = ["SESSION_EF_SEARCH", "Sessions"]
@@ -19,7 +20,7 @@ __all__ = ["SESSION_EF_SEARCH", "Sessions"]
 #: it for their transaction.
 SESSION_EF_SEARCH = 40
 
-_AS_ROLE = "SELECT set_config('role', %s, false)"
+_AS_ROLE = "SELECT set_config('role', %(role)s, false)"
 
 
 class Sessions:
@@ -54,7 +55,7 @@ class Sessions:
             register_vector_types(conn, self._vector_types)
         register_fast_adapters(conn)
         if self.role is not None:  # a failure leaves the connection unused: the pool drops it
-            conn.execute(_AS_ROLE, (self.role,))
+            Block(conn).command(_AS_ROLE, {"role": self.role})  # the session's: no namespace
         self._typed.add(conn)
 
     def ready(self, conn: Connection[Any]) -> None:

@@ -59,9 +59,10 @@ def doctor(
     dsn: DsnOption = None,
     embedder: Annotated[bool, typer.Option(help="Also embed a text with the configured embedder.")] = True,
 ) -> None:
-    """Check what a deployment needs: the server and pgvector, the schema's revision, the app role and
-    row-level security, connections, autovacuum, the embedding backlog, the doorbell, the embedder. Each
-    line OK or what to do; exits 1 when a check fails."""
+    """Check what a deployment needs: the server and pgvector, the schema's revision, the app role, the schema
+    against what its revision declares (one line per category: tables … grants, metadata filters),
+    connections, autovacuum, the embedding backlog, the doorbell, the embedder. Each line OK or what to do;
+    exits 1 when a check fails."""
     from pgmem.ops.doctor import run_checks
 
     checks = run_checks(_dsn(dsn), embedder=embedder)
@@ -109,15 +110,24 @@ def _dsn(dsn: str | None) -> str:
 
 
 @app.command()
-def migrate(dsn: DsnOption = None) -> None:
-    """Apply pgmem's migrations (safe to run from many processes at once), then build the HNSW index of
-    every registered embedding model that lacks one (clients of the application role leave them to the
-    owner)."""
+def migrate(
+    dsn: DsnOption = None,
+    repair: Annotated[
+        bool, typer.Option("--repair", help="Bring a schema that differs from its revision to it, keeping the data.")
+    ] = False,
+) -> None:
+    """Apply pgmem's migrations (safe to run from many processes at once), check that the schema is what its
+    revision declares (exits 1 naming each difference; --repair fixes them, as the tables' owner), then build
+    the HNSW index of every registered embedding model that lacks one (clients of the application role
+    leave them to the owner)."""
     from pgmem.ops import migrate as _migrate
+    from pgmem.ops.cli_parts import report_schema
 
     resolved = _dsn(dsn)
-    revision = _migrate.upgrade(resolved)
+    revision = _migrate.upgrade(resolved, check=False)
     console.print(f"schema at revision {revision} ({redact(resolved)})", highlight=False)
+    if not report_schema(console, resolved, revision, repair=repair):
+        raise typer.Exit(code=1)
     for index in _migrate.build_model_indexes(resolved):
         console.print(f"built index pgmem.{index}", highlight=False)
 

@@ -4,6 +4,11 @@ Read-only: it connects with the DSN it is given (or the embedded server), reads 
 and embeds one short text with the configured embedder. Checks that need to see every namespace (the
 embedding backlog, the doorbell's rows) run in an admin transaction, which only the tables' owner (or a
 superuser) may open; with another role they say so and pass.
+
+The schema is checked against what its revision declares, one line per category (pgmem.ops.drift). With
+the owner's DSN that compares the definitions of functions, triggers and views by replaying sql/'s
+declarations in a transaction it rolls back: for that fraction of a second writes to the three tables
+with triggers wait, and reads of the views. With another role, their presence is checked.
 """
 
 from __future__ import annotations
@@ -11,13 +16,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
 
 from pgmem import doorbell
-from pgmem.errors import PermissionDenied, PgmemError, redact, translate
+from pgmem.errors import PermissionDenied, PgmemError, SchemaOutOfDate, redact, translate
 from pgmem.revision import SCHEMA_REVISION, is_known
+
+if TYPE_CHECKING:
+    from pgmem.ops.drift import Difference
 
 __all__ = ["Check", "run_checks"]
 
@@ -112,95 +120,69 @@ def _roles(conn: psycopg.Connection[Any]) -> Iterator[Check]:
             "role pgmem_app is missing",
             "run `pgmem roles create --name <agents>` as a superuser or a role with CREATEROLE",
         )
-    elif not forced:
-        yield Check("app role", "fail", "row-level security is not forced on pgmem.messages", "run `pgmem migrate`")
     else:
         note = (
             f"{user} bypasses row-level security: clients act as pgmem_app (SET ROLE)"
             if bypasses
             else f"{user} is held by row-level security"
         )
-        yield Check("app role", "ok", f"pgmem_app exists, row-level security forced; {note}")
-        yield from _drift(conn)
+        forced_note = "row-level security forced" if forced else "row-level security NOT forced (see below)"
+        yield Check("app role", "ok", f"pgmem_app exists, {forced_note}; {note}")
 
 
-#: What pgmem_app may do on each table of schema pgmem (migrations 0004, 0012): read and write, but only
-#: read and insert the shared model registry and the doorbell, only read alembic's bookkeeping.
-_APP_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE")
-_NARROWED = {
-    "embedding_models": ("SELECT", "INSERT"),
-    "doorbell": ("SELECT", "INSERT"),
-    "alembic_version": ("SELECT",),
+#: What each category's line says when nothing differs (pgmem.ops.drift.CATEGORIES).
+_MATCHES = {
+    "tables": "every declared table, as declared",
+    "columns": "as declared (types, nullability, defaults)",
+    "indexes": "as declared (per-model HNSW indexes aside)",
+    "constraints": "as declared",
+    "functions": "as sql/ declares them",
+    "triggers": "as sql/ declares them",
+    "views": "as sql/ declares them, with the caller's rights",
+    "row-level security": "enabled and forced on every table keyed by namespace",
+    "policies": "pgmem_namespace and pgmem_admin on every table keyed by namespace, and no other permissive one",
+    "grants": "pgmem_app may do what the migrations grant, no more",
+    "metadata filters": "equalities use the GIN index under row-level security",
 }
-# Per table of schema pgmem: whether it has a namespace column, RLS enabled, forced, its policies, and
-# pgmem_app's privileges; per view, whether it runs with the caller's rights.
-_TABLES = """
-SELECT c.relname,
-       EXISTS (SELECT 1 FROM pg_attribute AS a WHERE a.attrelid = c.oid AND a.attname = 'namespace'
-                                                  AND NOT a.attisdropped),
-       c.relrowsecurity, c.relforcerowsecurity,
-       array(SELECT p.polname::text FROM pg_policy AS p WHERE p.polrelid = c.oid ORDER BY 1),
-       array(SELECT x FROM unnest(%(privileges)s::text[]) AS x
-             WHERE has_table_privilege('pgmem_app', c.oid, x) ORDER BY 1)
-FROM pg_class AS c
-WHERE c.relnamespace = 'pgmem'::regnamespace AND c.relkind IN ('r', 'p')
-ORDER BY 1"""
-_VIEWS = """
-SELECT c.relname FROM pg_class AS c
-WHERE c.relnamespace = 'pgmem'::regnamespace AND c.relkind = 'v'
-  AND NOT coalesce('security_invoker=true' = ANY(c.reloptions), false)
-ORDER BY 1"""
+_SHOWN = 10
+REPAIR_ADVICE = (
+    "run `pgmem migrate --repair` as the tables' owner or a superuser: it brings the schema to its revision and "
+    "keeps the data"
+)
 
 
-def _drift(conn: psycopg.Connection[Any]) -> Iterator[Check]:
-    """The live catalog against what the schema's revision declares for tenants' isolation: a stamp can say
-    a revision whose work never ran (a database stamped while a migration was a placeholder)."""
-    wrong: list[str] = []
-    for table, namespaced, enabled, forced, policies, granted in conn.execute(
-        _TABLES, {"privileges": list(_APP_PRIVILEGES)}
-    ):
-        if namespaced:
-            if not (enabled and forced):
-                wrong.append(f"{table}: row-level security not {'forced' if enabled else 'enabled'}")
-            for policy in sorted({"pgmem_namespace", "pgmem_admin"} - set(policies)):
-                wrong.append(f"{table}: policy {policy} missing")
-        expected = sorted(_NARROWED.get(table, _APP_PRIVILEGES))
-        if sorted(granted) != expected:
-            wrong.append(f"{table}: pgmem_app may {', '.join(sorted(granted)) or 'nothing'}, not {', '.join(expected)}")
-    if conn.execute("SELECT current_setting('server_version_num')::int >= 150000").fetchone() == (True,):
-        wrong += [f"view {view}: not security_invoker" for (view,) in conn.execute(_VIEWS)]
-    if wrong:
-        shown = "; ".join(wrong[:8]) + (f"; and {len(wrong) - 8} more" if len(wrong) > 8 else "")
-        yield Check(
-            "isolation",
-            "fail",
-            f"{len(wrong)} difference(s) from the revision's schema: {shown}",
-            "the schema does not match its revision: run `pgmem migrate` as the owner; if it says the schema is "
-            "current, the revision's stamp is wrong: migrate a new database and copy the data over",
-        )
-    else:
-        yield Check(
-            "isolation", "ok", "every namespaced table forces row-level security with both policies; grants as declared"
-        )
+def _listed(found: list[Difference]) -> str:
+    shown = "; ".join(f"{d.subject}: {d.detail}" for d in found[:_SHOWN])
+    return shown + (f"; and {len(found) - _SHOWN} more (`pgmem migrate` lists them all)" if len(found) > _SHOWN else "")
 
 
-def _filters(conn: psycopg.Connection[Any]) -> Iterator[Check]:
-    """Whether metadata filters (and the item store's) get their index under row-level security: migration
-    0016 declares containment leakproof and builds the indexes only as a superuser."""
-    row = conn.execute(
-        "SELECT coalesce((SELECT proleakproof FROM pg_proc"
-        " WHERE oid = to_regprocedure('pgmem.jsonb_contains(jsonb,jsonb)')), false),"
-        " to_regclass('pgmem.messages_metadata_idx') IS NOT NULL"
-    ).fetchone()
-    if row == (True, True):
-        yield Check("metadata filters", "ok", "equalities use the GIN index under row-level security")
-    else:
-        yield Check(
-            "metadata filters",
-            "warn",
-            "no index serves metadata filters (migrated by a role that is not a superuser): each candidate is tested",
-            "run `pgmem migrate` once as a superuser: it declares the containment leakproof and builds the indexes",
-        )
+def _schema_objects(dsn: str) -> Iterator[Check]:
+    """One line per category of pgmem.ops.drift: the live catalog against what the revision declares (a
+    stamp can say a revision whose work never ran: a database stamped while a migration was a placeholder)."""
+    from pgmem.ops.drift import CATEGORIES
+    from pgmem.ops.migrate import verify
+
+    try:
+        found = verify(dsn)
+    except PgmemError as exc:
+        yield Check("schema objects", "fail", f"not compared: {type(exc).__name__}: {redact(str(exc))}")
+        return
+    drift, warnings = found.grouped("drift"), found.grouped("warning")
+    partly = "; ".join(found.notes)
+    for category in CATEGORIES:
+        if category in drift:
+            differences = drift[category] + warnings.get(category, [])
+            by_hand = [d for d in drift[category] if d.fix is None]
+            advice = REPAIR_ADVICE if len(by_hand) < len(drift[category]) else ""
+            if by_hand:
+                advice += ("; " if advice else "") + f"{len(by_hand)} it does not repair: change by hand as each says"
+            found_ = f"{len(drift[category])} difference(s) from the revision's schema: {_listed(differences)}"
+            yield Check(category, "fail", found_, advice)
+        elif category in warnings:
+            yield Check(category, "warn", _listed(warnings[category]))
+        else:
+            note = f" ({partly})" if partly and category in ("functions", "triggers", "views") else ""
+            yield Check(category, "ok", _MATCHES[category] + note)
 
 
 def _settings(conn: psycopg.Connection[Any]) -> Iterator[Check]:
@@ -243,6 +225,10 @@ def _backlogs(conn: psycopg.Connection[Any]) -> Iterator[Check]:
         note = "not counted: that takes the tables' owner's DSN"
         yield Check("embeddings", "ok", note)
         yield Check("doorbell", "ok", note)
+        return
+    except SchemaOutOfDate as exc:  # a table missing: the tables' line says which
+        for name in ("embeddings", "doorbell"):
+            yield Check(name, "fail", f"not counted: {redact(str(exc))}", "run `pgmem migrate --repair`")
         return
     assert row is not None
     pending, rings, ringing = row
@@ -294,7 +280,9 @@ def run_checks(dsn: str, *, embedder: bool = True) -> list[Check]:
             for step in steps:
                 checks.extend(step(conn))
             if all(c.status != "fail" for c in checks):  # the rest reads pgmem's tables
-                for step in (_roles, _filters, _settings, _backlogs):
+                checks.extend(_roles(conn))
+                checks.extend(_schema_objects(dsn))
+                for step in (_settings, _backlogs):
                     checks.extend(step(conn))
     if embedder:
         checks.append(_embedder())

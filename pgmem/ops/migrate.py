@@ -2,30 +2,55 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
-from typing import Any
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from sqlalchemy import create_engine
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
-from pgmem.errors import SchemaTooNew, translate
+from pgmem.errors import (
+    SchemaDrift,
+    SchemaOutOfDate,
+    SchemaTooNew,
+    ServerError,
+    connection_failed,
+    missing_pgvector,
+    translate,
+)
 from pgmem.planning.resources import resource_path
+from pgmem.resilience import with_connect_timeout
 from pgmem.revision import is_known, too_new_message
+
+if TYPE_CHECKING:
+    from pgmem.ops.drift import Difference, Verification
 
 #: pg_advisory_xact_lock key taken by every migration run ("pgmem" in ASCII).
 MIGRATION_LOCK_KEY = 0x70676D656D
 
 
 def engine_for(dsn: str | None) -> Engine:
-    """A SQLAlchemy engine over psycopg 3 for ``dsn`` (any libpq DSN: URL or key=value)."""
+    """A SQLAlchemy engine over psycopg 3 for ``dsn`` (any libpq DSN: URL or key=value). Connecting is
+    bounded (:func:`pgmem.resilience.with_connect_timeout`: psycopg's own default is 130 s) and fails with
+    :class:`~pgmem.errors.ConnectionFailed` naming the host and port and what to check."""
     from pgmem.ops.server import default_dsn
 
-    resolved = dsn or default_dsn()
-    return create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(resolved), poolclass=NullPool)
+    resolved = with_connect_timeout(dsn or default_dsn())
+
+    def connect() -> psycopg.Connection[Any]:
+        try:
+            return psycopg.connect(resolved)
+        except psycopg.OperationalError as exc:
+            # from None: psycopg's error may quote the DSN; the message keeps its reason, redacted.
+            raise connection_failed(resolved, exc) from None
+
+    return create_engine("postgresql+psycopg://", creator=connect, poolclass=NullPool)
 
 
 def alembic_config(dsn: str | None = None) -> Any:
@@ -94,12 +119,34 @@ END $$
 """
 
 
-def upgrade(dsn: str) -> str:
-    """Migrate the database at ``dsn`` to the newest revision; safe to call from many processes at once.
+@contextlib.contextmanager
+def _driver_errors() -> Iterator[None]:
+    """pgmem's errors for the driver's, which SQLAlchemy wraps (e.g. ConnectionFailed)."""
+    with translate():
+        try:
+            yield
+        except DBAPIError as exc:
+            if isinstance(exc.orig, psycopg.Error):
+                raise exc.orig from exc
+            raise
+
+
+def upgrade(dsn: str, *, check: bool = True) -> str:
+    """Migrate the database at ``dsn`` to the newest revision, then check that its schema is what that
+    revision declares; safe to call from many processes at once.
+
+    Args:
+        dsn: the database, with a role that owns pgmem's tables (or a superuser).
+        check: verify the schema after migrating (:func:`verify`); False leaves it to the caller.
 
     Raises:
         SchemaTooNew: a newer pgmem migrated the database to a revision this one does not know (the
             message names both); nothing was changed.
+        SchemaDrift: the schema differs from what its revision declares (a stamp that lies; the exception
+            lists the differences): run ``pgmem migrate --repair``.
+        ServerError: pgvector is not installed on the server (the message keeps the server's hint and names
+            the package for its PostgreSQL version); nothing was changed.
+        ConnectionFailed: the server cannot be reached (host and port, what to check; never the password).
     """
     from alembic import command
     from alembic.util.exc import CommandError
@@ -107,27 +154,124 @@ def upgrade(dsn: str) -> str:
     cfg = alembic_config()
     engine = engine_for(dsn)
     try:
-        with translate():
+        with _driver_errors():
             try:
                 with engine.connect() as connection:
                     cfg.attributes["connection"] = connection
                     command.upgrade(cfg, "head")
                     connection.exec_driver_sql(FILTER_INDEXES)
                     connection.commit()
-            except DBAPIError as exc:
-                # SQLAlchemy wraps the driver's error; translate the driver's (e.g. ConnectionFailed).
-                if isinstance(exc.orig, psycopg.Error):
-                    raise exc.orig from exc
-                raise
             except CommandError:
                 # "Can't locate revision identified by '0099'": a newer pgmem's revision, most likely.
                 current = _current_revision(engine)
                 if current is not None and not is_known(current):
                     raise SchemaTooNew(too_new_message(current)) from None
                 raise
+    except ServerError as exc:
+        # A server without pgvector: the advice names the package of its major version, which only the
+        # connection knows (SQLAlchemy read it when it connected).
+        version = engine.dialect.server_version_info  # (18, 4)
+        major = version[0] if version and isinstance(version[0], int) else None
+        cause = exc.__cause__
+        if major and isinstance(cause, psycopg.Error) and (named := missing_pgvector(cause, major)):
+            named.sqlstate = exc.sqlstate
+            raise named from cause
+        raise
     finally:
         engine.dispose()
+    if check and (drift := verify(dsn).drift):
+        raise SchemaDrift(_drift_message(drift), [str(d) for d in drift])
     return head_revision()
+
+
+def _drift_message(drift: tuple[Difference, ...]) -> str:
+    """What :class:`~pgmem.errors.SchemaDrift` says: the differences counted by category, the first few."""
+    from pgmem.ops.drift import Verification
+
+    shown = "; ".join(map(str, drift[:5])) + (f"; and {len(drift) - 5} more" if len(drift) > 5 else "")
+    return (
+        f"the schema differs from what its revision {head_revision()} declares: {Verification(drift).summary()}: "
+        f"{shown}. Run `pgmem migrate --repair` as the tables' owner or a superuser: it brings the schema to its "
+        "revision and keeps the data"
+    )
+
+
+def _at_head(connection: Connection) -> None:
+    """Raise unless the database is at this pgmem's revision: only that revision's declaration is known."""
+    revision = None
+    if connection.exec_driver_sql("SELECT to_regclass('pgmem.alembic_version') IS NOT NULL").scalar():
+        revision = connection.exec_driver_sql("SELECT max(version_num) FROM pgmem.alembic_version").scalar()
+    if revision is None:
+        raise SchemaOutOfDate("the database is not migrated: run `pgmem migrate`")
+    if not is_known(revision):
+        raise SchemaTooNew(too_new_message(revision))
+    if revision != head_revision():
+        raise SchemaOutOfDate(f"the database is at revision {revision}, this pgmem's is {head_revision()}: migrate it")
+
+
+def _locked(connection: Connection) -> None:
+    # The migrations' lock: no migration or repair changes the schema while it is compared or repaired.
+    connection.exec_driver_sql("SELECT pg_advisory_xact_lock(%(key)s)", {"key": MIGRATION_LOCK_KEY})
+
+
+def verify(dsn: str) -> Verification:
+    """How the schema at ``dsn`` differs from what its revision declares (pgmem.ops.drift): changes nothing.
+
+    Any role may verify; only the tables' owner (or a superuser) gets the definitions of functions,
+    triggers and views compared (the others, their presence).
+
+    Raises:
+        SchemaOutOfDate: the database is not at this pgmem's revision (``pgmem migrate`` first).
+    """
+    from pgmem.ops import drift
+
+    engine = engine_for(dsn)
+    try:
+        with _driver_errors(), engine.connect() as connection:
+            _at_head(connection)
+            _locked(connection)
+            found = drift.verify(connection)
+            connection.rollback()
+    finally:
+        engine.dispose()
+    return found
+
+
+@dataclass(frozen=True)
+class Repaired:
+    """What :func:`repair` found before and finds after."""
+
+    before: Verification
+    after: Verification
+
+    @property
+    def fixed(self) -> tuple[Difference, ...]:
+        """The differences it found that are gone."""
+        left = set(self.after.differences)
+        return tuple(d for d in self.before.differences if d not in left)
+
+
+def repair(dsn: str) -> Repaired:
+    """Bring the schema at ``dsn`` to what its revision declares, in one transaction, keeping the data
+    (pgmem.ops.drift.repair); then verify it again. Idempotent.
+
+    Raises:
+        SchemaOutOfDate: the database is not at this pgmem's revision (``pgmem migrate`` first).
+        PermissionDenied: the role is neither the tables' owner nor a superuser.
+    """
+    from pgmem.ops import drift
+
+    engine = engine_for(dsn)
+    try:
+        with _driver_errors(), engine.connect() as connection:
+            _at_head(connection)
+            _locked(connection)
+            before = drift.repair(connection)
+            connection.exec_driver_sql(FILTER_INDEXES)  # a superuser's: the filters' index, where missing
+            connection.commit()
+    finally:
+        engine.dispose()
+    return Repaired(before, verify(dsn))
 
 
 #: The key of the session advisory lock a model's index build holds: the clients' own

@@ -285,3 +285,20 @@ def test_without_langchain_the_import_names_the_extra() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "pgmem[langchain]" in out
+
+
+def test_the_context_under_a_budget_comes_back_as_langchain_messages(client: pgmem.Client) -> None:
+    history = PgmemChatMessageHistory("ctx", client=client)
+    call = AIMessage(content="", tool_calls=[{"name": "weather", "args": {"city": "Oslo"}, "id": "t1"}])
+    turns = [SystemMessage(content="be brief")]
+    for i in range(30):
+        turns += [HumanMessage(content=f"question {i} about the weather"), AIMessage(content=f"answer {i}")]
+    turns += [HumanMessage(content="and in Oslo?"), call, ToolMessage(content="rain", tool_call_id="t1")]
+    history.add_messages(turns)
+    got = history.context(60, query="weather")
+    assert got[0] == turns[0]  # pinned: the system message
+    assert got[-2:] == [call, turns[-1]]  # the newest turn, the call with its result
+    assert all(m in turns for m in got)
+    budgets = [history.context(b) for b in (1, 10, 100, 1000)]
+    assert [len(b) for b in budgets] == sorted(len(b) for b in budgets)
+    assert budgets[-1] == turns

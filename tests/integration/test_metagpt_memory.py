@@ -231,3 +231,15 @@ def test_default_client_from_environment(default_client_env: str) -> None:
 def test_bad_memory_key(client: pgmem.Client, bad_key: str) -> None:
     with pytest.raises(pgmem.InvalidInput):
         Memory(bad_key, client=client)
+
+
+def test_context_is_get_under_a_token_budget(client: pgmem.Client) -> None:
+    memory = Memory("role:Engineer", client=client)
+    sent = [MGMessage(content="You write code.", role="system")]
+    sent += [MGMessage(content=f"write module {i} of the snake game", cause_by=WriteCode) for i in range(40)]
+    memory.add_batch(sent)
+    got = memory.context(80, query="module 3")
+    assert type(got[-1]) is MGMessage and got[-1].id == sent[-1].id  # the newest message, the caller's class
+    assert got[0].id == sent[0].id  # the system message, pinned
+    assert 2 < len(got) < len(sent)
+    assert [m.id for m in memory.context(1_000_000)] == [m.id for m in sent]

@@ -443,3 +443,19 @@ def test_processes_appending_by_assignment_lose_nothing(dsn: str) -> None:
     assert sorted(contents) == sorted(f"{n} {i}" for n in "ab" for i in range(40))
     for name in "ab":
         assert [c for c in contents if c.startswith(name)] == [f"{name} {i}" for i in range(40)]
+
+
+def test_the_context_under_a_budget_comes_back_as_openmanus_messages(client: pgmem.Client) -> None:
+    memory = Memory("agent:ctx", client=client)
+    sent = [Message.system_message("You are Manus")]
+    for i in range(20):
+        sent += [Message.user_message(f"step {i}: open the page"), Message.assistant_message(f"opened page {i}")]
+    sent += [
+        Message(role="assistant", content=None, tool_calls=[_call("call_9", "browser", '{"url": "x"}')]),
+        Message.tool_message("page text", name="browser", tool_call_id="call_9"),
+    ]
+    memory.add_messages(sent)
+    got = memory.context(60)
+    assert got[0] == sent[0] and got[-2:] == sent[-2:]  # the system prompt, the call with its result
+    assert all(m in sent for m in got) and len(got) < len(sent)
+    assert memory.context(100_000) == sent

@@ -98,7 +98,7 @@ def test_every_shared_fragment_is_used() -> None:
     raw = "\n".join((resource_path("sql") / f"{g}.sql").read_text(encoding="utf-8") for g in GROUPS)
     shared = (resource_path("sql") / f"{statements.SHARED}.sql").read_text(encoding="utf-8")
     raw, shared = (re.sub(r"--[^\n]*", "", t) for t in (raw, shared))  # used in code, not only named
-    from_python = {"message_columns", "bm25_messages"}  # pgmem.planning.search composes SQL with these
+    from_python = {"message_columns", "message_column_names"}  # pgmem.planning composes SQL with these
     used = set(re.findall(r"\{\{\s*(\w+)\s*\}\}", raw + "\n" + shared)) | from_python
     assert set(statements.fragments()) <= used
 

@@ -77,6 +77,13 @@ def _from_stand_in(payload: dict[str, Any]) -> BaseMessage:
     return ChatMessage(role=role, content=content)
 
 
+def _payload(message: Any) -> Any:
+    """What :func:`_messages` reads of a message ``client.context`` returned: LangChain's own object where
+    the history stored it, else its role and content."""
+    stored_object = (message.metadata or {}).get(OBJECT_FIELD)
+    return stored_object if stored_object is not None else {"role": message.role, "content": message.content}
+
+
 def _messages(payloads: list[Any]) -> list[BaseMessage]:
     if all(isinstance(p, dict) and "type" in p and "data" in p for p in payloads):
         return messages_from_dict(payloads)
@@ -158,6 +165,23 @@ class PgmemChatMessageHistory(BaseChatMessageHistory):
         batch = self._stored(messages)
         if batch:
             await self._adapter.acall(lambda c: c.messages.append(self._memory, batch))
+
+    def context(self, budget: int, *, query: str | None = None, reserve: int = 0, **options: Any) -> list[BaseMessage]:
+        """The messages to send the model next, at most ``budget - reserve`` tokens: pinned system messages,
+        the summary of older turns, messages related to ``query`` and the newest turns, tool calls with
+        their results (``client.context``; ``options``: its other arguments). A summary comes as a
+        ``SystemMessage``."""
+        ctx = self._adapter.sync_client().context(self._memory, budget=budget, query=query, reserve=reserve, **options)
+        return _messages([_payload(m) for m in ctx.messages])
+
+    async def acontext(
+        self, budget: int, *, query: str | None = None, reserve: int = 0, **options: Any
+    ) -> list[BaseMessage]:
+        """:meth:`context`, async."""
+        ctx = await self._adapter.acall(
+            lambda c: c.context(self._memory, budget=budget, query=query, reserve=reserve, **options)
+        )
+        return _messages([_payload(m) for m in ctx.messages])
 
     def clear(self) -> None:
         self._adapter.sync_client().messages.clear(self._memory)

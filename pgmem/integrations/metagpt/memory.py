@@ -173,6 +173,13 @@ class Memory:
             return self._out(self.client.messages.last(self.key)[-k:])
         return self._out(self.client.messages.last(self.key, k))
 
+    def context(self, budget: int, *, query: str | None = None, reserve: int = 0, **options: Any) -> list[Any]:
+        """:meth:`get` under a token budget: what to send the model next, at most ``budget - reserve``
+        tokens: pinned system messages, the summary of older messages, messages related to ``query`` and
+        the newest ones (``client.context``; ``options``: its other arguments), as MetaGPT messages."""
+        ctx = self.client.context(self.key, budget=budget, query=query, reserve=reserve, **options)
+        return self._out(ctx.messages)
+
     @property
     def storage(self) -> list[Any]:
         """Every message, oldest first (a snapshot; MetaGPT's ``storage`` list)."""

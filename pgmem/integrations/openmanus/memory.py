@@ -297,6 +297,14 @@ class Memory(BaseModel):
             recent = self.client.messages.last(self.key, self.max_messages)[-n:]
         return self._out(valid_conversation(recent))
 
+    def context(self, budget: int, *, query: str | None = None, reserve: int = 0, **options: Any) -> list[Any]:
+        """What to send the model next, at most ``budget - reserve`` tokens, as messages of this memory's
+        class: pinned system messages, the summary of older turns, messages related to ``query`` and the
+        newest turns, tool calls with all their results (``client.context``; ``options``: its other
+        arguments). Where OpenManus cuts its window at ``max_messages``, this cuts at a token budget."""
+        ctx = self.client.context(self.key, budget=budget, query=query, reserve=reserve, **options)
+        return self._out(ctx.messages)
+
     def to_dict_list(self) -> list[dict[str, Any]]:
         """The window in the OpenAI chat format."""
         return [m.to_dict() if hasattr(m, "to_dict") else Message.model_validate(m).to_dict() for m in self.messages]

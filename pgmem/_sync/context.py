@@ -1,0 +1,161 @@
+# Generated from pgmem/_async by tools/gen_sync.py: edit the async source, then regenerate.
+"""``client.context``: what to send the model next, under a token budget, read in one statement (the
+rules: :mod:`pgmem.planning.context`; the statement: :mod:`pgmem.planning.context_sql`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from psycopg import Connection
+
+from pgmem._sync.base import Repository
+from pgmem.checks import check_key, check_query_text
+from pgmem.embeddings import Embedder
+from pgmem.errors import InvalidInput
+from pgmem.models import Message
+from pgmem.planning.context import PARTS, Candidate, Context, check_context_args, choose, message_tokens
+from pgmem.planning.context_sql import CONTEXT_COLUMNS, WINDOW_MARGIN, context_statement
+from pgmem.planning.rows import decode
+from pgmem.planning.search import MODEL_SWITCH_ATTEMPTS, EmbeddingModel, SearchFilters, still_switching
+from pgmem.summarizer import get_tokenizer
+
+if TYPE_CHECKING:
+    from pgmem._sync.vectors import VectorRepository
+
+__all__ = ["ContextBuilder"]
+
+#: The most window messages one context reads, and the most pinned ones.
+WINDOW_MAX = 2_000
+PINNED_MAX = 200
+_WIDTH = len(CONTEXT_COLUMNS)
+
+
+class ContextBuilder(Repository):
+    """Builds :class:`pgmem.planning.context.Context` for ``client.context``."""
+
+    queries: dict[str, Any] = {}
+
+    def __init__(self, client: Any, vectors: VectorRepository) -> None:
+        super().__init__(client)
+        self._vectors = vectors
+
+    def build(
+        self,
+        memory: str,
+        *,
+        budget: int,
+        query: str | None = None,
+        reserve: int = 0,
+        parts: Sequence[str] = PARTS,
+        related_k: int = 5,
+        related_share: float = 0.25,
+        pinned_roles: Sequence[str] = ("system",),
+        embedder: Embedder | None = None,
+        connection: Connection[Any] | None = None,
+    ) -> Context:
+        """See :meth:`pgmem.AsyncClient.context`."""
+        check_key(memory)
+        chosen = check_context_args(budget, reserve, related_k, related_share, parts)
+        if query is not None:
+            check_query_text(query, "query")
+            if not query.strip():
+                raise InvalidInput("query must not be blank (None: no related messages)")
+        elif "related" in chosen:
+            chosen = tuple(p for p in chosen if p != "related")
+        if related_k == 0:
+            chosen = tuple(p for p in chosen if p != "related")
+        if isinstance(pinned_roles, str) or not all(isinstance(r, str) for r in pinned_roles):
+            raise InvalidInput(f"pinned_roles must be a list of role names, got {pinned_roles!r}")
+        available = budget - reserve
+        params: dict[str, Any] = {
+            "ns": self.namespace,
+            "memory": memory,
+            "window_max": min(WINDOW_MAX, available // (1 + 3) + 1),  # a message costs at least 4 tokens
+            "window_tokens": int(WINDOW_MARGIN * available) + 1,
+            "pinned_roles": list(pinned_roles),
+            "pinned_max": PINNED_MAX,
+        }
+        tokenizer = get_tokenizer()
+        self._vectors.planner.fresh_statistics(connection)  # the pinned part is planned from them
+        for attempt in range(MODEL_SWITCH_ATTEMPTS):
+            model, settings = None, None
+            strategy = "exact"
+            if "related" in chosen:
+                model, strategy, settings = self._related(
+                    memory, query or "", related_k, embedder, params, attempt
+                )
+            text = context_statement(chosen, model, strategy)
+            rows = self._client.executor.rows(
+                text, params, connection, settings=settings, reads=True, vectors=model is not None
+            )
+            if not any(row[-1] is None for row in rows):
+                break
+            self._vectors.forget_model(memory)  # the memory's model switched under the search: again
+        else:
+            raise still_switching(memory)
+        candidates = [self._candidate(row, tokenizer.count) for row in rows]
+        order = {p: i for i, p in enumerate(PARTS)}
+        # pinned and window in conversation order, summaries in range order, related best first
+        candidates.sort(
+            key=lambda c: (order[c.part], -(c.score or 0.0) if c.part == "related" else 0, c.seq, c.message.id)
+        )
+        return choose(
+            candidates,
+            budget=budget,
+            reserve=reserve,
+            related_k=related_k,
+            related_share=related_share,
+            parts=chosen,
+            tokenizer=tokenizer.name,
+        )
+
+    def _related(
+        self,
+        memory: str,
+        query: str,
+        related_k: int,
+        embedder: Embedder | None,
+        params: dict[str, Any],
+        attempt: int,
+    ) -> tuple[EmbeddingModel | None, str, dict[str, str] | None]:
+        """The related part's search: hybrid with the memory's model, keyword search without one. Adds its
+        parameters to ``params``; returns the model, the strategy and the index scan's settings."""
+        vectors = self._vectors
+        filters = SearchFilters(memory)
+        params["text"] = query
+        params["scope_n"] = vectors.planner.scope_size(memory, None)
+        model = vectors.active_model(memory, refresh=attempt > 0)
+        if model is None:
+            params["k"] = related_k
+            return None, "exact", None
+        depth = max(4 * related_k, 40)
+        (q,) = vectors.embed_query(model, [query], embedder)
+        strategy = vectors.planner.strategy(model, filters, "auto", None, None)
+        params.update(
+            q=q,
+            k=depth,
+            limit=related_k,
+            max_distance=2.0,
+            fusion="convex",
+            w_vector=1.0,
+            w_text=1.0,
+            rrf_k=60,
+            half_life=None,
+        )
+        return model, strategy, vectors.planner.scan_settings(strategy, model.depth(depth))
+
+    @staticmethod
+    def _candidate(row: tuple[Any, ...], count: Any) -> Candidate:
+        part, seq, score, first_seq, last_seq = row[:_WIDTH]
+        columns = row[_WIDTH:-1]
+        if part == "summary":
+            message = Message(
+                id=f"summary:{columns[0]}",
+                content=columns[1],
+                role="system",
+                metadata={"pgmem_summary": {"first_seq": first_seq, "last_seq": last_seq, "level": int(score)}},
+            )
+            return Candidate(part, message, int(seq), message_tokens(message, count), None, (first_seq, last_seq))
+        message = decode((seq, *columns))
+        return Candidate(part, message, int(seq), message_tokens(message, count), score)
