@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
+import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
@@ -26,8 +27,8 @@ from pgmem._async.preflight import bypasses_security, check_schema, conninfo_of
 from pgmem._async.sessions import AsyncSessions
 from pgmem.checks import check_namespace
 from pgmem.embeddings import Embedder, default_embedder
-from pgmem.errors import ClientClosed, InvalidInput, redact, translate
-from pgmem.resilience import DEFAULT_TIMEOUT, check_timeout, deadline
+from pgmem.errors import ClientClosed, CommitUnknown, InvalidInput, redact, translate
+from pgmem.resilience import DEFAULT_TIMEOUT, check_timeout, connection_lost, deadline
 from pgmem.settings import get_settings
 
 if TYPE_CHECKING:
@@ -541,5 +542,23 @@ class AsyncClient:
         non-autocommit connection outside a transaction the statements start the caller's implicit
         transaction, which the caller commits.
         """
-        async with self._connection(connection) as conn, scope.block(conn, self.namespace):
-            yield conn  # BEGIN with the namespace: one round trip
+        async with self._connection(connection) as conn:
+            ours = scope.idle(conn)  # BEGIN … COMMIT of pgmem's own: a COMMIT lost on the way is CommitUnknown
+            failed = False  # the caller's block raised: its exception passes as it is
+            try:
+                async with scope.block(conn, self.namespace):  # BEGIN with the namespace: one round trip
+                    try:
+                        yield conn
+                    except BaseException:
+                        failed = True
+                        raise
+            except psycopg.Error as exc:
+                if failed:
+                    raise
+                # BEGIN or COMMIT failed (psycopg's Transaction runs them outside any statement of ours).
+                if ours and connection_lost(exc):
+                    raise CommitUnknown(
+                        f"the connection was lost while committing ({exc}); the transaction may have committed"
+                    ) from exc
+                with translate():
+                    raise

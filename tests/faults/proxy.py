@@ -13,6 +13,10 @@ Modes (``proxy.mode = ...``, for every connection at once, new and open):
 
 One thread per connection and direction; sockets poll every 20 ms, so a mode change takes effect within
 about that. Closing one side closes the other once the proxy reads again (not while stalled).
+
+``upstream`` is a TCP address, or a function that opens a connected socket for each new connection (the
+embedded server listens on a unix socket only: :func:`unix_socket_of` finds it in ``postmaster.pid`` at
+each connection, so a restarted server is found again; while it is down, new connections are closed).
 """
 
 from __future__ import annotations
@@ -23,14 +27,37 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 
-__all__ = ["Proxy"]
+__all__ = ["Proxy", "unix_socket_of"]
 
 _TICK = 0.02
 
 
+def unix_socket_of(pgdata: Path) -> Callable[[], socket.socket]:
+    """An ``upstream`` for :class:`Proxy`: a connection to the unix socket of the server running on ``pgdata``
+    (its directory and port read from ``postmaster.pid`` each time). Raises OSError while there is none."""
+
+    def connect() -> socket.socket:
+        try:
+            lines = (pgdata / "postmaster.pid").read_text().splitlines()
+            path = f"{lines[4].strip()}/.s.PGSQL.{int(lines[3])}"
+        except (IndexError, ValueError) as exc:
+            raise OSError(f"no server runs on {pgdata}") from exc
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(path)
+        except OSError:
+            s.close()
+            raise
+        return s
+
+    return connect
+
+
 class Proxy:
-    def __init__(self, upstream: tuple[str, int]) -> None:
+    def __init__(self, upstream: tuple[str, int] | Callable[[], socket.socket]) -> None:
         self.upstream = upstream
         self.mode = "pass"
         self.latency = 0.0
@@ -64,12 +91,13 @@ class Proxy:
         while self.mode == "blackhole" and not self._closed:
             time.sleep(_TICK)  # accepted, never answered
         try:
-            server = socket.create_connection(self.upstream)
+            server = self.upstream() if callable(self.upstream) else socket.create_connection(self.upstream)
         except OSError:
             client.close()
             return
         for s in (client, server):
-            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if s.family != socket.AF_UNIX:
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with self._lock:
             self._pairs.append((client, server))
         for a, b, replies in ((client, server, False), (server, client, True)):
