@@ -184,6 +184,45 @@ CREATE TRIGGER memory_entries_removed AFTER DELETE ON pgmem.memory_entries
     REFERENCING OLD TABLE AS old_rows
     FOR EACH STATEMENT EXECUTE FUNCTION pgmem.memory_entries_removed();
 
+-- name: count_entries
+-- A memory's size without a row its writers share (migration 0017): each statement's inserted (deleted)
+-- entries are added to (taken from) the memory's row of shard pg_backend_pid() % 64 of pgmem.memory_counts,
+-- in the writing transaction; messages.count sums the memory's rows.
+CREATE OR REPLACE FUNCTION pgmem.count_entries() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO pgmem.memory_counts AS c (namespace, memory, shard, n)
+        SELECT r.namespace, r.memory, (pg_backend_pid() % 64)::smallint, count(*)
+        FROM new_rows AS r GROUP BY r.namespace, r.memory ORDER BY r.namespace, r.memory
+        ON CONFLICT (namespace, memory, shard) DO UPDATE SET n = c.n + excluded.n;
+    ELSIF TG_OP = 'DELETE' THEN
+        INSERT INTO pgmem.memory_counts AS c (namespace, memory, shard, n)
+        SELECT r.namespace, r.memory, (pg_backend_pid() % 64)::smallint, -count(*)
+        FROM old_rows AS r GROUP BY r.namespace, r.memory ORDER BY r.namespace, r.memory
+        ON CONFLICT (namespace, memory, shard) DO UPDATE SET n = c.n + excluded.n;
+    ELSE  -- entries moved to another memory (messages.move_oldest): out of one, into the other
+        INSERT INTO pgmem.memory_counts AS c (namespace, memory, shard, n)
+        SELECT d.namespace, d.memory, (pg_backend_pid() % 64)::smallint, sum(d.n)
+        FROM (SELECT namespace, memory, 1 AS n FROM new_rows
+              UNION ALL SELECT namespace, memory, -1 FROM old_rows) AS d
+        GROUP BY d.namespace, d.memory HAVING sum(d.n) <> 0 ORDER BY d.namespace, d.memory
+        ON CONFLICT (namespace, memory, shard) DO UPDATE SET n = c.n + excluded.n;
+    END IF;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER memory_entries_counted AFTER INSERT ON pgmem.memory_entries
+    REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION pgmem.count_entries();
+
+CREATE TRIGGER memory_entries_uncounted AFTER DELETE ON pgmem.memory_entries
+    REFERENCING OLD TABLE AS old_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION pgmem.count_entries();
+
+CREATE TRIGGER memory_entries_recounted AFTER UPDATE ON pgmem.memory_entries
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION pgmem.count_entries();
+
 -- name: embeddings_added
 -- New vectors join the vector log of every memory holding their message with that model. Each new vector
 -- probes memory_entries_message_idx by its message id: the LATERAL subquery is kept apart from the join by

@@ -137,6 +137,18 @@ memory_entries = Table(
     comment="Which messages a memory holds, in the order they were added.",
 )
 
+memory_counts = Table(
+    "memory_counts",
+    metadata,
+    Column("namespace", Text, nullable=False),
+    Column("memory", Text, nullable=False),
+    Column("shard", SmallInteger, nullable=False),
+    Column("n", BigInteger, nullable=False),
+    PrimaryKeyConstraint("namespace", "memory", "shard", name="memory_counts_pkey"),
+    # No foreign key to memories: its key-share lock per write would make the memory's row a shared one.
+    comment="How many entries each memory holds: the sum of its rows (one per writer shard; migration 0017).",
+)
+
 # The queues' tables (pgmem/ops/schema_queues.py), declared on the one metadata.
 queue_items, queue_archive_batches, queue_archive_refs, idempotency_keys, subscriptions = declare_queue_tables(metadata)
 

@@ -38,6 +38,9 @@ SINGLE_NODE_TRIGGERS = frozenset(
     {
         ("memory_entries", "memory_entries_added"),
         ("memory_entries", "memory_entries_removed"),
+        ("memory_entries", "memory_entries_counted"),
+        ("memory_entries", "memory_entries_uncounted"),
+        ("memory_entries", "memory_entries_recounted"),
         ("embeddings", "embeddings_added"),
         ("memories", "memory_removed"),
     }

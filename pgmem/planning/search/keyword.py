@@ -22,8 +22,8 @@ __all__ = ["keyword_hits_sql", "keyword_search_sql", "scope_size_sql"]
 def scope_size_sql(memory: bool) -> str:
     """How many messages a keyword search's scope holds (BM25's N): the memory's entries, or the
     namespace's messages. Parameters: ns (and memory)."""
-    if memory:
-        return "SELECT count(*) FROM pgmem.memory_entries WHERE namespace = %(ns)s AND memory = %(memory)s"
+    if memory:  # O(1): the memory's counts (migration 0017)
+        return "SELECT coalesce(sum(n), 0) FROM pgmem.memory_counts WHERE namespace = %(ns)s AND memory = %(memory)s"
     return "SELECT count(*) FROM pgmem.messages WHERE namespace = %(ns)s"
 
 
