@@ -87,6 +87,7 @@ class DoorbellStats:
     rounds: int = 0  # rounds it ran as the holder
     notifications: int = 0  # notifications its rounds sent (beats not counted)
     reconnects: int = 0
+    last_wait: float = 0.0  # seconds the last reconnect waited (backoff over failed connects only)
 
 
 class Doorbell:
@@ -99,6 +100,7 @@ class Doorbell:
         self._conninfo = conninfo  # never logged: it may hold a password
         self._stop = threading.Event()
         self._conn: psycopg.Connection[Any] | None = None
+        self._connected = False  # the current session connected (a lost one starts the backoff over)
         self._conn_lock = threading.Lock()
         self._refs = 0
         self.leading = False
@@ -116,10 +118,16 @@ class Doorbell:
     def _run(self) -> None:
         delay = RETRY_SECONDS
         while not self._stop.is_set():
+            self._connected = False
             try:
                 self._session()
                 delay = RETRY_SECONDS
             except psycopg.Error as exc:
+                if self._connected:
+                    # A session that was up and then lost starts the backoff over: only failures to connect
+                    # in a row back off (each lost session waited twice the last, up to 5 s, for the life of
+                    # the process: caches waited 5 s for their announcements in the chaos soak).
+                    delay = RETRY_SECONDS
                 if self._stop.is_set():
                     break
                 if isinstance(exc, psycopg.OperationalError):
@@ -131,6 +139,7 @@ class Doorbell:
                     # Meanwhile consumers still wake by polling and caches catch up without beats.
                     log.warning("the doorbell cannot ring: %s", redact(str(exc)))
                 self.stats.reconnects += 1
+                self.stats.last_wait = delay
                 self._stop.wait(delay)
                 delay = min(delay * 2, 5.0)
             finally:
@@ -143,6 +152,7 @@ class Doorbell:
                 conn.close()
                 return
             self._conn = conn
+        self._connected = True
         try:
             while not self._stop.is_set():
                 row = conn.execute(_TRY_LOCK, (LOCK_KEY,)).fetchone()

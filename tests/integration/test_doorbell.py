@@ -757,3 +757,20 @@ def test_requeue_and_a_retrying_nack_ring_the_doorbell(dsn: str) -> None:
             assert doorbell_rows(dsn) == 0
     finally:
         doorbell.release(bell)
+
+
+def test_a_lost_session_starts_the_backoff_over(dsn: str) -> None:
+    """Only failed connects in a row back off: a session that was up and is lost waits the first delay
+    again (each lost session waited twice the last, up to 5 s, for the life of the process: found by the
+    chaos soak, tests/faults/test_chaos_soak.py)."""
+    bell = doorbell.acquire(dsn)
+    try:
+        for round_ in range(5):
+            backend = wait_for(lambda: leading_backend(bell), "the doorbell leads")
+            with psycopg.connect(dsn, autocommit=True) as admin:
+                assert admin.execute("SELECT pg_terminate_backend(%s)", (backend,)).fetchone() == (True,)
+            wait_for(lambda b=backend: (leading_backend(bell) or b) != b, "the doorbell leads again")
+            assert bell.stats.reconnects >= round_ + 1
+            assert bell.stats.last_wait == doorbell.RETRY_SECONDS
+    finally:
+        doorbell.release(bell)
