@@ -29,7 +29,7 @@ ALTER TABLE pgmem.embedding_models ADD CONSTRAINT embedding_models_distance_chec
     CHECK (distance IN ('cosine', 'l2', 'inner_product'));
 COMMENT ON COLUMN pgmem.embedding_models.distance IS
     'what searches rank by: cosine, l2 or inner_product (the HNSW index''s operator class)';
-DROP INDEX pgmem.embedding_models_definition_key;
+DROP INDEX IF EXISTS pgmem.embedding_models_definition_key;  -- absent where 0005 ran as a placeholder
 CREATE UNIQUE INDEX embedding_models_definition_key ON pgmem.embedding_models (name, dimension, distance);
 """
 

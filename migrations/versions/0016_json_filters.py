@@ -62,7 +62,7 @@ BEGIN
             FUNCTION 6 gin_triconsistent_jsonb_path(internal, int2, jsonb, int4, internal, internal, internal),
             STORAGE int4;
         CREATE INDEX messages_metadata_idx ON pgmem.messages USING gin (metadata pgmem.jsonb_contains_ops);
-        DROP INDEX pgmem.items_value_idx;
+        DROP INDEX IF EXISTS pgmem.items_value_idx;
         CREATE INDEX items_value_idx ON pgmem.items USING gin (value pgmem.jsonb_contains_ops);
     END IF;
 END $$;

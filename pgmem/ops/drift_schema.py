@@ -39,6 +39,10 @@ RUNTIME_INDEXES = ("embeddings_hnsw_m", "item_vectors_hnsw_m")
 #: (pgmem.ops.drift_access).
 FILTER_INDEXES = ("messages_metadata_idx", "items_value_idx")
 _LEFT = "not declared by pgmem (left as it is)"
+#: Indexes an earlier revision of pgmem made and a later one dropped, which a revision that ran as a
+#: placeholder left in place: drift, dropped by the repair. embedding_models_name_key (0001, dropped by
+#: 0005) makes a model's name unique alone, so the same model with another dimension or distance fails.
+RETIRED_INDEXES = frozenset({"embedding_models_name_key"})
 
 
 def _include_object(obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any) -> bool:
@@ -213,7 +217,14 @@ def _alembic(connection: Connection) -> Iterator[Difference]:
                 continue  # the same name declared otherwise: reported (and rebuilt) above
             category = "indexes" if kind == "remove_index" else "constraints"
             table = diff[1].table.name if diff[1].table is not None else "?"
-            yield Difference(category, f"pgmem.{diff[1].name} (on pgmem.{table})", _LEFT, "warning")
+            subject = f"pgmem.{diff[1].name} (on pgmem.{table})"
+            if kind == "remove_index" and diff[1].name in RETIRED_INDEXES:
+                retire = sql.SQL("DROP INDEX {}").format(sql.Identifier(SCHEMA, diff[1].name))
+                yield Difference(
+                    category, subject, "left by an earlier revision, dropped by a later one", fix=running(retire)
+                )
+                continue
+            yield Difference(category, subject, _LEFT, "warning")
         else:  # pragma: no cover - a kind a newer alembic compares
             yield Difference("tables", str(diff[1]), f"{kind} (not repaired)")
 

@@ -117,6 +117,21 @@ def test_a_stamp_that_lies_is_named_and_repaired(empty_dsn: str) -> None:
     _client_works(empty_dsn)
 
 
+def test_the_issue_s_literal_database_stamped_0007_migrates_then_is_repaired(empty_dsn: str) -> None:
+    """Revisions 0004-0007 all ran as empty placeholders and the stamp says 0007 (issue 34's database):
+    migrating to head must not fail on what they should have made (0015 dropped an index of 0005's), then
+    names the differences, and the repair brings the schema to its revision."""
+    _alembic(empty_dsn, "upgrade", "0003")
+    _alembic(empty_dsn, "stamp", "0007")
+    with pytest.raises(pgmem.SchemaDrift) as raised:
+        migrate.upgrade(empty_dsn)
+    assert "policies: pgmem.messages: policy pgmem_namespace missing" in set(raised.value.differences)
+    repaired = run_cli("migrate", "--repair", env={"PGMEM_DSN": empty_dsn}, check=False)
+    assert f"schema matches revision {SCHEMA_REVISION}" in repaired.stdout, repaired.stdout
+    assert migrate.verify(empty_dsn).differences == ()
+    _client_works(empty_dsn)
+
+
 #: How the database is taken apart, and what verifying must then say (among the consequences it reports).
 _BREAKS = {
     "DROP TABLE pgmem.retention_policies": "tables: pgmem.retention_policies: missing",
