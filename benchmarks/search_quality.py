@@ -45,7 +45,8 @@ from pgmem.planning.statements import fragment
 # ids, scores and the coverage hybrid search computes (pgmem/planning/search.py).
 KEYWORD_SCORES = f"""
 WITH q AS MATERIALIZED (SELECT pgmem.fts_terms(%(query)s) AS terms),
-scope AS (SELECT %(scope_n)s::float8 AS n),
+scope AS (SELECT coalesce(sum(c.n), 0)::float8 AS n FROM pgmem.memory_counts AS c
+          WHERE c.namespace = %(ns)s AND c.memory = %(memory)s),
 hit AS MATERIALIZED (
     SELECT e.seq, m.id, {fragment("bm25_hit")}
     FROM q, pgmem.messages AS m
@@ -123,7 +124,6 @@ def legs(
     """Per query, the vector leg and the keyword leg, each ``depth`` deep."""
     vectors = embedder.embed([q.query for q in queries])
     out = []
-    sizes = {m: client.messages.count(m) for m in {q.memory for q in queries}}  # BM25's N: the memory's own
     with psycopg.connect(dsn) as conn:
         for query, vector in zip(queries, vectors, strict=True):
             hits = client.vectors.search(vector=vector, k=depth, memory=query.memory, mode="exact")
@@ -132,7 +132,6 @@ def legs(
                 "memory": query.memory,
                 "query": query.query,
                 "limit": depth,
-                "scope_n": sizes[query.memory],
             }
             keyword = [(i, float(s), float(c or 0)) for i, s, c in conn.execute(KEYWORD_SCORES, params)]
             out.append(([(h.message.id, h.score) for h in hits], keyword))

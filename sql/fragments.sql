@@ -176,8 +176,9 @@ length(m.tsv) AS dl, ts_filter(setweight(m.tsv, 'A', q.terms), '{a}') AS qv
 -- fragment: bm25
 -- BM25 of the keyword hits (README, "Keyword search"): CTEs after three of the statement's own: q
 -- (terms: pgmem.fts_terms of the query), scope (n: the number of messages the search's scope holds, its
--- memory's entries or its namespace's messages, counted by the client: pgmem/planning/search/keyword.py;
--- never the table's, which would let other tenants change a tenant's ranking) and hit (id,
+-- memory's size from pgmem.memory_counts or its namespace's messages counted by the client:
+-- pgmem/planning/search/keyword.py; never the table's, which would let other tenants change a tenant's
+-- ranking) and hit (id,
 -- seq, {{bm25_hit}}: the scope's messages whose tsv matches). Ends with bm25 (id, seq, score), one row
 -- per hit. k1 = 1.2, b = 0.75; idf = ln(1 + (N - df + 0.5) / (df + 0.5)) with df counted among the hits,
 -- which hold every message of the scope containing a scored lexeme (but under a websearch `or`/`-not`,

@@ -191,7 +191,8 @@ ORDER BY e.seq;
 -- pgmem.fts_query of a constant is folded into a tsquery when the statement is planned, so the planner
 -- sees which lexemes it looks for (the GIN index on tsv for rare ones, a scan for a word in most messages).
 WITH q AS MATERIALIZED (SELECT pgmem.fts_terms(%(query)s) AS terms),
-scope AS (SELECT %(scope_n)s::float8 AS n),
+scope AS (SELECT coalesce(sum(c.n), 0)::float8 AS n FROM pgmem.memory_counts AS c
+          WHERE c.namespace = %(ns)s AND c.memory = %(memory)s),
 hit AS MATERIALIZED (
     SELECT e.seq, m.id, {{bm25_hit}}
     FROM q, pgmem.messages AS m

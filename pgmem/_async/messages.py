@@ -498,10 +498,8 @@ class AsyncMessageRepository(AsyncRepository):
         if not isinstance(query, str) or "\x00" in query:
             raise InvalidInput("query must be a string without NUL bytes")
         check_query_text(query, "query")
-        planner = self._client.vectors.planner
-        await planner.fresh_statistics(connection)
-        scope_n = await planner.scope_size(memory, connection)
-        params = {"memory": memory, "query": query, "limit": limit, "scope_n": scope_n}
+        await self._client.vectors.planner.fresh_statistics(connection)
+        params = {"memory": memory, "query": query, "limit": limit}
         return await self._messages("search_text", params, connection)
 
     async def new_positions(

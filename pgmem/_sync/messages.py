@@ -499,10 +499,8 @@ class MessageRepository(Repository):
         if not isinstance(query, str) or "\x00" in query:
             raise InvalidInput("query must be a string without NUL bytes")
         check_query_text(query, "query")
-        planner = self._client.vectors.planner
-        planner.fresh_statistics(connection)
-        scope_n = planner.scope_size(memory, connection)
-        params = {"memory": memory, "query": query, "limit": limit, "scope_n": scope_n}
+        self._client.vectors.planner.fresh_statistics(connection)
+        params = {"memory": memory, "query": query, "limit": limit}
         return self._messages("search_text", params, connection)
 
     def new_positions(

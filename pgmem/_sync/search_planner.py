@@ -19,7 +19,7 @@ from pgmem.errors import Conflict
 from pgmem.planning import statements
 from pgmem.planning.rows import AnalyzeLockRow
 from pgmem.planning.search import EmbeddingModel, SearchFilters, statement
-from pgmem.planning.search.keyword import scope_size_sql
+from pgmem.planning.search.keyword import NAMESPACE_SIZE
 from pgmem.planning.search.plan import (
     COUNT_TTL,
     MAX_COUNTED_VECTORS,
@@ -63,7 +63,7 @@ class SearchPlanner(Repository):
         super().__init__(client)
         self._counts: dict[tuple[str, Hashable, int], tuple[int, float]] = {}
         self._vector_rows: dict[tuple[str, int], tuple[float, float]] = {}
-        self._scope_sizes: dict[str | None, tuple[int, float]] = {}
+        self._namespace_size: tuple[int, float] | None = None
         self._statistics_checked: dict[str, float] = {}
 
     def strategy(
@@ -172,20 +172,18 @@ class SearchPlanner(Repository):
                 raise
             log.debug("statistics of %s not refreshed: a vacuum or analyze holds the table", stale)
 
-    def scope_size(self, memory: str | None, connection: Connection[Any] | None) -> int:
-        """How many messages ``memory`` holds (None: the namespace), for keyword search's BM25 (its N:
-        :mod:`pgmem.planning.search.keyword`), counted at most every
-        :data:`~pgmem.planning.search.plan.SCOPE_SIZE_TTL` seconds: an N a minute old changes scores by
-        what the scope grew in that minute, and counting a memory of 30k entries on every search cost 5 ms,
-        twenty times a search of a rare word."""
+    def scope_size(self, memory: str | None, connection: Connection[Any] | None) -> int | None:
+        """BM25's N for keyword search (:mod:`pgmem.planning.search.keyword`) when the statement cannot read
+        it itself: for a search without a memory, how many messages the namespace holds, counted at most
+        every :data:`~pgmem.planning.search.plan.SCOPE_SIZE_TTL` seconds (an N a minute old changes scores
+        by what the namespace grew in that minute). None for a memory: the statement sums its counts."""
+        if memory is not None:
+            return None
         now = time.monotonic()
-        known = self._scope_sizes.get(memory)
+        known = self._namespace_size
         if known is None or now - known[1] > SCOPE_SIZE_TTL:
-            params = {"ns": self.namespace, "memory": memory}
-            size = self._client.executor.scalar(scope_size_sql(memory is not None), params, connection)
-            if len(self._scope_sizes) > 10_000:
-                self._scope_sizes.clear()
-            known = self._scope_sizes[memory] = (int(size or 0), now)
+            size = self._client.executor.scalar(NAMESPACE_SIZE, {"ns": self.namespace}, connection)
+            known = self._namespace_size = (int(size or 0), now)
         return known[0]
 
     def _default_exact_limit(

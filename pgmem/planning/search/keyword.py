@@ -2,9 +2,10 @@
 the ranking hybrid search fuses and ``keyword_search`` returns.
 
 Every number BM25 uses belongs to the search's scope, never to the tables: N is the number of messages
-the scope holds (the memory's entries, or the namespace's messages; ``%(scope_n)s``, counted by the
-client's planner and remembered for a minute), df is counted among the scope's hits, and a message's
-length against the mean over the hits. So a tenant's ranking depends on its own messages only: neither
+the scope holds (the memory's size, read in the statement from ``pgmem.memory_counts``, O(1) since
+migration 0017; or the namespace's messages, ``%(scope_n)s``, counted by the client's planner and
+remembered for a minute), df is counted among the scope's hits, and a message's length against the mean
+over the hits. So a tenant's ranking depends on its own messages only: neither
 its order nor its scores say anything of what other namespaces or memories hold.
 """
 
@@ -16,15 +17,16 @@ from pgmem.planning.search.filters import SearchFilters
 from pgmem.planning.search.vector import MESSAGE_COLUMNS, entry_filters
 from pgmem.planning.statements import fragment
 
-__all__ = ["keyword_hits_sql", "keyword_search_sql", "scope_size_sql"]
+__all__ = ["NAMESPACE_SIZE", "keyword_hits_sql", "keyword_search_sql"]
 
 
-def scope_size_sql(memory: bool) -> str:
-    """How many messages a keyword search's scope holds (BM25's N): the memory's entries, or the
-    namespace's messages. Parameters: ns (and memory)."""
-    if memory:  # O(1): the memory's counts (migration 0017)
-        return "SELECT coalesce(sum(n), 0) FROM pgmem.memory_counts WHERE namespace = %(ns)s AND memory = %(memory)s"
-    return "SELECT count(*) FROM pgmem.messages WHERE namespace = %(ns)s"
+#: How many messages the namespace holds (BM25's N for a search without a memory). Parameters: ns.
+NAMESPACE_SIZE = "SELECT count(*) FROM pgmem.messages WHERE namespace = %(ns)s"
+#: BM25's N for a search in a memory: its size, in the statement (the sum of its rows of memory_counts).
+_MEMORY_SCOPE = (
+    "SELECT coalesce(sum(c.n), 0)::float8 AS n FROM pgmem.memory_counts AS c "
+    "WHERE c.namespace = %(ns)s AND c.memory = %(memory)s"
+)
 
 
 def keyword_hits_sql(f: SearchFilters) -> sql.Composed:
@@ -34,7 +36,7 @@ def keyword_hits_sql(f: SearchFilters) -> sql.Composed:
 
     score is BM25; coverage the idf of the query's lexemes the message holds over the idf of them all (a
     lexeme no hit holds counts with df 0), 1 for a message holding every word (hybrid search's text
-    score). Parameters: ns, text, k, scope_n and the filters'."""
+    score). Parameters: ns, text, k, the filters' and, without a memory, scope_n."""
     terms: list[sql.Composable] = [
         sql.SQL("m.namespace = %(ns)s"),
         sql.SQL("m.tsv @@ pgmem.fts_query(%(text)s)"),
@@ -46,12 +48,14 @@ def keyword_hits_sql(f: SearchFilters) -> sql.Composed:
         )
         terms.insert(0, sql.SQL("te.namespace = %(ns)s"))
         seq = sql.SQL("te.seq")
+        scope = sql.SQL(_MEMORY_SCOPE)
     else:
         text_from = sql.SQL("pgmem.messages m")
         seq = sql.SQL("m.seq")
+        scope = sql.SQL("SELECT %(scope_n)s::float8 AS n")
     return sql.SQL(
         "WITH q AS MATERIALIZED (SELECT pgmem.fts_terms(%(text)s) AS terms), "
-        "scope AS (SELECT %(scope_n)s::float8 AS n), "
+        "scope AS ({scope}), "
         "hit AS MATERIALIZED (SELECT m.id, {seq} AS seq, {hit} FROM q, {text_from} WHERE {terms}), "
         "{bm25}, "
         "cover AS (SELECT sum(ln(1 + (s.n - coalesce(df.df, 0) + 0.5) / (coalesce(df.df, 0) + 0.5))) AS total "
@@ -61,6 +65,7 @@ def keyword_hits_sql(f: SearchFilters) -> sql.Composed:
         "b.matched / nullif(c.total, 0) AS coverage FROM bm25 AS b CROSS JOIN cover AS c "
         "ORDER BY rank LIMIT %(k)s"
     ).format(
+        scope=scope,
         seq=seq,
         hit=sql.SQL(fragment("bm25_hit")),
         text_from=text_from,
