@@ -50,13 +50,18 @@ $$;
 -- reader that dies before committing leaves its rows to the next. p_beat adds NOTIFY pgmem_vectors 'beat':
 -- what caches take as proof that the doorbell is being rung. Runs as its owner with pgmem.admin on (the
 -- owner's row-level security policy: it reads every namespace's rings), and sends nothing but tags.
+-- pgmem.admin is set in the body and put back before returning (an error rolls it back with the
+-- statement), not by a SET clause: on PostgreSQL 15+ only a superuser may declare a function that sets a
+-- custom parameter, and the tables' owner on a managed service is not one (migration 0021).
 CREATE OR REPLACE FUNCTION pgmem.ring_doorbell(p_wait_ms integer, p_beat boolean) RETURNS integer
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET pgmem.admin = 'on' AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     -- At most a second: the call's snapshot holds back vacuum while it waits.
     deadline timestamptz := clock_timestamp() + least(greatest(p_wait_ms, 0), 1000) * interval '1 millisecond';
     sent integer;
+    admin_was text := current_setting('pgmem.admin', true);
 BEGIN
+    PERFORM set_config('pgmem.admin', 'on', true);
     -- Rows another transaction holds locked (a ring of its own, not yet committed) are passed by, never
     -- waited for: one open transaction must not stop every tenant's wake-ups. They stay for a later round.
     WHILE NOT EXISTS (SELECT 1 FROM pgmem.doorbell FOR UPDATE SKIP LOCKED) AND clock_timestamp() < deadline LOOP
@@ -84,6 +89,7 @@ BEGIN
     IF p_beat THEN
         PERFORM pg_notify('pgmem_vectors', 'beat');
     END IF;
+    PERFORM set_config('pgmem.admin', coalesce(admin_was, ''), true);
     RETURN sent;
 END $$;
 

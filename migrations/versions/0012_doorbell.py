@@ -38,15 +38,19 @@ _SCOPED = "namespace = current_setting('pgmem.namespace', true)"
 _ADMIN = "current_setting('pgmem.admin', true) = 'on'"
 
 # sql/triggers.sql's ring_doorbell and log_vector_changes as of this revision (function bodies are stored as
-# written: copied character for character).
+# written: copied character for character). ring_doorbell is 0021's since then: it set pgmem.admin with a
+# SET clause, which only a superuser may declare on PostgreSQL 15+, so this migration failed for an owner
+# that is not one (a managed service's); databases that ran it before get 0021's from 0021.
 _RING_DOORBELL = r"""
 CREATE OR REPLACE FUNCTION pgmem.ring_doorbell(p_wait_ms integer, p_beat boolean) RETURNS integer
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET pgmem.admin = 'on' AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     -- At most a second: the call's snapshot holds back vacuum while it waits.
     deadline timestamptz := clock_timestamp() + least(greatest(p_wait_ms, 0), 1000) * interval '1 millisecond';
     sent integer;
+    admin_was text := current_setting('pgmem.admin', true);
 BEGIN
+    PERFORM set_config('pgmem.admin', 'on', true);
     -- Rows another transaction holds locked (a ring of its own, not yet committed) are passed by, never
     -- waited for: one open transaction must not stop every tenant's wake-ups. They stay for a later round.
     WHILE NOT EXISTS (SELECT 1 FROM pgmem.doorbell FOR UPDATE SKIP LOCKED) AND clock_timestamp() < deadline LOOP
@@ -74,6 +78,7 @@ BEGIN
     IF p_beat THEN
         PERFORM pg_notify('pgmem_vectors', 'beat');
     END IF;
+    PERFORM set_config('pgmem.admin', coalesce(admin_was, ''), true);
     RETURN sent;
 END $$;
 """

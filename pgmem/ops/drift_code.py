@@ -12,8 +12,8 @@ Replacing takes the locks the DDL takes until the transaction ends, a fraction o
 three tables with triggers wait (SHARE ROW EXCLUSIVE), and reads of the views (ACCESS EXCLUSIVE); a lock
 not granted within 5 s leaves the definitions uncompared (a note) rather than queue every client behind
 it. Only the objects' owner (or a superuser) may replace them: for another role :func:`compare` checks
-that they exist, not what they say; what even the owner may not declare (``ring_doorbell``'s ``SET
-pgmem.admin`` takes a superuser on PostgreSQL 15+) is a warning, not compared.
+that they exist, not what they say; what even the owner may not declare (a function's ``SET`` of a custom
+parameter takes a superuser on PostgreSQL 15+; pgmem declares none since 0021) is a warning, not compared.
 
 ``pgmem.jsonb_contains`` (sql/json_filters.sql) is not compared here: only a superuser may declare it as
 written (``LANGUAGE internal LEAKPROOF``), and migration 0016 declares it otherwise for a role that is not
