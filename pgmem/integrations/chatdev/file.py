@@ -329,18 +329,28 @@ class FileMemoryStore(MemoryStore):
         similarity_threshold: float = -1.0,
     ) -> list[MemoryItem]:
         """The ``top_k`` chunks closest to ``query``; ``metadata`` names the file (``file_path``) and the
-        chunk (``chunk_index`` of ``total_chunks``)."""
+        chunk (``chunk_index`` of ``total_chunks``). Chunks of equal score come in file and chunk order
+        (``file_path``, then ``chunk_index``), and at the ``top_k``-th place the first of them in that
+        order are kept (DevAll's order among them is FAISS's heap order over its directory listing)."""
         top_k = check_top_k(top_k)
         threshold = check_threshold(similarity_threshold)
         text = query_text(query).strip()
         if not text:
             return []
         self.client.vectors.wait()
-        hits = self.client.search(
-            text,
-            memory=self.memory_key,
-            k=top_k,
-            threshold=None if threshold <= -1.0 else threshold,
-            embedder=self._embedder,
-        )
-        return [MemoryItem.from_message(hit.message, hit.score) for hit in hits]
+        k = min(top_k + 8, 1000)
+        while True:
+            hits = self.client.search(
+                text,
+                memory=self.memory_key,
+                k=k,
+                threshold=None if threshold <= -1.0 else threshold,
+                embedder=self._embedder,
+            )
+            # Enough when the last hit scores below the top_k-th: every chunk tied with it is in hand.
+            if len(hits) < k or k >= 1000 or len(hits) <= top_k or hits[-1].score < hits[top_k - 1].score:
+                break
+            k = min(k * 4, 1000)
+        items = [MemoryItem.from_message(hit.message, hit.score) for hit in hits]
+        items.sort(key=lambda i: (-(i.score or 0.0), i.metadata.get("file_path", ""), i.metadata.get("chunk_index", 0)))
+        return items[:top_k]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import pgmem
-from pgmem.stores import MemoryContentSnapshot, MemoryWritePayload, build_stores, extract_key_content
+from pgmem.stores import MemoryContentSnapshot, MemoryManager, MemoryWritePayload, build_stores, extract_key_content
 from tests.seeds.chatdev import devall
 
 ns = devall.load()
@@ -105,6 +105,52 @@ def test_blackboard_random_sequences_agree(client: pgmem.Client, seed: int) -> N
             got_o = [_view(i) for i in ours.retrieve("r", "q", top_k)]
             assert got_o == got_t
     assert [_view(i) for i in ours.items()] == [_view(i) for i in theirs.contents]
+
+
+def _record(item: Any) -> dict[str, Any]:
+    """A stored item as DevAll writes it (``to_dict``), without its id, time and vector."""
+
+    def snap(s: Any) -> Any:
+        return None if s is None else {"text": s.text, "blocks": list(s.blocks)}
+
+    return {"content_summary": item.content_summary, "metadata": dict(item.metadata),
+            "input_snapshot": snap(item.input_snapshot), "output_snapshot": snap(item.output_snapshot)}  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", ["no-output", "no-input", "both"])
+def test_blackboard_stores_devalls_record(client: pgmem.Client, mode: str) -> None:
+    """An update without an output (or an input) stores the record DevAll stores, snapshots included."""
+    theirs = devall.store(ns, "board", "blackboard", {})
+    ours = build_stores([{"name": "rec", "type": "blackboard", "config": {}}], client=client)["rec"]
+    their_p, our_p = _payloads(ns.memory_base, " the answer ", "  the task as given ", "pm", [PNG], mode)
+    theirs.update(their_p)
+    assert ours.update(our_p)
+    assert [_record(i) for i in ours.items()] == [_record(i) for i in theirs.contents]
+
+
+def test_blackboard_through_the_managers_agrees(client: pgmem.Client) -> None:
+    """DevAll's MemoryManager re-ranks the board's items (recency, length, the query's words): the same
+    items come back in the same order, and the same context block."""
+    theirs = devall.store(ns, "board", "blackboard", {})
+    ours = build_stores([{"name": "board", "type": "blackboard", "config": {}}], client=client)
+    rng = random.Random(11)
+    for _ in range(8):
+        their_p, our_p = _payloads(ns.memory_base, _text(rng), "in", "qa", [], "both")
+        theirs.update(their_p)
+        ours["board"].update(our_p)
+    attachment = {"name": "board", "top_k": 5}
+    their_m = ns.memory_base.MemoryManager(
+        [ns.memory_configs.MemoryAttachmentConfig.from_dict(attachment, path="memories[0]")], {"board": theirs}
+    )
+    our_m = MemoryManager([attachment], ours)
+    for query in ("snake board", "release", ""):
+        got_t = their_m.retrieve(
+            "r", ns.memory_base.MemoryContentSnapshot(text=query), ns.enums.AgentExecFlowStage.GEN_STAGE
+        )
+        got_o = our_m.retrieve("r", query, "gen")
+        assert got_o is not None and got_t is not None
+        assert [i.content_summary for i in got_o.items] == [i.content_summary for i in got_t.items]
+        assert got_o.formatted_text == got_t.formatted_text
 
 
 # -- simple ----------------------------------------------------------------------------------------------
@@ -231,3 +277,26 @@ def test_file_store_chunks_metadata_refresh_and_retrieval_agree(
         got_t = [i.content_summary for i in _found(theirs, query, top_k)]
         got_o = [i.content_summary for i in ours.retrieve("r", query, top_k)]
         assert got_o == got_t or _near_tie(got_o, got_t), query
+
+
+def test_equal_score_file_chunks(client: pgmem.Client, tmp_path: Path) -> None:
+    """Identical chunks in several files: both return the same chunks' text; pgmem orders the tied ones by
+    file path (a documented difference: DevAll's order among them is FAISS's heap order over its
+    directory listing, e.g. the first k indexed, last first)."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name in ("d.md", "b.md", "e.md", "a.md", "c.md"):
+        (docs / name).write_text("release checklist for friday", encoding="utf-8")
+    source = {"path": str(docs), "file_types": [".md"]}
+    theirs = devall.store(ns, "ties", "file", {"index_path": str(tmp_path / "idx.json"), "file_sources": [source]})
+    theirs.load()
+    ours = build_stores(
+        [{"name": "ties", "type": "file", "config": {"file_sources": [source], "progress": False, **HASHING}}],
+        client=client,
+    )["ties"]
+    for top_k in (1, 2, 3, 5):
+        got_t = _found(theirs, "release checklist for friday", top_k)
+        got_o = ours.retrieve("r", "release checklist for friday", top_k)
+        assert [i.content_summary for i in got_o] == [i.content_summary for i in got_t]
+        paths = [i.metadata["file_path"] for i in got_o]
+        assert paths == sorted(str(docs / n) for n in ("a.md", "b.md", "c.md", "d.md", "e.md"))[:top_k]
