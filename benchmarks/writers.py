@@ -49,6 +49,9 @@ Contenders, interleaved within each process count and round (the order alternate
   ``hand``; ``add``: the pgmem API in a database where a ``BEFORE INSERT`` row trigger on
   ``pgmem.doorbell`` sends the notification the pre-0012 ``log_vector_changes`` sent, and drops the row,
   compared with ``floor``. A process listens as for pgmem (``--listen``). None for ``claim``.
+* ``spread`` (``add`` only): the pgmem API, each process adding to a memory of its own (``team-<i>``, vectors
+  on), against which one shared memory is measured: what writers of one memory wait for that writers of
+  different memories do not (issue 38; pgmem / spread, target >= 0.8 at 32 processes).
 
 Data and state: each run gets a fresh database cloned from a template (schema, the embedding model, the
 memory ``team`` with vectors on, one subscriber per process; for ``claim`` the queue prefilled with
@@ -102,14 +105,14 @@ from pgmem.planning.rows import INSERT_COLUMNS, encode
 
 NS = "bench"
 OPS = ("push", "publish", "add", "claim")
-CONTENDERS = ("pgmem", "floor", "hand", "notify")
+CONTENDERS = ("pgmem", "floor", "hand", "notify", "spread")
 #: The contenders each operation has. claim never rang nor notified: pgmem's path against the statement by
 #: hand is its control (what the client path costs where notifications play no part). add's ring is in a
 #: trigger of the embedder's transaction: no statement by hand.
 OP_CONTENDERS = {
-    "push": CONTENDERS,
-    "publish": CONTENDERS,
-    "add": ("pgmem", "floor", "notify"),
+    "push": CONTENDERS[:4],
+    "publish": CONTENDERS[:4],
+    "add": ("pgmem", "floor", "notify", "spread"),
     "claim": ("pgmem", "hand"),
 }
 PUSH_QUEUE, CLAIM_QUEUE, IDLE_QUEUE, MEMORY = "jobs", "work", "idle", "team"
@@ -117,6 +120,9 @@ WARM = 10  # untimed operations of each process before the start signal
 SAMPLE_S = 0.005
 #: Issue 32's targets: the Lock/object share at these process counts, and pgmem's ops/s against the floor's.
 TARGET_SHARE, TARGET_SHARE_AT, TARGET_RATIO, TARGET_RATIO_AT = 0.05, (8, 32), 0.8, 32
+#: Issue 38's: adds to one memory >= 0.8x adds spread over as many memories as writers, at 32 writers; at 64
+#: (16 cores) no wait event but the WAL's above 20% of busy samples, and adds/s at 64 >= at 16.
+TARGET_SPREAD, TARGET_SPREAD_AT, TARGET_WAIT_SHARE, WAL_WAITS = 0.8, 32, 0.2, ("IO/WalSync", "LWLock/WALWrite")
 #: Prefilled claim items per second of run, per 2 cores (this VM claims ~1.5-2k/s at batch 1).
 CLAIM_PER_S_PER_2_CORES = 3_000
 
@@ -247,6 +253,9 @@ def writer_step(
     tag = uuid.uuid4().hex[:8]
     worker = f"bench-{os.getpid()}"
     api = contender in ("pgmem", "floor") or op == "add"
+    # spread: each process adds to a memory of its own (all with vectors on), what one shared memory is
+    # measured against (issue 38: no row every writer of one memory waits for)
+    memory = f"{MEMORY}-{index}" if contender == "spread" else MEMORY
     if api:
         client = pgmem.connect(
             dsn, namespace=NS, max_size=2 if op == "add" else 1, migrate=False,
@@ -265,7 +274,7 @@ def writer_step(
             elif op == "publish":
                 client.queues.publish(MEMORY, _message(texts, index, i, n, tag))
             elif op == "add":
-                client.messages.add(MEMORY, _message(texts, index, i, n, tag))
+                client.messages.add(memory, _message(texts, index, i, n, tag))
             else:
                 held = client.queues.claim(CLAIM_QUEUE, n=1, worker=worker, ack=held or None)
                 return bool(held)
@@ -392,6 +401,9 @@ def prepare_templates(
     migrate.upgrade(dsn)
     with pgmem.connect(dsn, namespace=NS, max_size=1, migrate=False, embedder=embedder) as client:
         client.vectors.enable(MEMORY)
+        if "add" in ops:
+            for a in range(processes):
+                client.vectors.enable(f"{MEMORY}-{a}")
         for a in range(processes):
             client.queues.subscribe(f"agent{a}")
         client.vectors.flush()
@@ -555,6 +567,26 @@ def targets(points: list[dict[str, Any]]) -> list[str]:
         if p["processes"] in TARGET_SHARE_AT and pg["lock_object_share"] is not None:
             verdict = "met" if pg["lock_object_share"] <= TARGET_SHARE else "MISSED"
             out.append(f"{where}: Lock/object share {_pct(pg['lock_object_share'])} (target <= 5%): {verdict}")
+        if p["processes"] == TARGET_SPREAD_AT and p.get("pgmem/spread") is not None:
+            verdict = "met" if p["pgmem/spread"] >= TARGET_SPREAD else "MISSED"
+            out.append(
+                f"{where}: one memory {pg['ops_per_s']:.0f} adds/s, {p['pgmem/spread']:.2f}x spread over "
+                f"{p['processes']} memories ({p['spread']['ops_per_s']:.0f}) (target >= 0.8x): {verdict}"
+            )
+        if p["op"] == "add" and p["processes"] >= 64:
+            worst = next(((w, v) for w, v in pg["waits"].items() if w not in WAL_WAITS), None)
+            if worst is not None:
+                verdict = "met" if worst[1] <= TARGET_WAIT_SHARE else "MISSED"
+                out.append(
+                    f"{where}: commonest wait but the WAL's {worst[0]} {_pct(worst[1])} (target <= 20%): {verdict}"
+                )
+            at16 = next((q for q in points if q["op"] == "add" and q["processes"] == 16 and "pgmem" in q), None)
+            if at16 is not None:
+                verdict = "met" if pg["ops_per_s"] >= at16["pgmem"]["ops_per_s"] else "MISSED"
+                out.append(
+                    f"{where}: {pg['ops_per_s']:.0f} adds/s against {at16['pgmem']['ops_per_s']:.0f} at 16 "
+                    f"(target >=): {verdict}"
+                )
         if p["processes"] == TARGET_RATIO_AT and p.get("pgmem/floor") is not None:
             verdict = "met" if p["pgmem/floor"] >= TARGET_RATIO else "MISSED"
             out.append(
@@ -571,7 +603,7 @@ def print_report(console: Console, results: dict[str, Any]) -> None:
         title=f"writers: ops/s, median of {results['rounds']} round(s) of {results['seconds']} s "
         f"({results['cpus']} cores; floor: pgmem's path with no notification at all; hand: by psycopg)"
     )
-    ratios = ("pgmem/floor", "pgmem/hand", "notify/hand", "notify/floor")
+    ratios = ("pgmem/floor", "pgmem/hand", "notify/hand", "notify/floor", "pgmem/spread")
     for col in ("op", "processes", *shown, *ratios, "doorbell rows left (pgmem)"):
         table.add_column(col, justify="left" if col == "op" else "right")
     for p in points:
@@ -677,7 +709,12 @@ def main() -> None:
                             )
                     point: dict[str, Any] = {"op": op, "processes": n, **{c: summarize(v) for c, v in runs.items()}}
                     notify_base = "hand" if "hand" in point else "floor"  # notify by hand where there is one
-                    for c, base in (("pgmem", "floor"), ("pgmem", "hand"), ("notify", notify_base)):
+                    for c, base in (
+                        ("pgmem", "floor"),
+                        ("pgmem", "hand"),
+                        ("notify", notify_base),
+                        ("pgmem", "spread"),
+                    ):
                         if c in point and base in point and point[base]["ops_per_s"]:
                             point[f"{c}/{base}"] = round(point[c]["ops_per_s"] / point[base]["ops_per_s"], 2)
                     if any(point[c]["dry"] for c in runs):
