@@ -2,7 +2,8 @@
 
 Migrations run in one transaction that first takes a transaction-level advisory lock, so any number of
 processes may migrate the same database at once: the first applies the revisions, the others wait and
-then find nothing to do.
+then find nothing to do. Online, the lock is polled (pgmem.ops.migrate.take_migration_lock) and the
+transaction is the caller's: pgmem.ops.migrate.upgrade commits it.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import text
 
-from pgmem.ops.migrate import MIGRATION_LOCK_KEY, engine_for
+from pgmem.ops.migrate import MIGRATION_LOCK_KEY, engine_for, take_migration_lock
 from pgmem.ops.schema import SCHEMA, metadata
 
 config = context.config
@@ -35,12 +36,15 @@ def run_migrations_online() -> None:
         engine = engine_for(config.get_main_option("sqlalchemy.url") or None)
         with engine.connect() as connection:
             _run(connection)
+            connection.commit()
         engine.dispose()
     else:
         _run(connection)
 
 
 def _run(connection) -> None:  # type: ignore[no-untyped-def]
+    # Taken before alembic begins: the transaction is then the caller's (alembic's begin is a no-op).
+    take_migration_lock(connection)
     context.configure(
         connection=connection,
         target_metadata=metadata,
@@ -50,7 +54,6 @@ def _run(connection) -> None:  # type: ignore[no-untyped-def]
         transaction_per_migration=False,
     )
     with context.begin_transaction():
-        connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK_KEY})
         connection.execute(text("CREATE SCHEMA IF NOT EXISTS pgmem"))
         # Row-level security (revision 0004) is forced on the owner too: a data migration sees every
         # namespace through the owner's pgmem_admin policy.
@@ -58,6 +61,28 @@ def _run(connection) -> None:  # type: ignore[no-untyped-def]
         context.run_migrations()
 
 
+def run_migrations_offline() -> None:
+    """Write the SQL script of the migrations instead of running it (``pgmem migrate --sql``, for a DBA): the
+    same transaction, lock and settings as online. A migration that would read the database to decide
+    (0005, 0007) writes the decision into the script, for the server to make when it runs."""
+    context.configure(
+        dialect_name="postgresql",
+        target_metadata=metadata,
+        version_table_schema=SCHEMA,
+        include_schemas=True,
+        literal_binds=True,
+        # Named parameters: no %-escaping of the SQL text (RAISE '... %' stays as the migration wrote it).
+        dialect_opts={"paramstyle": "named"},
+        transaction_per_migration=False,
+    )
+    with context.begin_transaction():
+        context.execute(f"SELECT pg_advisory_xact_lock({int(MIGRATION_LOCK_KEY)})")
+        context.execute("CREATE SCHEMA IF NOT EXISTS pgmem")
+        context.execute("SELECT set_config('pgmem.admin', 'on', true)")
+        context.run_migrations()
+
+
 if context.is_offline_mode():
-    raise SystemExit("pgmem migrations run online only (they take an advisory lock)")
-run_migrations_online()
+    run_migrations_offline()
+else:
+    run_migrations_online()

@@ -155,6 +155,7 @@ def connect(
     max_size: int = 10,
     embedder: Embedder | None = None,
     retrieval_log: bool | None = None,
+    recall_sample: float | None = None,
     replicas: Sequence[str] | None = None,
     replica_wait: float | None = None,
     timeout: float | None = DEFAULT_TIMEOUT,
@@ -172,6 +173,8 @@ def connect(
             offline hashing embedder).
         retrieval_log: record every search's hits in ``pgmem.retrieval_log`` (default:
             ``PGMEM_RETRIEVAL_LOG``, off).
+        recall_sample: the share of vector, batch and hybrid searches whose recall is checked in the
+            background (``pgmem.search_recall``, docs/analytics.md; default ``PGMEM_RECALL_SAMPLE``, 0: off).
         replicas: DSNs of streaming replicas of the server that searches read from (default:
             ``PGMEM_REPLICA_DSNS``, comma-separated; none), with read-your-writes: see the README's "Read
             replicas". Not with a connection of yours (your transaction is on the primary).
@@ -196,6 +199,7 @@ def connect(
         "namespace": namespace,
         "embedder": embedder,
         "retrieval_log": retrieval_log,
+        "recall_sample": recall_sample,
         "timeout": timeout,
     }
     if isinstance(dsn, Connection):
@@ -251,6 +255,7 @@ async def aconnect(
     max_size: int = 10,
     embedder: Embedder | None = None,
     retrieval_log: bool | None = None,
+    recall_sample: float | None = None,
     replicas: Sequence[str] | None = None,
     replica_wait: float | None = None,
     timeout: float | None = DEFAULT_TIMEOUT,
@@ -268,6 +273,8 @@ async def aconnect(
             offline hashing embedder).
         retrieval_log: record every search's hits in ``pgmem.retrieval_log`` (default:
             ``PGMEM_RETRIEVAL_LOG``, off).
+        recall_sample: the share of vector, batch and hybrid searches whose recall is checked in the
+            background (``pgmem.search_recall``, docs/analytics.md; default ``PGMEM_RECALL_SAMPLE``, 0: off).
         replicas: DSNs of streaming replicas of the server that searches read from (default:
             ``PGMEM_REPLICA_DSNS``, comma-separated; none), with read-your-writes: see the README's "Read
             replicas". Not with a connection of yours (your transaction is on the primary).
@@ -292,6 +299,7 @@ async def aconnect(
         "namespace": namespace,
         "embedder": embedder,
         "retrieval_log": retrieval_log,
+        "recall_sample": recall_sample,
         "timeout": timeout,
     }
     if isinstance(dsn, AsyncConnection):

@@ -25,6 +25,7 @@ __all__ = [
     "EmbeddingError",
     "InvalidInput",
     "LeaseLost",
+    "MissingExtra",
     "NotFound",
     "PermissionDenied",
     "PgmemError",
@@ -172,6 +173,11 @@ class SummaryError(PgmemError):
 
 class DemoIncomplete(PgmemError):
     """The demo team did not finish: a role process died or the deadline passed."""
+
+
+class MissingExtra(PgmemError, ImportError):
+    """An optional part of pgmem needs a package that is not installed; the message names the extra that
+    installs it (e.g. ``pip install 'pgmem[report]'``). Nothing was run."""
 
 
 # A secret after its key, in any form pgmem may print: libpq's key=value (quoted values may hold spaces and

@@ -17,10 +17,12 @@ from typing import Any, TypeAlias
 
 from pgmem.errors import InvalidInput, redact
 
-__all__ = ["Seconds", "Settings", "get_settings"]
+__all__ = ["Fraction", "Seconds", "Settings", "get_settings"]
 
 #: A duration in seconds, finite and >= 0 (the annotation names the parser, see ``_PARSERS``).
 Seconds: TypeAlias = float
+#: A share, a number in [0, 1].
+Fraction: TypeAlias = float
 
 PREFIX = "PGMEM_"
 
@@ -51,6 +53,11 @@ class Settings:
     client's sweep purges it; a FAISS cache further behind than that reloads its memory in full.
     ``PGMEM_RETRIEVAL_LOG_RETENTION``: seconds a logged search stays in ``pgmem.retrieval_log`` before a
     sweep purges it (default unset: the sweep leaves the retrieval log alone).
+    ``PGMEM_RECALL_SAMPLE``: the share of vector, batch and hybrid searches whose recall is checked
+    (``pgmem.recall_samples``, the view ``pgmem.search_recall``), 0 to 1 (default 0: off; a client's
+    ``recall_sample=`` overrides it). ``PGMEM_RECALL_CHECK_INTERVAL``: seconds between two runs of a client's
+    background checker (default 60); ``PGMEM_RECALL_RETENTION``: seconds a sample is kept (default 7 days).
+    See docs/analytics.md.
     ``PGMEM_APP_ROLE``: the role (default ``pgmem_app``) a client acts as when its DSN logs in as a role
     that row-level security does not hold (a superuser, BYPASSRLS, or the tables' owner): every pooled
     connection runs ``SET ROLE`` to it once. See ``pgmem.security``.
@@ -74,6 +81,9 @@ class Settings:
     retrieval_log: bool = False
     vector_log_retention: Seconds = 3600.0
     retrieval_log_retention: Seconds | None = None
+    recall_sample: Fraction = 0.0
+    recall_check_interval: Seconds = 60.0
+    recall_retention: Seconds = 604800.0
     sweep_interval: Seconds = 300.0
     replica_dsns: str | None = field(default=None, repr=False)  # they may hold passwords
     replica_wait: Seconds = 1.0
@@ -143,6 +153,16 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _fraction(text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ValueError("expected a number in [0, 1]") from None
+    if not 0 <= value <= 1:  # NaN fails too
+        raise ValueError("expected a number in [0, 1]")
+    return value
+
+
 def _optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return lambda text: None if text.strip() == "" else parse(text)
 
@@ -155,6 +175,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "int": _int,
     "bool": _bool,
     "Seconds": _seconds,
+    "Fraction": _fraction,
     "Seconds | None": _optional(_seconds),
 }
 

@@ -133,13 +133,51 @@ settle AS MATERIALIZED (SELECT pg_advisory_xact_lock_shared({{settle_lock_key}})
 pgmem.memory_entries AS e
 JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = e.message_id
 
+-- fragment: lineage
+-- What the memory %(memory)s holds as of %(upto)s (a sequence number; NULL: now), as rows (memory, upto)
+-- aliased l (pgmem.lineage, migration 0020): the memory's own entries and, for a fork, its parent's up to
+-- the fork's point, recursively. A statement reads each row's entries with seq <= l.upto (one index range
+-- of memory_entries_order_key or memory_entries_cause_by_idx per row; one row for a memory that is no fork).
+pgmem.lineage(%(ns)s, %(memory)s, %(upto)s::bigint) AS l
+
+-- fragment: lineage_messages
+-- The entries (alias e) the memory %(memory)s holds as of %(upto)s ({{lineage}}), joined with their messages
+-- (alias m). A statement orders by e.seq: the lineage's ranges are merged by a sort of what they yield.
+{{lineage}}
+JOIN pgmem.memory_entries AS e ON e.namespace = %(ns)s AND e.memory = l.memory AND e.seq <= l.upto
+JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = e.message_id
+
+-- fragment: not_inherited_one
+-- A condition of an entry's insert: the message %(id)s is not one the memory %(memory)s inherits as a fork
+-- (adding it is then a duplicate, as adding one of its own: migration 0020). The lineage is read only for
+-- a fork (CASE evaluates the probe of memory_forks first): a memory that is no fork pays one index probe.
+CASE WHEN EXISTS (SELECT 1 FROM pgmem.memory_forks AS f
+                  WHERE f.namespace = %(ns)s AND f.memory = %(memory)s AND f.materialized_at IS NULL)
+     THEN NOT EXISTS (SELECT 1 FROM pgmem.lineage(%(ns)s, %(memory)s, NULL) AS il
+                      JOIN pgmem.memory_entries AS ie
+                        ON ie.namespace = %(ns)s AND ie.memory = il.memory AND ie.message_id = %(id)s
+                      WHERE il.memory <> %(memory)s AND ie.seq <= il.upto)
+     ELSE true END
+
+-- fragment: not_inherited_batch
+-- not_inherited_one for the message `first.id` of a batch.
+CASE WHEN EXISTS (SELECT 1 FROM pgmem.memory_forks AS f
+                  WHERE f.namespace = %(ns)s AND f.memory = %(memory)s AND f.materialized_at IS NULL)
+     THEN NOT EXISTS (SELECT 1 FROM pgmem.lineage(%(ns)s, %(memory)s, NULL) AS il
+                      JOIN pgmem.memory_entries AS ie
+                        ON ie.namespace = %(ns)s AND ie.memory = il.memory AND ie.message_id = first.id
+                      WHERE il.memory <> %(memory)s AND ie.seq <= il.upto)
+     ELSE true END
+
 -- fragment: delete_orphans
 -- A CTE body: delete the messages of `entry` that nothing refers to any more. `entry` is a CTE of the
 -- same statement returning message_id: the entries it deleted, all of the memory %(memory)s. The
 -- statement's snapshot still shows the rows it deletes, so the memory's own entries are excluded by
 -- `o.memory <> %(memory)s` (a message is in a memory at most once) rather than seen as references.
 -- Refer to a message: an entry of another memory, a queue item, a row of the queue archive (asked through
--- pgmem.queue_archive_refs by key: migration 0011).
+-- pgmem.queue_archive_refs by key: migration 0011), a fork of the memory that inherits the entry (the
+-- trigger memory_entries_left_forks copies it there after the statement: migration 0020). `entry` returns
+-- the entries' seq too.
 -- Each check is a subquery per message (OFFSET 0 keeps the planner from turning it into a join), probed by
 -- the message id: as an anti-join it read every entry of the namespace when the statistics were behind.
 -- Deliberately not used by retention.sql `purge_queue_archive`, which deletes archive rows, not entries:
@@ -153,6 +191,9 @@ WHERE m.namespace = %(ns)s AND m.id = entry.message_id
                   WHERE q.namespace = %(ns)s AND q.message_id = entry.message_id OFFSET 0)
   AND NOT EXISTS (SELECT 1 FROM pgmem.queue_archive_refs AS a
                   WHERE a.namespace = %(ns)s AND a.message_id = entry.message_id OFFSET 0)
+  AND NOT EXISTS (SELECT 1 FROM pgmem.memory_forks AS f
+                  WHERE f.namespace = %(ns)s AND f.parent = %(memory)s AND f.materialized_at IS NULL
+                    AND f.upto_seq >= entry.seq OFFSET 0)
 
 -- fragment: message_payload
 -- What a framework adapter keeps of a message (alias m): its metadata field %(field)s (the framework's own

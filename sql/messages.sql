@@ -16,6 +16,7 @@ WITH {{settle_shared}}, memory AS (
 ), {{message_once}}
 INSERT INTO pgmem.memory_entries (namespace, memory, message_id, cause_by)
 SELECT %(ns)s, %(memory)s, %(id)s, %(cause_by)s FROM settle
+WHERE {{not_inherited_one}}
 ON CONFLICT DO NOTHING
 RETURNING seq, {{memory_embeds}} AS embeds;
 
@@ -44,6 +45,7 @@ FROM entry;
            nextval(pg_get_serial_sequence('pgmem.memory_entries', 'seq')) AS seq
     FROM (SELECT DISTINCT ON (id) id, cause_by, ord FROM batch ORDER BY id, ord) AS first
     CROSS JOIN settle
+    WHERE {{not_inherited_batch}}
     ORDER BY first.ord
 ), memory AS (
     {{register_memory}}
@@ -76,6 +78,7 @@ WITH {{settle_shared}}, memory AS (
 ), {{message_once}}, entry AS (
     INSERT INTO pgmem.memory_entries (namespace, memory, message_id, cause_by)
     SELECT %(ns)s, %(memory)s, %(id)s, %(cause_by)s FROM settle
+    WHERE {{not_inherited_one}}
     ON CONFLICT DO NOTHING
     RETURNING seq
 ), given AS (
@@ -136,53 +139,56 @@ WHERE m.namespace = %(ns)s AND m.content_hash <> g.content_hash
 ORDER BY m.id;
 
 -- name: last_k
--- The last k messages of a memory, oldest first (k NULL: all). Walks memory_entries_order_key backwards.
+-- The last k messages of a memory as of %(upto)s (NULL: now), oldest first (k NULL: all). Each range of the
+-- memory's lineage (a fork's parent's too) is walked backwards on memory_entries_order_key, k at most.
 SELECT e.seq, {{message_columns}}
-FROM (SELECT seq, message_id FROM pgmem.memory_entries
-      WHERE namespace = %(ns)s AND memory = %(memory)s
-      ORDER BY seq DESC LIMIT %(k)s) AS e
+FROM (SELECT x.seq, x.message_id FROM {{lineage}}
+      CROSS JOIN LATERAL (SELECT seq, message_id FROM pgmem.memory_entries
+                          WHERE namespace = %(ns)s AND memory = l.memory AND seq <= l.upto
+                          ORDER BY seq DESC LIMIT %(k)s) AS x
+      ORDER BY x.seq DESC LIMIT %(k)s) AS e
 JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = e.message_id
 ORDER BY e.seq;
 
 -- name: by_action
 -- Messages caused by one action, in memory order: an index range scan of memory_entries_cause_by_idx
--- that already yields seq order (no sort).
+-- per range of the memory's lineage (one for a memory that is no fork), merged by seq.
 SELECT e.seq, {{message_columns}}
-FROM {{entry_messages}}
-WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND e.cause_by = %(action)s
+FROM {{lineage_messages}}
+WHERE e.cause_by = %(action)s
 ORDER BY e.seq;
 
 -- name: by_actions
 -- Messages caused by any of the actions, in memory order (memory_entries_cause_by_idx).
 SELECT e.seq, {{message_columns}}
-FROM {{entry_messages}}
-WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND e.cause_by = ANY(%(actions)s::text[])
+FROM {{lineage_messages}}
+WHERE e.cause_by = ANY(%(actions)s::text[])
 ORDER BY e.seq;
 
 -- name: by_role
 SELECT e.seq, {{message_columns}}
-FROM {{entry_messages}}
-WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND m.role = %(role)s
+FROM {{lineage_messages}}
+WHERE m.role = %(role)s
 ORDER BY e.seq;
 
 -- name: by_sender
 SELECT e.seq, {{message_columns}}
-FROM {{entry_messages}}
-WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND m.sent_from = %(sender)s
+FROM {{lineage_messages}}
+WHERE m.sent_from = %(sender)s
 ORDER BY e.seq;
 
 -- name: by_recipient
 -- Messages addressed to any of the names (the caller adds '<all>' to include broadcasts).
 SELECT e.seq, {{message_columns}}
-FROM {{entry_messages}}
-WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND m.send_to && %(names)s::text[]
+FROM {{lineage_messages}}
+WHERE m.send_to && %(names)s::text[]
 ORDER BY e.seq;
 
 -- name: by_content
 -- Messages whose content contains the string (exact substring, as MetaGPT's `in`).
 SELECT e.seq, {{message_columns}}
-FROM {{entry_messages}}
-WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND strpos(m.content, %(needle)s) > 0
+FROM {{lineage_messages}}
+WHERE strpos(m.content, %(needle)s) > 0
 ORDER BY e.seq;
 
 -- name: search_text
@@ -197,7 +203,8 @@ hit AS MATERIALIZED (
     SELECT e.seq, m.id, {{bm25_hit}}
     FROM q, pgmem.messages AS m
     JOIN pgmem.memory_entries AS e ON e.namespace = %(ns)s AND e.message_id = m.id
-    WHERE m.namespace = %(ns)s AND e.memory = %(memory)s AND m.tsv @@ pgmem.fts_query(%(query)s)
+    JOIN {{lineage}} ON l.memory = e.memory AND e.seq <= l.upto
+    WHERE m.namespace = %(ns)s AND m.tsv @@ pgmem.fts_query(%(query)s)
 ),
 {{bm25}}
 SELECT b.seq, {{message_columns}}
@@ -208,16 +215,20 @@ ORDER BY b.score DESC, b.seq DESC;
 -- name: at_position
 -- The message at a 0-based position (negative: from the end), like a Python list index.
 SELECT e.seq, {{message_columns}}
-FROM (SELECT seq, message_id FROM pgmem.memory_entries
-      WHERE namespace = %(ns)s AND memory = %(memory)s
-      ORDER BY seq ASC OFFSET %(offset)s LIMIT 1) AS e
+FROM (SELECT x.seq, x.message_id FROM {{lineage}}
+      CROSS JOIN LATERAL (SELECT seq, message_id FROM pgmem.memory_entries
+                          WHERE namespace = %(ns)s AND memory = l.memory AND seq <= l.upto
+                          ORDER BY seq ASC LIMIT %(offset)s + 1) AS x
+      ORDER BY x.seq ASC OFFSET %(offset)s LIMIT 1) AS e
 JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = e.message_id;
 
 -- name: at_position_from_end
 SELECT e.seq, {{message_columns}}
-FROM (SELECT seq, message_id FROM pgmem.memory_entries
-      WHERE namespace = %(ns)s AND memory = %(memory)s
-      ORDER BY seq DESC OFFSET %(offset)s LIMIT 1) AS e
+FROM (SELECT x.seq, x.message_id FROM {{lineage}}
+      CROSS JOIN LATERAL (SELECT seq, message_id FROM pgmem.memory_entries
+                          WHERE namespace = %(ns)s AND memory = l.memory AND seq <= l.upto
+                          ORDER BY seq DESC LIMIT %(offset)s + 1) AS x
+      ORDER BY x.seq DESC OFFSET %(offset)s LIMIT 1) AS e
 JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = e.message_id;
 
 -- name: get_messages
@@ -232,33 +243,46 @@ WHERE m.namespace = %(ns)s AND m.id = %(id)s;
 
 -- name: count
 -- The memory's size: the sum of its rows of pgmem.memory_counts (at most 64, kept by triggers on its
--- entries in the writing transactions: migration 0017), O(1) where counting the entries was O(n).
-SELECT coalesce(sum(n), 0)::bigint FROM pgmem.memory_counts WHERE namespace = %(ns)s AND memory = %(memory)s;
+-- entries in the writing transactions: migration 0017; a fork's include what it inherits: 0020), O(1)
+-- where counting the entries was O(n). As of a point (%(upto)s not NULL) its lineage's entries are counted.
+SELECT CASE WHEN %(upto)s::bigint IS NULL
+            THEN (SELECT coalesce(sum(n), 0)::bigint FROM pgmem.memory_counts
+                  WHERE namespace = %(ns)s AND memory = %(memory)s)
+            ELSE (SELECT count(*) FROM {{lineage}}
+                  JOIN pgmem.memory_entries AS e
+                    ON e.namespace = %(ns)s AND e.memory = l.memory AND e.seq <= l.upto) END;
 
 -- name: count_actions
 -- Number of distinct actions in a memory (len() of MetaGPT's Memory.index).
-SELECT count(DISTINCT cause_by) FROM pgmem.memory_entries
-WHERE namespace = %(ns)s AND memory = %(memory)s AND cause_by <> '';
+SELECT count(DISTINCT e.cause_by) FROM {{lineage}}
+JOIN pgmem.memory_entries AS e ON e.namespace = %(ns)s AND e.memory = l.memory AND e.seq <= l.upto
+WHERE e.cause_by <> '';
 
 -- name: list_actions
-SELECT DISTINCT cause_by FROM pgmem.memory_entries
-WHERE namespace = %(ns)s AND memory = %(memory)s AND cause_by <> ''
-ORDER BY cause_by;
+SELECT DISTINCT e.cause_by FROM {{lineage}}
+JOIN pgmem.memory_entries AS e ON e.namespace = %(ns)s AND e.memory = l.memory AND e.seq <= l.upto
+WHERE e.cause_by <> ''
+ORDER BY e.cause_by;
 
 -- name: find_news_all
--- 1-based positions of the observed ids that the memory does not hold (one PK probe each).
+-- 1-based positions of the observed ids that the memory does not hold (one PK probe each per range of
+-- its lineage).
+WITH lin AS MATERIALIZED (SELECT l.memory, l.upto FROM {{lineage}})
 SELECT o.ord
 FROM unnest(%(ids)s::text[]) WITH ORDINALITY AS o(id, ord)
-WHERE NOT EXISTS (SELECT 1 FROM pgmem.memory_entries AS e
-                  WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND e.message_id = o.id)
+WHERE NOT EXISTS (SELECT 1 FROM lin JOIN pgmem.memory_entries AS e
+                    ON e.namespace = %(ns)s AND e.memory = lin.memory AND e.message_id = o.id
+                  WHERE e.seq <= lin.upto)
 ORDER BY o.ord;
 
 -- name: find_news_recent
 -- 1-based positions of the observed ids that are not among the memory's last k entries.
 WITH recent AS (
-    SELECT message_id FROM pgmem.memory_entries
-    WHERE namespace = %(ns)s AND memory = %(memory)s
-    ORDER BY seq DESC LIMIT %(k)s
+    SELECT x.message_id FROM {{lineage}}
+    CROSS JOIN LATERAL (SELECT seq, message_id FROM pgmem.memory_entries
+                        WHERE namespace = %(ns)s AND memory = l.memory AND seq <= l.upto
+                        ORDER BY seq DESC LIMIT %(k)s) AS x
+    ORDER BY x.seq DESC LIMIT %(k)s
 )
 SELECT o.ord
 FROM unnest(%(ids)s::text[]) WITH ORDINALITY AS o(id, ord)
@@ -272,7 +296,7 @@ ORDER BY o.ord;
 WITH entry AS (
     DELETE FROM pgmem.memory_entries
     WHERE namespace = %(ns)s AND memory = %(memory)s AND message_id = %(id)s
-    RETURNING message_id
+    RETURNING message_id, seq
 ), orphan AS (
     {{delete_orphans}}
 )
@@ -308,7 +332,7 @@ FROM entry;
 WITH entry AS (
     DELETE FROM pgmem.memory_entries
     WHERE namespace = %(ns)s AND memory = %(memory)s
-    RETURNING message_id
+    RETURNING message_id, seq
 ), orphan AS (
     {{delete_orphans}}
 )
@@ -331,19 +355,22 @@ ORDER BY 1, 2, 3, 4;
 WITH entry AS (
     DELETE FROM pgmem.memory_entries
     WHERE namespace = %(ns)s AND memory = %(memory)s AND message_id = ANY(%(ids)s::text[])
-    RETURNING message_id
+    RETURNING message_id, seq
 ), orphan AS (
     {{delete_orphans}}
 )
 SELECT count(*) FROM entry;
 
 -- name: newest
--- The newest %(k)s entries of a memory added within %(seconds)s seconds (NULL: any age), newest first.
+-- The newest %(k)s entries of a memory as of %(upto)s added within %(seconds)s seconds (NULL: any age),
+-- newest first.
 SELECT e.seq, {{message_columns}}
-FROM (SELECT seq, message_id FROM pgmem.memory_entries
-      WHERE namespace = %(ns)s AND memory = %(memory)s
-        AND (%(seconds)s::float8 IS NULL OR added_at >= now() - make_interval(secs => %(seconds)s))
-      ORDER BY seq DESC LIMIT %(k)s) AS e
+FROM (SELECT x.seq, x.message_id FROM {{lineage}}
+      CROSS JOIN LATERAL (SELECT seq, message_id FROM pgmem.memory_entries
+                          WHERE namespace = %(ns)s AND memory = l.memory AND seq <= l.upto
+                            AND (%(seconds)s::float8 IS NULL OR added_at >= now() - make_interval(secs => %(seconds)s))
+                          ORDER BY seq DESC LIMIT %(k)s) AS x
+      ORDER BY x.seq DESC LIMIT %(k)s) AS e
 JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = e.message_id
 ORDER BY e.seq DESC;
 
@@ -357,16 +384,18 @@ WHERE mem.namespace = %(ns)s AND starts_with(mem.key, %(prefix)s)
 ORDER BY mem.key;
 
 -- name: payloads_last
--- The payloads ({{message_payload}}) of the last %(k)s entries (NULL: all) of a memory, oldest first, as
--- one JSON array in text: one value to parse instead of a row (and a Message) per entry. The array is
+-- The payloads ({{message_payload}}) of the last %(k)s entries (NULL: all) of a memory as of %(upto)s, oldest
+-- first, as one JSON array in text: one value to parse instead of a row (and a Message) per entry. The array is
 -- joined as text (string_agg), not built as a jsonb value first (jsonb_agg then ::text), which made
 -- reading 1,000 LangChain messages 1.25x slower than langchain-postgres (benchmarks/integrations.py).
 -- Each entry's message is probed by its id (the fragment entry_payload): O(k log n), whatever the
 -- namespace holds.
 SELECT '[' || COALESCE(string_agg(p.payload, ',' ORDER BY e.seq), '') || ']'
-FROM (SELECT seq, message_id FROM pgmem.memory_entries
-      WHERE namespace = %(ns)s AND memory = %(memory)s
-      ORDER BY seq DESC LIMIT %(k)s) AS e
+FROM (SELECT x.seq, x.message_id FROM {{lineage}}
+      CROSS JOIN LATERAL (SELECT seq, message_id FROM pgmem.memory_entries
+                          WHERE namespace = %(ns)s AND memory = l.memory AND seq <= l.upto
+                          ORDER BY seq DESC LIMIT %(k)s) AS x
+      ORDER BY x.seq DESC LIMIT %(k)s) AS e
 CROSS JOIN LATERAL ({{entry_payload}}) AS p;
 
 -- name: payloads_page

@@ -117,7 +117,7 @@ WITH boundary AS (
 ), entry AS (
     DELETE FROM pgmem.memory_entries
     WHERE namespace = %(ns)s AND memory = %(memory)s AND seq <= (SELECT seq FROM boundary)
-    RETURNING message_id
+    RETURNING message_id, seq
 ), orphan AS (
     {{delete_orphans}}
 )
@@ -129,7 +129,7 @@ SELECT count(*) AS removed FROM entry;
 WITH entry AS (
     DELETE FROM pgmem.memory_entries
     WHERE namespace = %(ns)s AND memory = %(memory)s AND added_at < {{cutoff}}
-    RETURNING message_id
+    RETURNING message_id, seq
 ), orphan AS (
     {{delete_orphans}}
 )
@@ -224,6 +224,16 @@ SELECT count(*) FROM reset;
 WITH gone AS (
     DELETE FROM pgmem.retrieval_log
     WHERE namespace = %(ns)s AND message_ids && %(ids)s::text[]
+    RETURNING 1
+)
+SELECT count(*) FROM gone;
+
+-- name: forget_recall_samples
+-- Sampled searches (pgmem.recall_samples) that served a forgotten message or found it exactly (on their
+-- GIN indexes): the sample goes whole, its query may have been the message's own vector.
+WITH gone AS (
+    DELETE FROM pgmem.recall_samples
+    WHERE namespace = %(ns)s AND (served_ids && %(ids)s::text[] OR exact_ids && %(ids)s::text[])
     RETURNING 1
 )
 SELECT count(*) FROM gone;
@@ -409,7 +419,7 @@ WITH target AS (
 ), entry AS (
     DELETE FROM pgmem.memory_entries AS e USING target
     WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND e.message_id = target.message_id
-    RETURNING e.message_id
+    RETURNING e.message_id, e.seq
 ), orphan AS (
     {{delete_orphans}}
 )

@@ -93,16 +93,21 @@ LIMIT %(n)s
 FOR UPDATE OF o SKIP LOCKED;
 
 -- name: store_vectors
--- Store a batch of vectors (binary vector[]) and take the messages off the outbox.
+-- Store a batch of vectors (binary vector[]) and take the messages off the outbox. Returns the entries of
+-- these messages whose near-duplicate merge waits for this vector (sql/merging.sql merge_near: of memories
+-- whose active model this is), by memory and in memory order: rows.PendingMergeRow. The partial index
+-- memory_entries_merging_idx holds only such entries: an empty probe per message when none waits.
 WITH stored AS (
     INSERT INTO pgmem.embeddings (namespace, model_id, message_id, embedding)
     SELECT %(ns)s, %(model)s, v.id, v.embedding
     FROM unnest(%(ids)b::text[], %(vectors)b::vector[]) AS v(id, embedding)
     ORDER BY v.id
     ON CONFLICT DO NOTHING
+), dequeued AS (
+    DELETE FROM pgmem.embedding_outbox
+    WHERE namespace = %(ns)s AND model_id = %(model)s AND message_id = ANY(%(ids)b::text[])
 )
-DELETE FROM pgmem.embedding_outbox
-WHERE namespace = %(ns)s AND model_id = %(model)s AND message_id = ANY(%(ids)b::text[]);
+{{pending_merges}};
 
 -- name: store_halfvecs
 WITH stored AS (
@@ -111,9 +116,22 @@ WITH stored AS (
     FROM unnest(%(ids)b::text[], %(vectors)b::vector[]) AS v(id, embedding)
     ORDER BY v.id
     ON CONFLICT DO NOTHING
+), dequeued AS (
+    DELETE FROM pgmem.embedding_outbox
+    WHERE namespace = %(ns)s AND model_id = %(model)s AND message_id = ANY(%(ids)b::text[])
 )
-DELETE FROM pgmem.embedding_outbox
-WHERE namespace = %(ns)s AND model_id = %(model)s AND message_id = ANY(%(ids)b::text[]);
+{{pending_merges}};
+
+-- fragment: pending_merges
+-- The entries of the messages %(ids)s whose near-duplicate merge waits for their vector of model %(model)s
+-- (store_vectors).
+SELECT me.memory, me.message_id, me.merge_within
+FROM pgmem.memory_entries AS me
+WHERE me.namespace = %(ns)s AND me.message_id = ANY(%(ids)b::text[]) AND me.merge_within IS NOT NULL
+  AND EXISTS (SELECT 1 FROM pgmem.memory_models AS mm
+              WHERE mm.namespace = %(ns)s AND mm.memory = me.memory AND mm.model_id = %(model)s
+                AND mm.status = 'active')
+ORDER BY me.memory, me.seq
 
 -- name: outbox_failed
 -- The provider failed: try these again after an exponential backoff (1 s doubling, at most 1 hour).

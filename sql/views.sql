@@ -208,3 +208,26 @@ SELECT s.namespace,
        max(s.created_at) AS last_created_at
 FROM pgmem.summaries AS s
 GROUP BY s.namespace, s.memory, s.level;
+
+-- name: search_recall
+-- Recall of sampled searches (pgmem.recall_samples, opt-in: PGMEM_RECALL_SAMPLE), per namespace, model,
+-- kind of search, strategy that served it and five minutes of sampling: how many were sampled and checked,
+-- the mean and worst recall@k (the share of the exact top-k the served answer held, the exact one as of
+-- the check), and when the last check ran. Migration 0019.
+CREATE VIEW pgmem.search_recall WITH (security_invoker = true) AS
+SELECT s.namespace,
+       em.name AS model,
+       s.kind,
+       s.strategy,
+       date_bin('5 minutes', s.sampled_at, timestamptz '2000-01-01 00:00:00+00') AS bucket,
+       count(*) AS samples,
+       count(s.recall) AS checked,
+       avg(s.recall) AS mean_recall,
+       min(s.recall) AS min_recall,
+       avg(s.k) AS mean_k,
+       max(s.ef_search) AS max_ef_search,
+       max(s.checked_at) AS last_checked,
+       max(extract(epoch FROM s.checked_at - s.sampled_at)) AS max_lag_s
+FROM pgmem.recall_samples AS s
+LEFT JOIN pgmem.embedding_models AS em ON em.id = s.model_id
+GROUP BY 1, 2, 3, 4, 5;

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-from alembic import op
+from alembic import context, op
 
 revision: str = "0005"
 down_revision: str | None = "0004"
@@ -38,6 +38,23 @@ CREATE POLICY pgmem_namespace ON pgmem.namespace_keys
     WITH CHECK (namespace = current_setting('pgmem.namespace', true));
 CREATE POLICY pgmem_admin ON pgmem.namespace_keys TO CURRENT_USER
     USING (current_setting('pgmem.admin', true) = 'on') WITH CHECK (current_setting('pgmem.admin', true) = 'on');
+"""
+
+#: The same, offline: row-level security on the new table only where it is forced on pgmem.messages (0004).
+_RLS_IF_FORCED = """
+DO $rls$
+BEGIN
+    IF (SELECT relforcerowsecurity FROM pg_class WHERE oid = 'pgmem.messages'::regclass) THEN
+        ALTER TABLE pgmem.namespace_keys ENABLE ROW LEVEL SECURITY;
+        ALTER TABLE pgmem.namespace_keys FORCE ROW LEVEL SECURITY;
+        CREATE POLICY pgmem_namespace ON pgmem.namespace_keys
+            USING (namespace = current_setting('pgmem.namespace', true))
+            WITH CHECK (namespace = current_setting('pgmem.namespace', true));
+        CREATE POLICY pgmem_admin ON pgmem.namespace_keys TO CURRENT_USER
+            USING (current_setting('pgmem.admin', true) = 'on')
+            WITH CHECK (current_setting('pgmem.admin', true) = 'on');
+    END IF;
+END $rls$
 """
 
 # sql/triggers.sql's notify_key, notify_tag and log_vector_changes as of this revision (function bodies are
@@ -160,15 +177,20 @@ def upgrade() -> None:
         schema="pgmem",
         comment="A random key per namespace (row-level security: only the namespace's own clients read it).",
     )
-    forced = (
-        op.get_bind()
-        .execute(sa.text("SELECT relforcerowsecurity FROM pg_class WHERE oid = 'pgmem.messages'::regclass"))
-        .scalar()
-    )
-    if forced:
-        for statement in _RLS.split(";"):
-            if statement.strip():
-                op.execute(statement)
+    if context.is_offline_mode():
+        # A script printed for a DBA (`pgmem migrate --sql`) cannot ask the database: the server decides
+        # the same thing when it runs the script.
+        op.execute(_RLS_IF_FORCED)
+    else:
+        forced = (
+            op.get_bind()
+            .execute(sa.text("SELECT relforcerowsecurity FROM pg_class WHERE oid = 'pgmem.messages'::regclass"))
+            .scalar()
+        )
+        if forced:
+            for statement in _RLS.split(";"):
+                if statement.strip():
+                    op.execute(statement)
     op.execute(_FUNCTIONS)
     op.create_index(
         "embedding_models_definition_key", "embedding_models", ["name", "dimension"], unique=True, schema="pgmem"

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-from alembic import op
+from alembic import context, op
 
 revision: str = "0007"
 down_revision: str | None = "0006"
@@ -33,6 +33,23 @@ CREATE POLICY pgmem_namespace ON pgmem.idempotency_keys
     WITH CHECK (namespace = current_setting('pgmem.namespace', true));
 CREATE POLICY pgmem_admin ON pgmem.idempotency_keys TO CURRENT_USER
     USING (current_setting('pgmem.admin', true) = 'on') WITH CHECK (current_setting('pgmem.admin', true) = 'on');
+"""
+
+#: The same, offline: row-level security on the new table only where it is forced on pgmem.messages (0004).
+_RLS_IF_FORCED = """
+DO $rls$
+BEGIN
+    IF (SELECT relforcerowsecurity FROM pg_class WHERE oid = 'pgmem.messages'::regclass) THEN
+        ALTER TABLE pgmem.idempotency_keys ENABLE ROW LEVEL SECURITY;
+        ALTER TABLE pgmem.idempotency_keys FORCE ROW LEVEL SECURITY;
+        CREATE POLICY pgmem_namespace ON pgmem.idempotency_keys
+            USING (namespace = current_setting('pgmem.namespace', true))
+            WITH CHECK (namespace = current_setting('pgmem.namespace', true));
+        CREATE POLICY pgmem_admin ON pgmem.idempotency_keys TO CURRENT_USER
+            USING (current_setting('pgmem.admin', true) = 'on')
+            WITH CHECK (current_setting('pgmem.admin', true) = 'on');
+    END IF;
+END $rls$
 """
 
 
@@ -54,15 +71,20 @@ def upgrade() -> None:
         schema="pgmem",
         postgresql_using="brin",
     )
-    forced = (
-        op.get_bind()
-        .execute(sa.text("SELECT relforcerowsecurity FROM pg_class WHERE oid = 'pgmem.messages'::regclass"))
-        .scalar()
-    )
-    if forced:
-        for statement in _RLS.split(";"):
-            if statement.strip():
-                op.execute(statement)
+    if context.is_offline_mode():
+        # A script printed for a DBA (`pgmem migrate --sql`) cannot ask the database: the server decides
+        # the same thing when it runs the script.
+        op.execute(_RLS_IF_FORCED)
+    else:
+        forced = (
+            op.get_bind()
+            .execute(sa.text("SELECT relforcerowsecurity FROM pg_class WHERE oid = 'pgmem.messages'::regclass"))
+            .scalar()
+        )
+        if forced:
+            for statement in _RLS.split(";"):
+                if statement.strip():
+                    op.execute(statement)
 
 
 def downgrade() -> None:

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any, LiteralString
 
 from psycopg import AsyncConnection
 
+from pgmem import tracing
+
 if TYPE_CHECKING:
     from pgmem._async.client import AsyncClient
 
@@ -15,6 +17,12 @@ class AsyncRepository:
     """Base of the repositories: named queries of one ``sql/<group>.sql`` file, scoped to the namespace."""
 
     queries: dict[str, LiteralString]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # A span per public call of the client's repositories when OpenTelemetry is installed; without it
+        # the methods stay the functions written (pgmem.tracing).
+        super().__init_subclass__(**kwargs)
+        tracing.instrument(cls)
 
     def __init__(self, client: AsyncClient) -> None:
         self._client = client

@@ -28,12 +28,14 @@ from pgmem._async.sessions import AsyncSessions
 from pgmem.checks import check_namespace
 from pgmem.embeddings import Embedder, default_embedder
 from pgmem.errors import ClientClosed, CommitUnknown, InvalidInput, redact, translate
+from pgmem.planning.forks import AsOf, Fork, Mark
 from pgmem.resilience import DEFAULT_TIMEOUT, check_timeout, connection_lost, deadline
 from pgmem.settings import get_settings
 
 if TYPE_CHECKING:
     from pgmem._async.brains import AsyncBrainRepository
     from pgmem._async.context import AsyncContextBuilder
+    from pgmem._async.forks import AsyncForkRepository
     from pgmem._async.items import AsyncItemRepository
     from pgmem._async.queues import AsyncQueueRepository
     from pgmem._async.replicas import AsyncReplicas
@@ -117,10 +119,23 @@ def _items(client: AsyncClient) -> AsyncItemRepository:
     return AsyncItemRepository(client)
 
 
+def _forks(client: AsyncClient) -> AsyncForkRepository:
+    from pgmem._async.forks import AsyncForkRepository
+
+    return AsyncForkRepository(client)
+
+
 def _contexts(client: AsyncClient) -> AsyncContextBuilder:
     from pgmem._async.context import AsyncContextBuilder
 
     return AsyncContextBuilder(client, client.vectors)
+
+
+def _sample_rate(rate: Any) -> float:
+    """A share of searches sampled (``recall_sample``), a number in [0, 1]."""
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
+        raise InvalidInput(f"recall_sample must be a number in [0, 1], got {rate!r}")
+    return float(rate)
 
 
 class AsyncClient:
@@ -144,6 +159,9 @@ class AsyncClient:
             :func:`pgmem.embeddings.default_embedder`).
         retrieval_log: whether searches record what they returned in ``pgmem.retrieval_log`` (default:
             ``PGMEM_RETRIEVAL_LOG``, off); may be switched at any time.
+        recall_sample: the share of vector, batch and hybrid searches sampled for the recall check
+            (``client.vectors.recall``, the view ``pgmem.search_recall``; default ``PGMEM_RECALL_SAMPLE``,
+            0: off); may be changed at any time (a number in [0, 1]).
         replicas: the read replicas searches go to (:meth:`use_replicas`), or None.
         timeout: seconds a call may take (waiting for a connection and every statement it runs), or
             None for no limit; past it the call raises :class:`pgmem.errors.Timeout` (see
@@ -160,6 +178,7 @@ class AsyncClient:
     retention = _OnFirstUse(_retention)
     stores = _OnFirstUse(_stores)
     items = _OnFirstUse(_items)
+    forks = _OnFirstUse(_forks)
     _contexts = _OnFirstUse(_contexts)
 
     def __init__(
@@ -173,6 +192,7 @@ class AsyncClient:
         embedder: Embedder | None = None,
         retrieval_log: bool | None = None,
         sessions: AsyncSessions | None = None,
+        recall_sample: float | None = None,
         timeout: float | None = DEFAULT_TIMEOUT,
     ) -> None:
         if (pool is None) == (connection is None):
@@ -190,7 +210,9 @@ class AsyncClient:
         self._embedder = embedder
         # What the client knows of its connections' sessions; shared with the pool's configure hook.
         self.sessions = sessions if sessions is not None else AsyncSessions()
-        self.retrieval_log = get_settings().retrieval_log if retrieval_log is None else bool(retrieval_log)
+        settings = get_settings()
+        self.retrieval_log = settings.retrieval_log if retrieval_log is None else bool(retrieval_log)
+        self.recall_sample = settings.recall_sample if recall_sample is None else _sample_rate(recall_sample)
         self.replicas: AsyncReplicas | None = None
         self._owns_replicas = False
         self.timeout = check_timeout(timeout)
@@ -207,6 +229,7 @@ class AsyncClient:
         retrieval_log: bool | None = None,
         timeout: float | None = DEFAULT_TIMEOUT,
         restart: Callable[[], object] | None = None,
+        recall_sample: float | None = None,
         app_role: str | None = None,
         owner_conninfo: str | None = None,
     ) -> AsyncClient:
@@ -278,6 +301,7 @@ class AsyncClient:
                 conninfo=conninfo,
                 embedder=embedder,
                 retrieval_log=retrieval_log,
+                recall_sample=recall_sample,
                 sessions=sessions,
                 timeout=timeout,
             )
@@ -323,6 +347,7 @@ class AsyncClient:
             conninfo=self._conninfo,
             embedder=self._embedder,
             retrieval_log=self.retrieval_log,
+            recall_sample=self.recall_sample,
             sessions=self.sessions,
             timeout=self.timeout,
         )
@@ -386,6 +411,31 @@ class AsyncClient:
         else:
             async with self.replicas.connection(self.namespace) as conn:
                 yield conn
+
+    async def fork(
+        self, memory: str, into: str, *, at: AsOf | None = None, connection: AsyncConnection[Any] | None = None
+    ) -> Fork:
+        """A new memory ``into`` that starts as ``memory`` at ``at`` (default now: a sequence number, a
+        timezone-aware time or a mark's name) and then diverges (:meth:`AsyncForkRepository.fork`; README,
+        "Rewind and branch"). O(1): nothing is copied.
+
+        Example:
+            >>> await client.fork("chat", "chat:plan-b")
+            Fork(memory='chat:plan-b', parent='chat', upto_seq=41, size=12)
+        """
+        return await self.forks.fork(memory, into, at=at, connection=connection)
+
+    async def mark(self, memory: str, name: str, *, connection: AsyncConnection[Any] | None = None) -> Mark:
+        """Name the current point of ``memory``; reads take ``as_of=name`` (:meth:`AsyncForkRepository.mark`).
+
+        Example:
+            >>> await client.mark("chat", "before-tools")
+        """
+        return await self.forks.mark(memory, name, connection=connection)
+
+    async def marks(self, memory: str, *, connection: AsyncConnection[Any] | None = None) -> list[Mark]:
+        """The marks of ``memory``, oldest point first."""
+        return await self.forks.marks(memory, connection=connection)
 
     async def search(self, query: str | None = None, **kwargs: Any) -> list[Any]:
         """Semantic search (:meth:`AsyncVectorRepository.search`): ``client.search("text", memory=..., k=5)``."""

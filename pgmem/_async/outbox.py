@@ -13,12 +13,20 @@ from psycopg import AsyncConnection
 from pgmem._async.background import AsyncBackground
 from pgmem._async.base import AsyncRepository
 from pgmem._async.embedding_models import AsyncModelRegistry
+from pgmem._async.merging import merge_waiting
 from pgmem._async.sessions import AsyncSessions
 from pgmem.checks import check_key
 from pgmem.embeddings import Embedder, Precomputed, check_vectors
 from pgmem.errors import InvalidInput, redact
 from pgmem.planning import statements
-from pgmem.planning.rows import EmbeddingModelRow, OutboxItemRow, PendingModelRow, PendingRow, PromotedRow
+from pgmem.planning.rows import (
+    EmbeddingModelRow,
+    OutboxItemRow,
+    PendingMergeRow,
+    PendingModelRow,
+    PendingRow,
+    PromotedRow,
+)
 from pgmem.planning.search import EmbeddingModel, model_of
 from pgmem.resilience import paused
 
@@ -168,9 +176,11 @@ class AsyncEmbeddingOutbox(AsyncRepository):
                 # The database's own errors are raised (the batch stays queued as it was, no backoff).
                 await self._sessions.ready(block.connection)
                 query = Q["store_vectors"] if model.kind == "vector" else Q["store_halfvecs"]
-                await block.command(
+                waiting = await block.rows(
                     query, {"ns": self.namespace, "model": model.id, "ids": ids, "vectors": list(vectors)}
                 )
+                if waiting:
+                    await merge_waiting(block, model, [PendingMergeRow._make(row) for row in waiting])
         if failure is not None:
             log.warning("embedding %d messages with %s failed: %s", len(ids), model.name, failure)
             await self._rows("outbox_failed", {"model": model.id, "ids": ids, "error": failure}, None)

@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import AsyncConnection
 
+from pgmem._async import merging
 from pgmem._async.base import AsyncRepository
 from pgmem._async.embedding_models import AsyncModelRegistry
 from pgmem._async.outbox import AsyncEmbeddingOutbox, EmbedReport
+from pgmem._async.recall import AsyncSearchRecall
 from pgmem._async.retrieval_log import AsyncRetrievalLog
 from pgmem._async.search_planner import AsyncSearchPlanner
 from pgmem._async.searcher import AsyncSearcher
@@ -26,6 +28,7 @@ from pgmem._async.sessions import AsyncSessions
 from pgmem.checks import check_key
 from pgmem.embeddings import Embedder, Vectors
 from pgmem.planning import statements
+from pgmem.planning.forks import AsOf
 from pgmem.planning.search import EmbeddingModel, SearchHit
 
 if TYPE_CHECKING:
@@ -58,6 +61,8 @@ class AsyncVectorRepository(AsyncRepository):
         self.planner = AsyncSearchPlanner(client)
         self.searcher = AsyncSearcher(client, self.registry, self.planner, sessions)
         self.retrieval_log = AsyncRetrievalLog(client)
+        #: Search recall you can watch: sampled searches and their checker (:mod:`pgmem._async.recall`).
+        self.recall = AsyncSearchRecall(client, self.planner)
 
     # -- models -------------------------------------------------------------------------------------
 
@@ -212,6 +217,7 @@ class AsyncVectorRepository(AsyncRepository):
 
     async def close(self) -> None:
         await self.outbox.close()
+        await self.recall.close()
 
     # -- search ---------------------------------------------------------------------------------------
 
@@ -235,6 +241,8 @@ class AsyncVectorRepository(AsyncRepository):
         embedder: Embedder | None = None,
         distance: str | None = None,
         label: str | None = None,
+        boost_seen: float | None = None,
+        as_of: AsOf | None = None,
         connection: AsyncConnection[Any] | None = None,
     ) -> list[SearchHit]:
         """The ``k`` messages closest to ``query`` (text, embedded with the memory's model) or ``vector``
@@ -252,11 +260,20 @@ class AsyncVectorRepository(AsyncRepository):
         (exact for small filtered sets, else the HNSW index), ``exact`` or ``ann``. ``label``: the caller's name
         for this search (e.g. the prompt or the stage), recorded with its hits when the client's retrieval log
         is on (``PGMEM_RETRIEVAL_LOG=1``; ``pgmem.retrieval_hits``), in the same statement.
+
+        ``boost_seen`` (with ``memory``): rank by ``score + boost_seen * ln(seen_count)``, a fact the memory was
+        told more often (near-duplicates merged into it: :meth:`pgmem.MessageRepository.remember`) ranking
+        higher; the ``4 * k`` nearest are re-ranked, and the hits carry ``seen_count`` and ``last_seen_at``
+        (one more statement).
+
+        ``as_of`` (with ``memory``): what the memory held at a point, a sequence number, a timezone-aware
+        time or a mark's name (README, "Rewind and branch"); a fork is searched with what it inherits.
         """
-        return await self.searcher.search(
+        asked = merging.check_boost(boost_seen, memory, k)
+        hits = await self.searcher.search(
             query,
             vector=vector,
-            k=k,
+            k=asked,
             memory=memory,
             cause_by=cause_by,
             role=role,
@@ -271,8 +288,12 @@ class AsyncVectorRepository(AsyncRepository):
             embedder=embedder,
             distance=distance,
             label=label,
+            as_of=as_of,
             connection=connection,
         )
+        if boost_seen is None or memory is None:
+            return hits
+        return await merging.boost(self._client.executor, self.namespace, memory, hits, boost_seen, k, connection)
 
     async def search_many(
         self,
@@ -339,6 +360,7 @@ class AsyncVectorRepository(AsyncRepository):
         mode: str = "auto",
         embedder: Embedder | None = None,
         label: str | None = None,
+        as_of: AsOf | None = None,
         connection: AsyncConnection[Any] | None = None,
     ) -> list[SearchHit]:
         """The vector and keyword rankings of ``text`` fused into one, in one statement.
@@ -376,6 +398,7 @@ class AsyncVectorRepository(AsyncRepository):
             mode=mode,
             embedder=embedder,
             label=label,
+            as_of=as_of,
             connection=connection,
         )
 
@@ -393,6 +416,7 @@ class AsyncVectorRepository(AsyncRepository):
         max_seq: int | None = None,
         metadata: Mapping[str, Any] | None = None,
         label: str | None = None,
+        as_of: AsOf | None = None,
         connection: AsyncConnection[Any] | None = None,
     ) -> list[SearchHit]:
         """The ``k`` messages that best match ``text`` by keywords, scored by BM25 (README, "Keyword
@@ -417,6 +441,7 @@ class AsyncVectorRepository(AsyncRepository):
             max_seq=max_seq,
             metadata=metadata,
             label=label,
+            as_of=as_of,
             connection=connection,
         )
 

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any, LiteralString
 
 from psycopg import Connection
 
+from pgmem import tracing
+
 if TYPE_CHECKING:
     from pgmem._sync.client import Client
 
@@ -16,6 +18,12 @@ class Repository:
     """Base of the repositories: named queries of one ``sql/<group>.sql`` file, scoped to the namespace."""
 
     queries: dict[str, LiteralString]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # A span per public call of the client's repositories when OpenTelemetry is installed; without it
+        # the methods stay the functions written (pgmem.tracing).
+        super().__init_subclass__(**kwargs)
+        tracing.instrument(cls)
 
     def __init__(self, client: Client) -> None:
         self._client = client

@@ -29,12 +29,14 @@ from pgmem._sync.sessions import Sessions
 from pgmem.checks import check_namespace
 from pgmem.embeddings import Embedder, default_embedder
 from pgmem.errors import ClientClosed, CommitUnknown, InvalidInput, redact, translate
+from pgmem.planning.forks import AsOf, Fork, Mark
 from pgmem.resilience import DEFAULT_TIMEOUT, check_timeout, connection_lost, deadline
 from pgmem.settings import get_settings
 
 if TYPE_CHECKING:
     from pgmem._sync.brains import BrainRepository
     from pgmem._sync.context import ContextBuilder
+    from pgmem._sync.forks import ForkRepository
     from pgmem._sync.items import ItemRepository
     from pgmem._sync.queues import QueueRepository
     from pgmem._sync.replicas import Replicas
@@ -118,10 +120,23 @@ def _items(client: Client) -> ItemRepository:
     return ItemRepository(client)
 
 
+def _forks(client: Client) -> ForkRepository:
+    from pgmem._sync.forks import ForkRepository
+
+    return ForkRepository(client)
+
+
 def _contexts(client: Client) -> ContextBuilder:
     from pgmem._sync.context import ContextBuilder
 
     return ContextBuilder(client, client.vectors)
+
+
+def _sample_rate(rate: Any) -> float:
+    """A share of searches sampled (``recall_sample``), a number in [0, 1]."""
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
+        raise InvalidInput(f"recall_sample must be a number in [0, 1], got {rate!r}")
+    return float(rate)
 
 
 class Client:
@@ -145,6 +160,9 @@ class Client:
             :func:`pgmem.embeddings.default_embedder`).
         retrieval_log: whether searches record what they returned in ``pgmem.retrieval_log`` (default:
             ``PGMEM_RETRIEVAL_LOG``, off); may be switched at any time.
+        recall_sample: the share of vector, batch and hybrid searches sampled for the recall check
+            (``client.vectors.recall``, the view ``pgmem.search_recall``; default ``PGMEM_RECALL_SAMPLE``,
+            0: off); may be changed at any time (a number in [0, 1]).
         replicas: the read replicas searches go to (:meth:`use_replicas`), or None.
         timeout: seconds a call may take (waiting for a connection and every statement it runs), or
             None for no limit; past it the call raises :class:`pgmem.errors.Timeout` (see
@@ -161,6 +179,7 @@ class Client:
     retention = _OnFirstUse(_retention)
     stores = _OnFirstUse(_stores)
     items = _OnFirstUse(_items)
+    forks = _OnFirstUse(_forks)
     _contexts = _OnFirstUse(_contexts)
 
     def __init__(
@@ -174,6 +193,7 @@ class Client:
         embedder: Embedder | None = None,
         retrieval_log: bool | None = None,
         sessions: Sessions | None = None,
+        recall_sample: float | None = None,
         timeout: float | None = DEFAULT_TIMEOUT,
     ) -> None:
         if (pool is None) == (connection is None):
@@ -191,7 +211,9 @@ class Client:
         self._embedder = embedder
         # What the client knows of its connections' sessions; shared with the pool's configure hook.
         self.sessions = sessions if sessions is not None else Sessions()
-        self.retrieval_log = get_settings().retrieval_log if retrieval_log is None else bool(retrieval_log)
+        settings = get_settings()
+        self.retrieval_log = settings.retrieval_log if retrieval_log is None else bool(retrieval_log)
+        self.recall_sample = settings.recall_sample if recall_sample is None else _sample_rate(recall_sample)
         self.replicas: Replicas | None = None
         self._owns_replicas = False
         self.timeout = check_timeout(timeout)
@@ -208,6 +230,7 @@ class Client:
         retrieval_log: bool | None = None,
         timeout: float | None = DEFAULT_TIMEOUT,
         restart: Callable[[], object] | None = None,
+        recall_sample: float | None = None,
         app_role: str | None = None,
         owner_conninfo: str | None = None,
     ) -> Client:
@@ -279,6 +302,7 @@ class Client:
                 conninfo=conninfo,
                 embedder=embedder,
                 retrieval_log=retrieval_log,
+                recall_sample=recall_sample,
                 sessions=sessions,
                 timeout=timeout,
             )
@@ -324,6 +348,7 @@ class Client:
             conninfo=self._conninfo,
             embedder=self._embedder,
             retrieval_log=self.retrieval_log,
+            recall_sample=self.recall_sample,
             sessions=self.sessions,
             timeout=self.timeout,
         )
@@ -387,6 +412,31 @@ class Client:
         else:
             with self.replicas.connection(self.namespace) as conn:
                 yield conn
+
+    def fork(
+        self, memory: str, into: str, *, at: AsOf | None = None, connection: Connection[Any] | None = None
+    ) -> Fork:
+        """A new memory ``into`` that starts as ``memory`` at ``at`` (default now: a sequence number, a
+        timezone-aware time or a mark's name) and then diverges (:meth:`AsyncForkRepository.fork`; README,
+        "Rewind and branch"). O(1): nothing is copied.
+
+        Example:
+            >>> await client.fork("chat", "chat:plan-b")
+            Fork(memory='chat:plan-b', parent='chat', upto_seq=41, size=12)
+        """
+        return self.forks.fork(memory, into, at=at, connection=connection)
+
+    def mark(self, memory: str, name: str, *, connection: Connection[Any] | None = None) -> Mark:
+        """Name the current point of ``memory``; reads take ``as_of=name`` (:meth:`AsyncForkRepository.mark`).
+
+        Example:
+            >>> await client.mark("chat", "before-tools")
+        """
+        return self.forks.mark(memory, name, connection=connection)
+
+    def marks(self, memory: str, *, connection: Connection[Any] | None = None) -> list[Mark]:
+        """The marks of ``memory``, oldest point first."""
+        return self.forks.marks(memory, connection=connection)
 
     def search(self, query: str | None = None, **kwargs: Any) -> list[Any]:
         """Semantic search (:meth:`AsyncVectorRepository.search`): ``client.search("text", memory=..., k=5)``."""

@@ -3,19 +3,24 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from psycopg import Connection
 from psycopg import errors as pg_errors
 
+from pgmem._sync import merging
 from pgmem._sync.base import Repository
 from pgmem.checks import MAX_BATCH, check_key, check_message_id, check_query_text, check_query_texts, load_json
-from pgmem.embeddings import given_vectors
-from pgmem.errors import Conflict, InvalidInput, NotFound
+from pgmem.embeddings import Precomputed, given_vectors
+from pgmem.errors import Conflict, EmbeddingError, InvalidInput, NotFound, redact
+from pgmem.merging import Remembered, check_merge
 from pgmem.models import MESSAGE_ROUTE_TO_ALL, Message, any_to_str, storage_id
 from pgmem.planning import statements as queries
 from pgmem.planning.clashes import APPEND_KEYS, MAX_RACES, listed_ids, message_clash
+from pgmem.planning.distances import max_distance
+from pgmem.planning.forks import AsOf
 from pgmem.planning.rows import (
     INSERT_COLUMNS,
     AddedManyRow,
@@ -26,10 +31,12 @@ from pgmem.planning.rows import (
     encode,
     json_rows,
 )
+from pgmem.planning.search import EmbeddingModel
 
 __all__ = ["MessageRepository"]
 
 Q = queries.load("messages")
+log = logging.getLogger("pgmem.messages")
 _loads = load_json
 
 
@@ -61,6 +68,17 @@ class MessageRepository(Repository):
     ) -> list[Message]:
         return [decode(row) for row in self._rows(name, params, connection)]
 
+    def _upto(self, memory: str, as_of: AsOf | None, connection: Connection[Any] | None) -> int | None:
+        """The sequence number a read as of ``as_of`` stops at (None: now): README, "Rewind and branch"."""
+        if as_of is None:
+            return None
+        return self._client.forks.upto(memory, as_of, connection)
+
+    def _unfork(self, memory: str, connection: Connection[Any] | None) -> None:
+        """Before a removal: a fork that still reads its parent's entries gets them copied in (once), so the
+        removal's statement finds every entry the fork holds among its own (pgmem.materialize_fork)."""
+        self._client.forks.materialize(memory, connection)
+
     # -- writes ---------------------------------------------------------------------------------------
 
     def add(
@@ -70,10 +88,17 @@ class MessageRepository(Repository):
         *,
         embedding: Any = None,
         model: str | None = None,
+        merge: str | None = None,
+        threshold: float | None = None,
         connection: Connection[Any] | None = None,
     ) -> bool:
         """Add ``message`` to ``memory``; return False when the memory already held it (same id, or same
         content for messages carrying MetaGPT's ignored id). One statement, one round trip.
+
+        ``merge="near"`` with ``threshold`` (a minimum score of the memory's model: a cosine similarity, see
+        :mod:`pgmem.merging`): a message within ``threshold`` of one the memory holds is not stored again;
+        that one's ``seen_count`` grows instead, and this returns False. :meth:`remember` does the same and
+        says which message survived. ``merge=None`` (or ``"exact"``): only exact duplicates are skipped.
 
         A message is stored once per namespace: adding an id that is stored with other content raises
         :class:`pgmem.Conflict` and writes nothing (the same id with the same content is idempotent; its
@@ -90,6 +115,11 @@ class MessageRepository(Repository):
             >>> await client.messages.add("docs", Message(content="refund policy"), embedding=vector)
         """
         check_key(memory)
+        if check_merge(merge, threshold) and threshold is not None:
+            kept = self.remember(
+                memory, message, threshold=threshold, embedding=embedding, model=model, connection=connection
+            )
+            return kept.added
         row = dict(zip(INSERT_COLUMNS, encode(message), strict=True))
         params = {"ns": self.namespace, "memory": memory, **row}
         given = None
@@ -131,6 +161,120 @@ class MessageRepository(Repository):
         if entry.embeds:
             self._client.vectors.written(connection)
         return True
+
+    def remember(
+        self,
+        memory: str,
+        message: Message,
+        *,
+        threshold: float,
+        embedding: Any = None,
+        model: str | None = None,
+        connection: Connection[Any] | None = None,
+    ) -> Remembered:
+        """Add ``message`` to ``memory`` unless the memory holds a near-duplicate of it; say which message
+        the memory keeps for it (:class:`pgmem.merging.Remembered`: ``id``, ``added``, ``merged``,
+        ``pending``). :meth:`add` with ``merge="near"`` is this, returning ``added``.
+
+        Near: the message's vector of the memory's model (``model``: another of its models, by name) scores
+        at least ``threshold`` against one the memory holds (a cosine similarity in [-1, 1]; for ``l2`` a
+        negated Euclidean distance <= 0; for ``inner_product`` the inner product: as a search's
+        ``threshold``), by exact distance. The nearest such entry (the oldest among equals) survives: its
+        ``seen_count`` grows by one and its ``last_seen_at`` is now; the message is not stored (nor its
+        entry). An exact duplicate (the memory holds the id, or the content for MetaGPT's ignored id)
+        changes nothing, as :meth:`add`'s: ``added`` False, no count grows.
+
+        The vector: ``embedding`` (yours), else this client's embedder of the model computes it before the
+        statement (the one call where an add waits for the provider), else (a model of your own vectors,
+        no embedder of it here, or the provider failed) the message is stored now and the background
+        embedder decides the merge in the transaction that stores its vector (``pending``).
+
+        Race-free: merge adds of one memory take its merge lock (a transaction-scoped advisory lock) before
+        they look, and hold it until they commit; so of N processes adding near-duplicates of one fact at
+        once exactly one stores it. Plain adds never take that lock. Several statements in one transaction
+        (inside yours when you pass ``connection``, which must be READ COMMITTED).
+
+        Raises:
+            InvalidInput: ``threshold`` outside the model's range, the transaction is not READ COMMITTED.
+            EmbeddingError: the memory has no embedding model (or none named ``model``), a wrong vector.
+                Nothing is written.
+
+        Example:
+            >>> found = await client.messages.remember("facts", Message(content="Paris is in France"), threshold=0.9)
+            >>> found.merged, found.id
+            (True, 'id-of-the-message-first-told')
+        """
+        check_key(memory)
+        check_merge("near", threshold)
+        registry = self._client.vectors.registry
+        chosen = self._merge_model(memory, embedding, model, connection)
+        within = max_distance(chosen.distance, threshold)
+        if embedding is None:
+            embedder = registry.embedder_for(chosen.name, chosen.dimension)
+            if embedder is not None and not isinstance(embedder, Precomputed):
+                try:
+                    embedding = (registry.embed(chosen, [message.content], embedder))[0]
+                    model = chosen.name
+                except Exception as exc:  # noqa: BLE001 - the provider's failure defers the merge, loses nothing
+                    log.warning("near-duplicate merge left to the embedder: %s", redact(f"{type(exc).__name__}: {exc}"))
+        row = dict(zip(INSERT_COLUMNS, encode(message), strict=True))
+        params = {"ns": self.namespace, "memory": memory, **row}
+        given = None
+        if embedding is not None:
+            given = registry.given(memory, embedding, 1, model, connection, single=True)
+            params.update(given)
+        statement = Q["add_one"] if given is None else Q["add_one_vector"]
+        for attempt in (1, 2):
+            try:
+                with self._client.executor.transaction(connection, vectors=given is not None) as block:
+                    merging.lock(block, memory)
+                    found = block.rows(statement, params)
+                    entry = AddedRow._make(found[0]) if found else None
+                    survivor, embedded = None, True
+                    if entry is not None and entry.seq is not None:
+                        survivor, embedded = merging.decide(
+                            block, memory, row["id"], chosen, within, pending=False
+                        )
+                break
+            except InvalidInput as exc:
+                registry.lost_model(exc, memory, given)
+                raise
+            except Conflict as exc:  # as in add: once more on our own connection, which sees the stored row
+                if message_clash(exc) is None:
+                    raise
+                if connection is not None or attempt == 2:
+                    raise Conflict(
+                        f"message id {message.id!r} is already stored with other content in namespace "
+                        f"{self.namespace!r}; nothing was written (give the new message another id)"
+                    ) from exc.__cause__
+        if given is not None or survivor is not None:
+            self._client.vectors.changed(memory, connection)
+        if entry is None or entry.seq is None:
+            return Remembered(row["id"], added=False)
+        if survivor is not None:
+            return Remembered(survivor, added=False, merged=True)
+        message._seq = entry.seq
+        if entry.embeds:
+            self._client.vectors.written(connection)
+        return Remembered(row["id"], added=True, pending=not embedded)
+
+    def _merge_model(
+        self, memory: str, embedding: Any, model: str | None, connection: Connection[Any] | None
+    ) -> EmbeddingModel:
+        """The model a merge add of ``memory`` compares vectors of: the one ``embedding`` is given for
+        (named ``model``, else the active one), else the active one (or the one named ``model``)."""
+        registry = self._client.vectors.registry
+        if embedding is not None:
+            dimension = int(given_vectors(embedding, 1, single=True).shape[1])
+            return registry.given_model(memory, model, dimension, connection)
+        models = [m for status, m in registry.memory_models(memory, connection) if model in (None, m.name)]
+        if not models:
+            raise EmbeddingError(
+                f"merge='near' compares vectors, and memory {memory!r} has no embedding model"
+                + ("" if model is None else f" named {model!r}")
+                + ": enable one first (client.vectors.enable); nothing was written"
+            )
+        return models[0]
 
     def add_many(
         self,
@@ -247,6 +391,7 @@ class MessageRepository(Repository):
         The message row itself is deleted when no other memory refers to it."""
         check_key(memory)
         message_id = storage_id(message) if isinstance(message, Message) else check_message_id(message)
+        self._unfork(memory, connection)
         removed = bool(self._scalar("delete", {"memory": memory, "id": message_id}, connection))
         if removed:
             self._client.vectors.changed(memory, connection)
@@ -261,6 +406,7 @@ class MessageRepository(Repository):
         ids = [storage_id(m) if isinstance(m, Message) else check_message_id(m) for m in messages]
         if not ids:
             return 0
+        self._unfork(memory, connection)
         removed = int(self._scalar("delete_many", {"memory": memory, "ids": ids}, connection) or 0)
         if removed:
             self._client.vectors.changed(memory, connection)
@@ -269,6 +415,7 @@ class MessageRepository(Repository):
     def delete_newest(self, memory: str, *, connection: Connection[Any] | None = None) -> Message | None:
         """Remove and return the newest message of ``memory`` (None when it is empty)."""
         check_key(memory)
+        self._unfork(memory, connection)
         found = self._messages("delete_newest", {"memory": memory}, connection)
         if found:
             self._client.vectors.changed(memory, connection)
@@ -282,6 +429,7 @@ class MessageRepository(Repository):
         check_key(memory)
         if not isinstance(position, int) or isinstance(position, bool):
             raise InvalidInput(f"position must be an integer, got {position!r}")
+        self._unfork(memory, connection)
         if position >= 0:
             found = self._messages("delete_at_position", {"memory": memory, "offset": position}, connection)
         else:
@@ -301,6 +449,7 @@ class MessageRepository(Repository):
         _positive(n, "n")
         if n == 0:
             return []
+        self._unfork(memory, connection)
         found = self._messages("delete_oldest", {"memory": memory, "n": n}, connection)
         if found:
             self._client.vectors.changed(memory, connection)
@@ -321,6 +470,8 @@ class MessageRepository(Repository):
             return []
         if to == memory:
             raise InvalidInput("move_oldest needs two different memories")
+        self._unfork(memory, connection)
+        self._unfork(to, connection)
         found = self._messages("move_oldest", {"memory": memory, "to": to, "n": n}, connection)
         if found:
             self._client.vectors.changed(memory, connection)
@@ -330,6 +481,7 @@ class MessageRepository(Repository):
     def clear(self, memory: str, *, connection: Connection[Any] | None = None) -> int:
         """Empty ``memory``; return how many messages it held."""
         check_key(memory)
+        self._unfork(memory, connection)
         removed = int(self._scalar("clear", {"memory": memory}, connection) or 0)
         if removed:
             self._client.vectors.changed(memory, connection)
@@ -349,6 +501,7 @@ class MessageRepository(Repository):
         k: int,
         *,
         within: float | None = None,
+        as_of: AsOf | None = None,
         connection: Connection[Any] | None = None,
     ) -> list[Message]:
         """The newest ``k`` messages of ``memory``, newest first; ``within``: only those added in the last
@@ -359,13 +512,25 @@ class MessageRepository(Repository):
             isinstance(within, bool) or not isinstance(within, int | float) or not 0 <= within < float("inf")
         ):
             raise InvalidInput(f"within must be a non-negative number of seconds, got {within!r}")
-        return self._messages("newest", {"memory": memory, "k": k, "seconds": within}, connection)
+        params = {"memory": memory, "k": k, "seconds": within, "upto": self._upto(memory, as_of, connection)}
+        return self._messages("newest", params, connection)
 
-    def last(self, memory: str, k: int = 0, *, connection: Connection[Any] | None = None) -> list[Message]:
-        """The last ``k`` messages of ``memory``, oldest first; all of them when ``k`` is 0."""
+    def last(
+        self, memory: str, k: int = 0, *, as_of: AsOf | None = None, connection: Connection[Any] | None = None
+    ) -> list[Message]:
+        """The last ``k`` messages of ``memory``, oldest first; all of them when ``k`` is 0.
+
+        ``as_of``: what the memory held at a point (every read takes it): a sequence number, a
+        timezone-aware time or a mark's name (README, "Rewind and branch"). Entries removed since are not
+        brought back.
+
+        Example:
+            >>> await client.messages.last("chat", 10, as_of="before-tools")
+        """
         check_key(memory)
         _positive(k, "k")
-        return self._messages("last_k", {"memory": memory, "k": k or None}, connection)
+        params = {"memory": memory, "k": k or None, "upto": self._upto(memory, as_of, connection)}
+        return self._messages("last_k", params, connection)
 
     def payloads(
         self,
@@ -376,6 +541,7 @@ class MessageRepository(Repository):
         offset: int = 0,
         limit: int | None = None,
         merged_with: str | None = None,
+        as_of: AsOf | None = None,
         connection: Connection[Any] | None = None,
     ) -> list[Any]:
         """The value of ``metadata[field]`` of each message of ``memory``, oldest first, read as one JSON
@@ -383,8 +549,9 @@ class MessageRepository(Repository):
         back so. A message without the field (added through another API) gives ``{"role": ..., "content":
         ...}`` instead.
 
-        ``last``: only the last that many (0: all). Otherwise a page: from position ``offset``, at most
-        ``limit`` (None: all), of ``memory`` merged in order with the memory ``merged_with`` if given.
+        ``last``: only the last that many (0: all), as of ``as_of`` if given. Otherwise a page: from position
+        ``offset``, at most ``limit`` (None: all), of ``memory`` merged in order with the memory ``merged_with``
+        if given.
         """
         check_key(memory)
         if not isinstance(field, str) or not field or "\x00" in field:
@@ -394,9 +561,12 @@ class MessageRepository(Repository):
             _positive(last, "last")
             if offset or limit is not None or merged_with is not None:
                 raise InvalidInput("payloads takes either last or a page (offset, limit, merged_with)")
-            params: dict[str, Any] = {"memory": memory, "field": field, "k": last or None}
+            upto = self._upto(memory, as_of, connection)
+            params: dict[str, Any] = {"memory": memory, "field": field, "k": last or None, "upto": upto}
             text = self._scalar("payloads_last", params, connection)
         else:
+            if as_of is not None:
+                raise InvalidInput("payloads takes as_of with last only (a page reads the memory as it is now)")
             _positive(offset, "offset")
             if limit is not None:
                 _positive(limit, "limit")
@@ -407,54 +577,72 @@ class MessageRepository(Repository):
         values: list[Any] = _loads(text)
         return values
 
-    def count(self, memory: str, *, connection: Connection[Any] | None = None) -> int:
+    def count(
+        self, memory: str, *, as_of: AsOf | None = None, connection: Connection[Any] | None = None
+    ) -> int:
+        """How many messages ``memory`` holds: O(1) (``pgmem.memory_counts``); as of a point, counted."""
         check_key(memory)
-        return int(self._scalar("count", {"memory": memory}, connection))
+        params = {"memory": memory, "upto": self._upto(memory, as_of, connection)}
+        return int(self._scalar("count", params, connection))
 
-    def at(self, memory: str, position: int, *, connection: Connection[Any] | None = None) -> Message | None:
+    def at(
+        self, memory: str, position: int, *, as_of: AsOf | None = None, connection: Connection[Any] | None = None
+    ) -> Message | None:
         """The message at ``position`` (0-based, negative from the end, as a list index); None when out of range."""
         check_key(memory)
         if not isinstance(position, int) or isinstance(position, bool):
             raise InvalidInput(f"position must be an integer, got {position!r}")
+        upto = self._upto(memory, as_of, connection)
         if position >= 0:
-            found = self._messages("at_position", {"memory": memory, "offset": position}, connection)
+            params = {"memory": memory, "offset": position, "upto": upto}
+            found = self._messages("at_position", params, connection)
         else:
-            found = self._messages(
-                "at_position_from_end", {"memory": memory, "offset": -position - 1}, connection
-            )
+            params = {"memory": memory, "offset": -position - 1, "upto": upto}
+            found = self._messages("at_position_from_end", params, connection)
         return found[0] if found else None
 
     def by_action(
-        self, memory: str, action: Any, *, connection: Connection[Any] | None = None
+        self, memory: str, action: Any, *, as_of: AsOf | None = None, connection: Connection[Any] | None = None
     ) -> list[Message]:
         """Messages of ``memory`` caused by ``action`` (a class or its ``module.ClassName``), in order."""
         check_key(memory)
         name = check_query_text(any_to_str(action), "action")
-        return self._messages("by_action", {"memory": memory, "action": name}, connection)
+        params = {"memory": memory, "action": name, "upto": self._upto(memory, as_of, connection)}
+        return self._messages("by_action", params, connection)
 
     def by_actions(
-        self, memory: str, actions: Iterable[Any], *, connection: Connection[Any] | None = None
+        self,
+        memory: str,
+        actions: Iterable[Any],
+        *,
+        as_of: AsOf | None = None,
+        connection: Connection[Any] | None = None,
     ) -> list[Message]:
         """Messages of ``memory`` caused by any of ``actions``, in memory order."""
         check_key(memory)
         names = sorted(set(check_query_texts([any_to_str(a) for a in actions], "actions")))
         if not names:
             return []
-        return self._messages("by_actions", {"memory": memory, "actions": names}, connection)
+        params = {"memory": memory, "actions": names, "upto": self._upto(memory, as_of, connection)}
+        return self._messages("by_actions", params, connection)
 
-    def by_role(self, memory: str, role: str, *, connection: Connection[Any] | None = None) -> list[Message]:
+    def by_role(
+        self, memory: str, role: str, *, as_of: AsOf | None = None, connection: Connection[Any] | None = None
+    ) -> list[Message]:
         """Messages of ``memory`` with this ``role``, in order. A ``role`` no stored text can equal (a NUL
         byte, a lone surrogate) raises :class:`pgmem.InvalidInput`, as a write of it would."""
         check_key(memory)
         check_query_text(role, "role")
-        return self._messages("by_role", {"memory": memory, "role": role}, connection)
+        params = {"memory": memory, "role": role, "upto": self._upto(memory, as_of, connection)}
+        return self._messages("by_role", params, connection)
 
     def by_sender(
-        self, memory: str, sender: Any, *, connection: Connection[Any] | None = None
+        self, memory: str, sender: Any, *, as_of: AsOf | None = None, connection: Connection[Any] | None = None
     ) -> list[Message]:
         check_key(memory)
         name = check_query_text(any_to_str(sender), "sender")
-        return self._messages("by_sender", {"memory": memory, "sender": name}, connection)
+        params = {"memory": memory, "sender": name, "upto": self._upto(memory, as_of, connection)}
+        return self._messages("by_sender", params, connection)
 
     def by_recipient(
         self,
@@ -462,26 +650,35 @@ class MessageRepository(Repository):
         recipient: Any,
         *,
         include_broadcast: bool = True,
+        as_of: AsOf | None = None,
         connection: Connection[Any] | None = None,
     ) -> list[Message]:
         """Messages of ``memory`` addressed to ``recipient`` (and broadcasts unless ``include_broadcast=False``)."""
         check_key(memory)
         name = check_query_text(any_to_str(recipient), "recipient")
         names = [name] + ([MESSAGE_ROUTE_TO_ALL] if include_broadcast else [])
-        return self._messages("by_recipient", {"memory": memory, "names": names}, connection)
+        params = {"memory": memory, "names": names, "upto": self._upto(memory, as_of, connection)}
+        return self._messages("by_recipient", params, connection)
 
     def by_content(
-        self, memory: str, needle: str, *, connection: Connection[Any] | None = None
+        self, memory: str, needle: str, *, as_of: AsOf | None = None, connection: Connection[Any] | None = None
     ) -> list[Message]:
         """Messages of ``memory`` whose content contains ``needle`` (exact substring), in order."""
         check_key(memory)
         if not isinstance(needle, str) or "\x00" in needle:
             raise InvalidInput("needle must be a string without NUL bytes")
         check_query_text(needle, "needle")
-        return self._messages("by_content", {"memory": memory, "needle": needle}, connection)
+        params = {"memory": memory, "needle": needle, "upto": self._upto(memory, as_of, connection)}
+        return self._messages("by_content", params, connection)
 
     def search_text(
-        self, memory: str, query: str, *, limit: int = 10, connection: Connection[Any] | None = None
+        self,
+        memory: str,
+        query: str,
+        *,
+        limit: int = 10,
+        as_of: AsOf | None = None,
+        connection: Connection[Any] | None = None,
     ) -> list[Message]:
         """Keyword search, best match first (BM25; README, "Keyword search").
 
@@ -500,7 +697,8 @@ class MessageRepository(Repository):
             raise InvalidInput("query must be a string without NUL bytes")
         check_query_text(query, "query")
         self._client.vectors.planner.fresh_statistics(connection)
-        params = {"memory": memory, "query": query, "limit": limit}
+        upto = self._upto(memory, as_of, connection)
+        params = {"memory": memory, "query": query, "limit": limit, "upto": upto}
         return self._messages("search_text", params, connection)
 
     def new_positions(
@@ -509,6 +707,7 @@ class MessageRepository(Repository):
         observed: Sequence[Message | str],
         k: int = 0,
         *,
+        as_of: AsOf | None = None,
         connection: Connection[Any] | None = None,
     ) -> list[int]:
         """0-based positions in ``observed`` (messages or message ids) of those not among the last ``k``
@@ -518,17 +717,26 @@ class MessageRepository(Repository):
         if not observed:
             return []
         ids = [m if isinstance(m, str) else storage_id(m) for m in observed]
+        upto = self._upto(memory, as_of, connection)
         if k == 0:
-            positions = self._column("find_news_all", {"memory": memory, "ids": ids}, connection)
+            positions = self._column("find_news_all", {"memory": memory, "ids": ids, "upto": upto}, connection)
         else:
-            positions = self._column("find_news_recent", {"memory": memory, "ids": ids, "k": k}, connection)
+            params = {"memory": memory, "ids": ids, "k": k, "upto": upto}
+            positions = self._column("find_news_recent", params, connection)
         return [int(p) - 1 for p in positions]
 
     def find_news(
-        self, memory: str, observed: Sequence[Message], k: int = 0, *, connection: Connection[Any] | None = None
+        self,
+        memory: str,
+        observed: Sequence[Message],
+        k: int = 0,
+        *,
+        as_of: AsOf | None = None,
+        connection: Connection[Any] | None = None,
     ) -> list[Message]:
         """The messages of ``observed`` not among the last ``k`` of ``memory`` (all when 0), in one query."""
-        return [observed[i] for i in self.new_positions(memory, observed, k, connection=connection)]
+        positions = self.new_positions(memory, observed, k, as_of=as_of, connection=connection)
+        return [observed[i] for i in positions]
 
     def get_messages(
         self, message_ids: Sequence[str], *, connection: Connection[Any] | None = None
@@ -546,14 +754,20 @@ class MessageRepository(Repository):
             raise NotFound(f"no message {message_id!r} in namespace {self.namespace!r}")
         return found[0]
 
-    def actions(self, memory: str, *, connection: Connection[Any] | None = None) -> list[str]:
+    def actions(
+        self, memory: str, *, as_of: AsOf | None = None, connection: Connection[Any] | None = None
+    ) -> list[str]:
         """The distinct actions (``cause_by``) of ``memory``."""
         check_key(memory)
-        return self._column("list_actions", {"memory": memory}, connection)
+        params = {"memory": memory, "upto": self._upto(memory, as_of, connection)}
+        return self._column("list_actions", params, connection)
 
-    def count_actions(self, memory: str, *, connection: Connection[Any] | None = None) -> int:
+    def count_actions(
+        self, memory: str, *, as_of: AsOf | None = None, connection: Connection[Any] | None = None
+    ) -> int:
         check_key(memory)
-        return int(self._scalar("count_actions", {"memory": memory}, connection))
+        params = {"memory": memory, "upto": self._upto(memory, as_of, connection)}
+        return int(self._scalar("count_actions", params, connection))
 
     def memories(
         self, *, prefix: str = "", nonempty: bool = False, connection: Connection[Any] | None = None

@@ -14,12 +14,20 @@ from psycopg import Connection
 from pgmem._sync.background import Background
 from pgmem._sync.base import Repository
 from pgmem._sync.embedding_models import ModelRegistry
+from pgmem._sync.merging import merge_waiting
 from pgmem._sync.sessions import Sessions
 from pgmem.checks import check_key
 from pgmem.embeddings import Embedder, Precomputed, check_vectors
 from pgmem.errors import InvalidInput, redact
 from pgmem.planning import statements
-from pgmem.planning.rows import EmbeddingModelRow, OutboxItemRow, PendingModelRow, PendingRow, PromotedRow
+from pgmem.planning.rows import (
+    EmbeddingModelRow,
+    OutboxItemRow,
+    PendingMergeRow,
+    PendingModelRow,
+    PendingRow,
+    PromotedRow,
+)
 from pgmem.planning.search import EmbeddingModel, model_of
 from pgmem.resilience import paused
 
@@ -169,9 +177,11 @@ class EmbeddingOutbox(Repository):
                 # The database's own errors are raised (the batch stays queued as it was, no backoff).
                 self._sessions.ready(block.connection)
                 query = Q["store_vectors"] if model.kind == "vector" else Q["store_halfvecs"]
-                block.command(
+                waiting = block.rows(
                     query, {"ns": self.namespace, "model": model.id, "ids": ids, "vectors": list(vectors)}
                 )
+                if waiting:
+                    merge_waiting(block, model, [PendingMergeRow._make(row) for row in waiting])
         if failure is not None:
             log.warning("embedding %d messages with %s failed: %s", len(ids), model.name, failure)
             self._rows("outbox_failed", {"model": model.id, "ids": ids, "error": failure}, None)

@@ -206,6 +206,7 @@ class Retention(Repository):
             raise InvalidInput("trim needs keep_last, older_than or both (it never empties a memory by default)")
         keep = None if keep_last is None else integer(keep_last, "keep_last", 0, MAX_KEEP)
         cutoff = None if older_than is None else cutoff_params(older_than)
+        self._client.forks.materialize(memory, connection)  # a fork's inherited entries are trimmed too
         if cutoff is None:  # one statement: no transaction block around it (no extra round trip)
             removed = self._removed("trim", {"memory": memory, "keep": keep}, connection)
         elif keep is None:
@@ -318,7 +319,7 @@ class Retention(Repository):
         if stale:  # before the entries go: they say what each summary covered
             counts["summaries_stale"] = self._count(block, "forget_stale_summaries", p)
             counts["brain_summaries"] = self._count(block, "forget_brain_summaries", p)
-        for table in ("retrieval_log", "queue_items", "queue_archive", "store_files"):
+        for table in ("retrieval_log", "recall_samples", "queue_items", "queue_archive", "store_files"):
             counts[table] = self._count(block, f"forget_{table}", p)
         entries = self._fetch(block, "forget_entries", p)
         counts["memory_entries"] = sum(int(n) for _, n in entries)
@@ -426,6 +427,8 @@ class Retention(Repository):
             "retrieval_log": ("retrieval_log_batch", "retrieval_log_bound", {"memory": scoped}),
         }[policy.target]
         removed = 0
+        if policy.target == "messages" and scoped is not None:
+            self._client.forks.materialize(scoped, None)  # a fork's inherited entries age and count too
         if age is not None:  # the age pass, then the count pass with the bound as it stands after it
             removed += self._batches(batch, {**params, "age": age, "bound": None, "limit": limit})
         if keep is not None:

@@ -20,6 +20,7 @@ from pgmem.embeddings import Embedder, Vectors
 from pgmem.errors import InvalidInput
 from pgmem.planning import statements
 from pgmem.planning.distances import DEFAULT_DISTANCE, check_threshold, max_distance
+from pgmem.planning.forks import AsOf
 from pgmem.planning.search import (
     MODEL_SWITCH_ATTEMPTS,
     EmbeddingModel,
@@ -96,10 +97,12 @@ class Searcher(Repository):
         embedder: Embedder | None = None,
         distance: str | None = None,
         label: str | None = None,
+        as_of: AsOf | None = None,
         connection: Connection[Any] | None = None,
     ) -> list[SearchHit]:
         """See :meth:`pgmem.AsyncVectorRepository.search`."""
         filters = SearchFilters(memory, cause_by, role, sender, since, until, max_seq, metadata)
+        filters = self._client.forks.searched(filters, as_of, connection)
         if (query is None) == (vector is None):
             raise InvalidInput("search needs exactly one of a query text or a vector")
         check_k(k)
@@ -136,6 +139,7 @@ class Searcher(Repository):
             connection,
             distance=distance,
             complete=k if threshold is None else None,
+            sample=("vector", k),
         )
         return vector_hits(rows, ranked_by)
 
@@ -194,7 +198,17 @@ class Searcher(Repository):
             )
 
         (rows,) = self._run(
-            filters, texts, vectors, embedder, "auto", exact_limit, plan, connection, stack=True, distance=distance
+            filters,
+            texts,
+            vectors,
+            embedder,
+            "auto",
+            exact_limit,
+            plan,
+            connection,
+            stack=True,
+            distance=distance,
+            sample=("batch", k),
         )
         return batch_hits(rows, count, ranked_by)
 
@@ -220,10 +234,12 @@ class Searcher(Repository):
         mode: str = "auto",
         embedder: Embedder | None = None,
         label: str | None = None,
+        as_of: AsOf | None = None,
         connection: Connection[Any] | None = None,
     ) -> list[SearchHit]:
         """See :meth:`pgmem.AsyncVectorRepository.hybrid_search`."""
         filters = SearchFilters(memory, cause_by, role, sender, since, until, metadata=metadata)
+        filters = self._client.forks.searched(filters, as_of, connection)
         for name, value in (("text", text), ("keyword_query", keyword_query)):
             if value is not None and (not isinstance(value, str) or not value.strip()):
                 raise InvalidInput(f"hybrid search's {name} must be a non-empty string, got {value!r}")
@@ -274,7 +290,7 @@ class Searcher(Repository):
 
         texts = [text] if vector is None and text is not None else None
         vectors = None if vector is None else [vector]
-        (rows,) = self._run(filters, texts, vectors, embedder, mode, None, plan, connection)
+        (rows,) = self._run(filters, texts, vectors, embedder, mode, None, plan, connection, sample=("hybrid", k))
         return [hybrid_hit(row) for row in rows]
 
     def keyword_search(
@@ -291,10 +307,12 @@ class Searcher(Repository):
         max_seq: int | None = None,
         metadata: Mapping[str, Any] | None = None,
         label: str | None = None,
+        as_of: AsOf | None = None,
         connection: Connection[Any] | None = None,
     ) -> list[SearchHit]:
         """See :meth:`pgmem.AsyncVectorRepository.keyword_search`."""
         filters = SearchFilters(memory, cause_by, role, sender, since, until, max_seq, metadata)
+        filters = self._client.forks.searched(filters, as_of, connection)
         if not isinstance(text, str) or not text.strip():
             raise InvalidInput(f"keyword search needs a non-empty text, got {text!r}")
         check_query_text(text, "text")
@@ -330,6 +348,7 @@ class Searcher(Repository):
         stack: bool = False,
         distance: str | None = None,
         complete: int | None = None,
+        sample: tuple[str, int] | None = None,
     ) -> list[Rows]:
         """Run the search ``plan`` builds on the memory's model, again on the new one when a model switch
         finished under it. ``vectors``: the caller's query vectors (else ``texts`` are embedded).
@@ -337,7 +356,8 @@ class Searcher(Repository):
         ``complete``: the rows a complete answer holds (``k``, for a search without a threshold): an index
         scan the planner chose that came back with fewer (its walk stopped at ``hnsw.max_scan_tuples``
         before enough rows passed the filters) runs again exactly, so a search never comes back short
-        while the filters keep ``k`` messages."""
+        while the filters keep ``k`` messages. ``sample``: the kind of search and its ``k``, for the share of
+        searches whose recall is checked (:mod:`pgmem._async.recall`): what was served is recorded then."""
         self._planner.fresh_statistics(connection)
         for attempt in range(MODEL_SWITCH_ATTEMPTS):
             model = self._registry.for_search(filters, embedder, attempt > 0, distance)
@@ -354,8 +374,12 @@ class Searcher(Repository):
             planned = plan(model, qs, strategy)
             found = self._execute(planned, connection)
             if complete is not None and mode == "auto" and strategy == "ann" and len(found[0]) < complete:
-                found = self._execute(plan(model, qs, "exact"), connection)
+                strategy, planned = "exact", plan(model, qs, "exact")
+                found = self._execute(planned, connection)
             if not any([self._switched(rows, filters, model) for rows in found]):
+                if sample is not None and (recall := self._client.vectors.recall).sampled():
+                    params, settings = planned.params[0], planned.settings
+                    recall.record(*sample, model, filters, strategy, params, settings, found[0], connection)
                 return found
         raise still_switching(filters.memory)
 

@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import Connection
 
+from pgmem._sync import merging
 from pgmem._sync.base import Repository
 from pgmem._sync.embedding_models import ModelRegistry
 from pgmem._sync.outbox import EmbeddingOutbox, EmbedReport
+from pgmem._sync.recall import SearchRecall
 from pgmem._sync.retrieval_log import RetrievalLog
 from pgmem._sync.search_planner import SearchPlanner
 from pgmem._sync.searcher import Searcher
@@ -27,6 +29,7 @@ from pgmem._sync.sessions import Sessions
 from pgmem.checks import check_key
 from pgmem.embeddings import Embedder, Vectors
 from pgmem.planning import statements
+from pgmem.planning.forks import AsOf
 from pgmem.planning.search import EmbeddingModel, SearchHit
 
 if TYPE_CHECKING:
@@ -59,6 +62,8 @@ class VectorRepository(Repository):
         self.planner = SearchPlanner(client)
         self.searcher = Searcher(client, self.registry, self.planner, sessions)
         self.retrieval_log = RetrievalLog(client)
+        #: Search recall you can watch: sampled searches and their checker (:mod:`pgmem._async.recall`).
+        self.recall = SearchRecall(client, self.planner)
 
     # -- models -------------------------------------------------------------------------------------
 
@@ -213,6 +218,7 @@ class VectorRepository(Repository):
 
     def close(self) -> None:
         self.outbox.close()
+        self.recall.close()
 
     # -- search ---------------------------------------------------------------------------------------
 
@@ -236,6 +242,8 @@ class VectorRepository(Repository):
         embedder: Embedder | None = None,
         distance: str | None = None,
         label: str | None = None,
+        boost_seen: float | None = None,
+        as_of: AsOf | None = None,
         connection: Connection[Any] | None = None,
     ) -> list[SearchHit]:
         """The ``k`` messages closest to ``query`` (text, embedded with the memory's model) or ``vector``
@@ -253,11 +261,20 @@ class VectorRepository(Repository):
         (exact for small filtered sets, else the HNSW index), ``exact`` or ``ann``. ``label``: the caller's name
         for this search (e.g. the prompt or the stage), recorded with its hits when the client's retrieval log
         is on (``PGMEM_RETRIEVAL_LOG=1``; ``pgmem.retrieval_hits``), in the same statement.
+
+        ``boost_seen`` (with ``memory``): rank by ``score + boost_seen * ln(seen_count)``, a fact the memory was
+        told more often (near-duplicates merged into it: :meth:`pgmem.MessageRepository.remember`) ranking
+        higher; the ``4 * k`` nearest are re-ranked, and the hits carry ``seen_count`` and ``last_seen_at``
+        (one more statement).
+
+        ``as_of`` (with ``memory``): what the memory held at a point, a sequence number, a timezone-aware
+        time or a mark's name (README, "Rewind and branch"); a fork is searched with what it inherits.
         """
-        return self.searcher.search(
+        asked = merging.check_boost(boost_seen, memory, k)
+        hits = self.searcher.search(
             query,
             vector=vector,
-            k=k,
+            k=asked,
             memory=memory,
             cause_by=cause_by,
             role=role,
@@ -272,8 +289,12 @@ class VectorRepository(Repository):
             embedder=embedder,
             distance=distance,
             label=label,
+            as_of=as_of,
             connection=connection,
         )
+        if boost_seen is None or memory is None:
+            return hits
+        return merging.boost(self._client.executor, self.namespace, memory, hits, boost_seen, k, connection)
 
     def search_many(
         self,
@@ -340,6 +361,7 @@ class VectorRepository(Repository):
         mode: str = "auto",
         embedder: Embedder | None = None,
         label: str | None = None,
+        as_of: AsOf | None = None,
         connection: Connection[Any] | None = None,
     ) -> list[SearchHit]:
         """The vector and keyword rankings of ``text`` fused into one, in one statement.
@@ -377,6 +399,7 @@ class VectorRepository(Repository):
             mode=mode,
             embedder=embedder,
             label=label,
+            as_of=as_of,
             connection=connection,
         )
 
@@ -394,6 +417,7 @@ class VectorRepository(Repository):
         max_seq: int | None = None,
         metadata: Mapping[str, Any] | None = None,
         label: str | None = None,
+        as_of: AsOf | None = None,
         connection: Connection[Any] | None = None,
     ) -> list[SearchHit]:
         """The ``k`` messages that best match ``text`` by keywords, scored by BM25 (README, "Keyword
@@ -418,6 +442,7 @@ class VectorRepository(Repository):
             max_seq=max_seq,
             metadata=metadata,
             label=label,
+            as_of=as_of,
             connection=connection,
         )
 

@@ -44,12 +44,13 @@ from rich.table import Table
 from rich.text import Text
 
 from pgmem import Client, connect
-from pgmem.errors import DemoIncomplete, redact
+from pgmem.errors import DemoIncomplete, MissingExtra, redact
 from pgmem.examples import demo_model
 from pgmem.integrations.metagpt.longterm import LongTermMemory
 from pgmem.integrations.metagpt.memory import Memory
 from pgmem.integrations.metagpt.message_queue import MessageQueue
 from pgmem.models import MESSAGE_ROUTE_TO_ALL, Message, any_to_str
+from pgmem.ops import analytics
 from pgmem.planning import statements as queries
 from pgmem.planning.queues import QueueItem
 from pgmem.planning.rows import ActionFlowRow, RoleActionRow
@@ -332,8 +333,9 @@ def run(
 ) -> None:
     """Run the team in ``namespace`` (its memories, queues and retrieval log are emptied first), wait for
     it, and print the report; with ``report``, also write the HTML report of the namespace there (``pgmem
-    report``) and say where. It says what it is doing as it goes: the role processes starting, each one
-    ready, every message, the summaries, the report.
+    report``) and say where (without the ``plotly`` package, ``pip install 'pgmem[report]'``, it says that
+    instead). It says what it is doing as it goes: the role processes starting, each one ready, every
+    message, the summaries, the report.
 
     Raises:
         InvalidInput: ``report`` cannot be written there (:func:`pgmem.ops.report.check_report`); nothing was
@@ -341,10 +343,16 @@ def run(
         DemoIncomplete: a role process died, or the team stopped making progress (after the report).
     """
     console = console or Console()
+    no_report = None
     if report is not None:
-        from pgmem.ops.report import check_report  # loaded here: the report's module is not the demo's start
+        # loaded here: the report's module is not the demo's start
+        from pgmem.ops.report import chart_library, check_report
 
         check_report(report)
+        try:
+            chart_library()
+        except MissingExtra as exc:  # the team still runs; its end says how to get the charts
+            no_report, report = str(exc), None
     started = time.monotonic()
     console.print(f"[bold]pgmem demo[/bold]: {len(ROLES)} agent processes, idea: {idea!r}", highlight=False)
     method = _start_method()
@@ -397,6 +405,8 @@ def run(
             written = write_report(dsn, report, namespace=namespace)
         console.print("charts of this run, with the SQL behind them:", highlight=False)
         console.print(f"  {written.path.resolve().as_uri()}", highlight=False, soft_wrap=True, markup=False)
+    elif no_report:
+        console.print(f"no HTML report: {no_report}", highlight=False, soft_wrap=True, markup=False)
     if failure:
         console.print(f"[red]{failure}[/red]", highlight=False)
         raise DemoIncomplete(failure)
@@ -509,8 +519,14 @@ def _report(dsn: str, namespace: str, console: Console, elapsed: float) -> None:
             ("recalls", "long-term recall before answering (pgmem.retrieval_log)"),
         ):
             console.print(_sql_table(conn, q[name], params, f"{title} (sql/demo.sql: {name})"))
+    # The report's headline figures, from its query (sql/analytics.sql: totals), so that both count alike:
+    # the engineer's to-do items are messages too, stored for its queue but in no memory.
+    with psycopg.connect(dsn) as conn:
+        totals = analytics.fetch(conn, "totals", analytics.Scope(namespace))[0]
     console.print(
-        f"finished in {elapsed:.1f} s; {sum(r.messages for r in by_role)} messages in namespace {namespace!r}",
+        f"finished in {elapsed:.1f} s; in namespace {namespace!r}: {totals['in_memories']} messages in memories"
+        f" (+{totals['queue_only']} only in queues: the engineer's to-do items), {totals['actions']} actions in"
+        " memories",
         highlight=False,
     )
     # soft_wrap: the command stays on one line, ready to copy.

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.markup import escape
 
 from pgmem.checks import check_key, check_namespace
 from pgmem.errors import InvalidInput, PgmemError, redact
@@ -115,14 +115,33 @@ def migrate(
     repair: Annotated[
         bool, typer.Option("--repair", help="Bring a schema that differs from its revision to it, keeping the data.")
     ] = False,
+    sql: Annotated[
+        bool, typer.Option("--sql", help="Print the SQL the migrations would run (for a DBA) and run nothing.")
+    ] = False,
+    start: Annotated[
+        str | None,
+        typer.Option(
+            "--from",
+            help="With --sql: the revision to start from (base: an empty database; default: the database's).",
+            metavar="REV",
+        ),
+    ] = None,
 ) -> None:
     """Apply pgmem's migrations (safe to run from many processes at once), check that the schema is what its
     revision declares (exits 1 naming each difference; --repair fixes them, as the tables' owner), then build
     the HNSW index of every registered embedding model that lacks one (clients of the application role
-    leave them to the owner)."""
+    leave them to the owner). With --sql, print the migrations' SQL script instead (one transaction, with
+    the migrations' lock and the revision stamp) and change nothing; the HNSW indexes are not in it."""
     from pgmem.ops import migrate as _migrate
     from pgmem.ops.cli_parts import report_schema
 
+    if start is not None and not sql:
+        raise InvalidInput("--from goes with --sql")
+    if sql:
+        if start is None:
+            start = _migrate.current_revision(_dsn(dsn))
+        print(_migrate.sql_script(None if start == "base" else start), end="")
+        return
     resolved = _dsn(dsn)
     revision = _migrate.upgrade(resolved, check=False)
     console.print(f"schema at revision {revision} ({redact(resolved)})", highlight=False)
@@ -320,107 +339,82 @@ SinceOption = Annotated[
 @app.command()
 def stats(
     dsn: DsnOption = None,
-    namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Only this namespace.")] = None,
+    namespace: Annotated[
+        str | None,
+        typer.Option(
+            "--namespace",
+            "-n",
+            help="Only this namespace. One with no rows at all gets a warning on stderr (exit code 0).",
+        ),
+    ] = None,
     since: SinceOption = None,
+    fmt: Annotated[str, typer.Option("--format", help="table (default), json (one object) or csv.")] = "table",
+    watch: Annotated[
+        float | None,
+        typer.Option(
+            "--watch",
+            is_flag=False,
+            flag_value=2.0,
+            help="Print again every SECONDS (default 2) until Ctrl-C, which exits 0.",
+            metavar="[SECONDS]",
+        ),
+    ] = None,
 ) -> None:
-    """The main figures from pgmem's analytics views (docs/analytics.md), as tables.
+    """The main figures from pgmem's analytics views (docs/analytics.md), as tables, JSON or CSV.
 
     Messages by namespace, memory, role and action; agents; the action flow; who talks to whom; queue
-    health; logged searches.
+    health; logged searches; summaries. `-n NS` naming a namespace that holds nothing prints a warning on
+    stderr ("namespace 'x' has no rows: ... check the name / PGMEM_NAMESPACE") and exits 0.
     """
-    from pgmem.errors import translate
-    from pgmem.ops import analytics
+    from pgmem.ops import stats_cli
 
-    scope = analytics.Scope(namespace, analytics.parse_since(since))
-    resolved = _dsn(dsn)
-    import contextlib
+    def warn(text: str) -> None:
+        Console(stderr=True).print(f"[yellow]warning:[/yellow] {text}", highlight=False, soft_wrap=True)
 
-    import psycopg
+    stats_cli.run(_dsn(dsn), namespace=namespace, since=since, fmt=fmt, watch=watch, console=console, warn=warn)
 
-    import pgmem
 
-    with pgmem.connect(resolved, namespace=namespace or "default", min_size=0, max_size=1) as client:
-        # A replica's connection when PGMEM_REPLICA_DSNS names one that answers: the scans leave the primary.
-        # Every namespace (no --namespace) is the tables' owner's view: a plain connection as the DSN's role
-        # (a client's connections act as the application role, held by row-level security to one namespace).
-        reading: contextlib.AbstractContextManager[psycopg.Connection[Any]] = (
-            client.read_connection() if namespace else psycopg.connect(resolved)
-        )
-        with translate(), reading as conn:
-            by_memory = analytics.fetch(conn, "messages_by_memory", scope)
-            agents = analytics.fetch(conn, "agents", scope)
-            flow = analytics.fetch(conn, "flow", scope)
-            talk = analytics.fetch(conn, "talk", scope)
-            queues = analytics.fetch(conn, "queues", scope)
-            retrievals = analytics.fetch(conn, "retrievals", scope)
-            summaries = analytics.fetch(conn, "summaries", scope)
-    table = Table(title="messages by namespace, memory, role and action")
-    for column in ("namespace", "memory", "role", "action", "messages"):
-        table.add_column(column, justify="right" if column == "messages" else "left")
-    for r in by_memory:
-        table.add_row(r["namespace"], r["memory"], r["role"], r["action"] or "-", str(r["messages"]))
-    console.print(table)
-    memories = len({(r["namespace"], r["memory"]) for r in by_memory})
-    console.print(f"{sum(r['messages'] for r in by_memory)} message references in {memories} memories")
-    _print_table(
-        console,
-        "agents (each message once)",
-        agents,
-        {
-            "agent": "agent",
-            "messages": "messages",
-            "characters": "characters",
-            "tokens": "tokens (counted)",
-            "tokens_estimated": "tokens (est.)",
-            "first_seen": "first",
-            "last_seen": "last",
-        },
-    )
-    _print_table(
-        console,
-        "action flow (largest memory of each namespace)",
-        flow,
-        {"from_action_name": "from", "to_action_name": "to", "edges": "edges", "median_delay_s": "median delay (s)"},
-    )
-    _print_table(
-        console, "who talks to whom", talk, {"sender": "sender", "recipient": "recipient", "messages": "messages"}
-    )
-    if queues:
-        _print_table(
-            console,
-            "queue health (now)",
-            queues,
-            {
-                "namespace": "namespace",
-                "queue": "queue",
-                "depth": "depth",
-                "available": "available",
-                "leased": "leased",
-                "delayed": "delayed",
-                "dead": "dead",
-                "acked": "acked",
-                "oldest_pending_s": "oldest (s)",
-                "retries": "retries",
-                "acked_last_minute": "acked/1m",
-            },
-        )
-    if retrievals:
-        _print_table(console, "logged searches", retrievals, {"label": "label", "searches": "searches", "hits": "hits"})
-    if summaries:
-        _print_table(
-            console,
-            "summaries (compression per memory and level)",
-            summaries,
-            {
-                "namespace": "namespace",
-                "memory": "memory",
-                "level": "level",
-                "summaries": "summaries",
-                "source_chars": "chars summarised",
-                "char_ratio": "chars ratio",
-                "token_ratio": "tokens ratio",
-            },
-        )
+@app.command("export")
+def export_(
+    namespace: Annotated[str, typer.Option("--namespace", "-n", help="The namespace to export.")],
+    dsn: DsnOption = None,
+    memory: Annotated[
+        list[str] | None,
+        typer.Option("--memory", help="Only this memory, its messages, vectors and summaries (repeatable)."),
+    ] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write here (default: standard output).")] = None,
+) -> None:
+    """Export a namespace as JSON lines, for `pgmem import` into another database or namespace: memories,
+    messages (every column, exactly), entries in order, embeddings (by model name and dimension), memories'
+    models, summaries, queue items (with their state), items (with TTLs), BrainMemory state, stores,
+    subscriptions, retention policies, forks and marks: every table but those listed here.
+
+    Not exported: logs and audit (vector log, retrieval log, recall samples, forget audit, acknowledged queue
+    items, idempotency keys), state the import rebuilds (memory counts, the embedding queue), the doorbell,
+    the namespace's notification key, and items' vectors. Read as the namespace's role, in one snapshot.
+    """
+    from pgmem.ops import portability
+
+    written = portability.export_to(_dsn(dsn), namespace, out, memories=memory)
+    Console(stderr=True).print(f"exported {written} lines of namespace {namespace!r}", highlight=False)
+
+
+@app.command("import")
+def import_(
+    source: Annotated[str, typer.Argument(help="The export's file, or - for standard input.", metavar="FILE|-")],
+    dsn: DsnOption = None,
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", "-n", help="Import into this namespace (default: the file's).")
+    ] = None,
+) -> None:
+    """Import a `pgmem export` file, in one transaction: a bad line (not JSON, unknown type, missing field,
+    wrong dimension, a newer format) is an InvalidInput naming its line, and a row the namespace already
+    holds (a message id, a memory, an item) a Conflict; either way nothing is imported."""
+    from pgmem.ops import portability
+
+    target, done = portability.import_from(_dsn(dsn), source, namespace=namespace)
+    counts = ", ".join(f"{n} {kind}" for kind, n in done.rows.items()) or "no rows"
+    console.print(f"imported {done.lines} lines into namespace {target!r}: {counts}", highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -433,7 +427,8 @@ def report(
         str | None, typer.Option("--memory", help="Draw this memory's action flow (default: each namespace's largest).")
     ] = None,
 ) -> None:
-    """Write a self-contained HTML report (charts and the SQL behind them); opens offline in any browser."""
+    """Write a self-contained HTML report (charts and the SQL behind them); opens offline in any browser.
+    Needs the plotly package: pip install 'pgmem\\[report]'."""
     from pgmem.ops import analytics
     from pgmem.ops.report import write_report
 
@@ -446,7 +441,10 @@ def report(
         replicas=get_settings().replica_list,
     )
     console.print(
-        f"report on {written.messages} messages written to {written.path.resolve()}", highlight=False, soft_wrap=True
+        f"report on {written.messages} messages in memories (+{written.queue_only} only in queues) written to"
+        f" {written.path.resolve()}",
+        highlight=False,
+        soft_wrap=True,
     )
 
 
@@ -584,7 +582,10 @@ def main() -> None:
     try:
         app()
     except PgmemError as exc:
-        Console(stderr=True).print(f"[red]error:[/red] {type(exc).__name__}: {redact(str(exc))}", highlight=False)
+        # escape: a message's own brackets (pip install 'pgmem[report]') are text, not rich markup
+        Console(stderr=True).print(
+            f"[red]error:[/red] {type(exc).__name__}: {escape(redact(str(exc)))}", highlight=False
+        )
         raise SystemExit(1) from None
     except Exception as exc:  # noqa: BLE001 - a bug or a driver error: its traceback, with no password in it
         import traceback

@@ -209,9 +209,23 @@ def _at_head(connection: Connection) -> None:
         raise SchemaOutOfDate(f"the database is at revision {revision}, this pgmem's is {head_revision()}: migrate it")
 
 
-def _locked(connection: Connection) -> None:
-    # The migrations' lock: no migration or repair changes the schema while it is compared or repaired.
-    connection.exec_driver_sql("SELECT pg_advisory_xact_lock(%(key)s)", {"key": MIGRATION_LOCK_KEY})
+def take_migration_lock(connection: Connection) -> None:
+    """Hold the migrations' lock for the rest of the transaction this begins on ``connection``: no
+    migration or repair changes the schema while another migrates, compares or repairs it.
+
+    Polled (``pg_try_advisory_xact_lock``, the transaction ended between tries), never waited for in the
+    server: a transaction waiting there holds a snapshot, which a concurrent ``CREATE INDEX CONCURRENTLY``
+    (a model's HNSW index, built by a client) waits for, while the lock's holder (a migration's DDL, the
+    drift check replaying a trigger) waits for that build: a deadlock, seen when the demo's four processes
+    started on a fresh server.
+    """
+    delay = 0.005
+    while not connection.exec_driver_sql(
+        "SELECT pg_try_advisory_xact_lock(%(key)s)", {"key": MIGRATION_LOCK_KEY}
+    ).scalar():
+        connection.rollback()
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
 
 
 def verify(dsn: str) -> Verification:
@@ -228,8 +242,8 @@ def verify(dsn: str) -> Verification:
     engine = engine_for(dsn)
     try:
         with _driver_errors(), engine.connect() as connection:
+            take_migration_lock(connection)
             _at_head(connection)
-            _locked(connection)
             found = drift.verify(connection)
             connection.rollback()
     finally:
@@ -264,8 +278,8 @@ def repair(dsn: str) -> Repaired:
     engine = engine_for(dsn)
     try:
         with _driver_errors(), engine.connect() as connection:
+            take_migration_lock(connection)
             _at_head(connection)
-            _locked(connection)
             before = drift.repair(connection)
             connection.exec_driver_sql(FILTER_INDEXES)  # a superuser's: the filters' index, where missing
             connection.commit()
@@ -328,3 +342,51 @@ def build_model_indexes(dsn: str) -> list[str]:
                 finally:
                     conn.execute(q["build_unlock"], {"key": MODEL_LOCK_KEY})
     return built
+
+
+def current_revision(dsn: str) -> str | None:
+    """The revision the database at ``dsn`` is at (None: not migrated); changes nothing."""
+    engine = engine_for(dsn)
+    try:
+        with _driver_errors():
+            return _current_revision(engine)
+    finally:
+        engine.dispose()
+
+
+def sql_script(start: str | None) -> str:
+    """The SQL the migrations from ``start`` (a revision; None: an empty database) to the newest would run, as
+    a script for a DBA (alembic's offline mode): one transaction, the migrations' lock, the revision stamp.
+    Runs nothing and needs no database.
+
+    Raises:
+        InvalidInput: ``start`` is not a revision of this pgmem.
+        SchemaTooNew: ``start`` is newer than this pgmem's revision.
+    """
+    import io
+
+    from alembic import command
+    from alembic.util.exc import CommandError
+
+    from pgmem.errors import InvalidInput
+
+    if start is not None and start not in _revisions():
+        if start.isdigit() and not is_known(start):
+            raise SchemaTooNew(too_new_message(start))
+        raise InvalidInput(f"--from {start!r}: not a revision of this pgmem (0001 … {head_revision()})")
+    buffer = io.StringIO()
+    cfg = alembic_config()
+    cfg.output_buffer = buffer
+    if start == head_revision():
+        return f"-- the database is at revision {start}, this pgmem's newest: nothing to run\n"
+    try:
+        command.upgrade(cfg, f"{start}:head" if start else "head", sql=True)
+    except CommandError as exc:
+        raise InvalidInput(f"cannot write the migrations' SQL from {start or 'an empty database'}: {exc}") from None
+    return buffer.getvalue()
+
+
+def _revisions() -> set[str]:
+    from alembic.script import ScriptDirectory
+
+    return {script.revision for script in ScriptDirectory.from_config(alembic_config()).walk_revisions()}

@@ -117,6 +117,26 @@ memory_entries = Table(
     Column("seq", BigInteger, Identity(always=False), nullable=False),
     Column("cause_by", Text, nullable=False, comment="copy of messages.cause_by (immutable) for index scans"),
     Column("added_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    # Near-duplicate merge (migration 0018): per memory, like the entry's position.
+    Column(
+        "seen_count",
+        Integer,
+        nullable=False,
+        server_default=text("1"),
+        comment="how many times the memory was given this fact (near-duplicates merged into it: migration 0018)",
+    ),
+    Column(
+        "last_seen_at",
+        DateTime(timezone=True),
+        nullable=True,
+        comment="when a near-duplicate was last merged into it; NULL: never (read coalesce(last_seen_at, added_at))",
+    ),
+    Column(
+        "merge_within",
+        DOUBLE_PRECISION,
+        nullable=True,
+        comment="a near-duplicate merge the embedder decides when it stores the vector: the distance bound; NULL: none",
+    ),
     PrimaryKeyConstraint("namespace", "memory", "message_id", name="memory_entries_pkey"),
     ForeignKeyConstraint(
         ["namespace", "memory"],
@@ -134,6 +154,14 @@ memory_entries = Table(
     Index("memory_entries_cause_by_idx", "namespace", "memory", "cause_by", "seq"),
     # Covering: a filtered HNSW search probes it per candidate, index-only (pre-baseline migration 0009).
     Index("memory_entries_message_idx", "namespace", "message_id", postgresql_include=["memory"]),
+    # Entries whose near-duplicate merge waits for the embedder (migration 0018): the embedder probes it per
+    # stored batch, and it is almost always empty.
+    Index(
+        "memory_entries_merging_idx",
+        "namespace",
+        "message_id",
+        postgresql_where=text("merge_within IS NOT NULL"),
+    ),
     comment="Which messages a memory holds, in the order they were added.",
 )
 
@@ -147,6 +175,53 @@ memory_counts = Table(
     PrimaryKeyConstraint("namespace", "memory", "shard", name="memory_counts_pkey"),
     # No foreign key to memories: its key-share lock per write would make the memory's row a shared one.
     comment="How many entries each memory holds: the sum of its rows (one per writer shard; migration 0017).",
+)
+
+memory_forks = Table(
+    "memory_forks",
+    metadata,
+    Column("namespace", Text, nullable=False),
+    Column("memory", Text, nullable=False, comment="the fork"),
+    Column("parent", Text, nullable=False, comment="the memory it was forked from"),
+    Column("upto_seq", BigInteger, nullable=False, comment="it inherits the parent's entries with seq <= this"),
+    Column("forked_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column(
+        "materialized_at",
+        DateTime(timezone=True),
+        nullable=True,
+        comment="when its inherited entries were copied into it (NULL: it still reads them from the parent)",
+    ),
+    PrimaryKeyConstraint("namespace", "memory", name="memory_forks_pkey"),
+    # No foreign key on parent: deleting a parent materialises its forks first (trigger memories_forks_kept).
+    ForeignKeyConstraint(
+        ["namespace", "memory"],
+        ["pgmem.memories.namespace", "pgmem.memories.key"],
+        ondelete="CASCADE",
+        name="memory_forks_memory_fkey",
+    ),
+    # A parent's forks that still inherit from it: what every removal of its entries probes (migration 0020).
+    Index("memory_forks_parent_idx", "namespace", "parent", postgresql_where=text("materialized_at IS NULL")),
+    CheckConstraint("upto_seq >= 0", name="memory_forks_upto_check"),
+    comment="Forks of memories (client.fork, migration 0020): a fork reads its parent's entries up to upto_seq "
+    "besides its own, until materialised.",
+)
+
+memory_marks = Table(
+    "memory_marks",
+    metadata,
+    Column("namespace", Text, nullable=False),
+    Column("memory", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("seq", BigInteger, nullable=False, comment="the memory's sequence high-water mark when marked"),
+    Column("marked_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("namespace", "memory", "name", name="memory_marks_pkey"),
+    ForeignKeyConstraint(
+        ["namespace", "memory"],
+        ["pgmem.memories.namespace", "pgmem.memories.key"],
+        ondelete="CASCADE",
+        name="memory_marks_memory_fkey",
+    ),
+    comment="Named points of memories (client.mark, migration 0020): reads take as_of=<name>.",
 )
 
 # The queues' tables (pgmem/ops/schema_queues.py), declared on the one metadata.
@@ -390,6 +465,45 @@ retrieval_log = Table(
     comment="Searches and what they returned (opt-in: PGMEM_RETRIEVAL_LOG=1); pgmem.retrieval_hits unnests it.",
 )
 
+# Sampled searches and their exact top-k (migration 0019): pgmem._async.recall; the view pgmem.search_recall.
+recall_samples = Table(
+    "recall_samples",
+    metadata,
+    Column("namespace", Text, nullable=False),
+    Column("id", BigInteger, Identity(always=False), nullable=False),
+    Column("sampled_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("kind", Text, nullable=False, comment="vector | batch | hybrid: which search was sampled"),
+    Column("memory", Text, nullable=True, comment="the memory searched (NULL: the whole namespace)"),
+    Column("model_id", SmallInteger, nullable=False, comment="the model the search ran on (pgmem.embedding_models)"),
+    Column("strategy", Text, nullable=False, comment="ann (the HNSW index) or exact: what served the answer"),
+    Column("ef_search", Integer, nullable=True, comment="hnsw.ef_search of the index scan (NULL: exact)"),
+    Column("k", Integer, nullable=False, comment="how many hits were asked for"),
+    Column("query", VECTOR(), nullable=False, comment="the query vector"),
+    Column("filters", JSONB, nullable=False, comment="the filters of the search (memory, cause_by, role, ...)"),
+    Column(
+        "options",
+        JSONB,
+        nullable=False,
+        server_default=text("'{}'::jsonb"),
+        comment="what else makes the search (max_distance of a threshold; text, fusion and weights of a hybrid search)",
+    ),
+    Column("served_ids", ARRAY(Text), nullable=False, comment="the ids the search returned, best first"),
+    Column("checked_at", DateTime(timezone=True), nullable=True, comment="when the checker ran the exact search"),
+    Column("exact_ids", ARRAY(Text), nullable=True, comment="the exact top-k at checked_at"),
+    Column("recall", DOUBLE_PRECISION, nullable=True, comment="|served ∩ exact| / |exact| (1 when exact is empty)"),
+    PrimaryKeyConstraint("namespace", "id", name="recall_samples_pkey"),
+    CheckConstraint("kind IN ('vector', 'batch', 'hybrid')", name="recall_samples_kind_check"),
+    CheckConstraint("strategy IN ('ann', 'exact')", name="recall_samples_strategy_check"),
+    CheckConstraint("recall IS NULL OR (recall >= 0 AND recall <= 1)", name="recall_samples_recall_check"),
+    Index("recall_samples_sampled_idx", "namespace", "sampled_at"),
+    Index("recall_samples_unchecked_idx", "namespace", "id", postgresql_where=text("checked_at IS NULL")),
+    # forget() finds the samples naming a message.
+    Index("recall_samples_served_idx", "served_ids", postgresql_using="gin"),
+    Index("recall_samples_exact_idx", "exact_ids", postgresql_using="gin"),
+    comment="Sampled searches and their exact top-k (PGMEM_RECALL_SAMPLE; migration 0019); "
+    "pgmem.search_recall sums them up.",
+)
+
 # -- end of analytics ------------------------------------------------------------------------------------
 
 # -- retention policies and the forget audit (migration 0006): pgmem._async.retention -----------------------
@@ -556,11 +670,14 @@ __all__ = [
     "TEXT_SEARCH_CONFIG",
     "memories",
     "memory_entries",
+    "memory_forks",
+    "memory_marks",
     "messages",
     "metadata",
     "queue_archive_batches",
     "queue_archive_refs",
     "queue_items",
+    "recall_samples",
     "retention_policies",
     "retrieval_log",
     "subscriptions",

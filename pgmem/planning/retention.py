@@ -72,6 +72,7 @@ class Forgotten:
     queue_items: int = 0
     queue_archive: int = 0
     retrieval_log: int = 0
+    recall_samples: int = 0
     summaries_stale: int = 0
     brain_summaries: int = 0
     store_files: int = 0
@@ -90,6 +91,7 @@ COUNTED = (
     "queue_items",
     "queue_archive",
     "retrieval_log",
+    "recall_samples",
     "summaries_stale",
     "brain_summaries",
     "store_files",

@@ -473,6 +473,14 @@ class OutboxItemRow(NamedTuple):
     content: str
 
 
+class PendingMergeRow(NamedTuple):
+    """``store_vectors``: an entry whose near-duplicate merge waited for the vector just stored."""
+
+    memory: str
+    message_id: str
+    merge_within: float
+
+
 class PendingRow(NamedTuple):
     """``pending``: messages queued for one model."""
 

@@ -137,3 +137,107 @@ def test_purge_rejects_bad_input_before_deleting_anything(dsn: str, args: tuple[
     result = run_cli("purge", "--dsn", dsn, *args, check=False)
     assert result.returncode == 1 and "InvalidInput" in result.stderr, result.stderr
     assert table_counts(dsn) == before
+
+
+# -- stats --format / --watch / an empty namespace (issue 35) -----------------------------------------------------
+
+
+def _two_namespaces(dsn: str) -> None:
+    with pgmem.connect(dsn, namespace="alpha") as client:
+        client.messages.add_many(
+            "role:PM", [pgmem.Message(content=f"prd {i}", role="pm", cause_by="WritePRD") for i in range(3)]
+        )
+        client.with_namespace("beta").messages.add("role:QA", pgmem.Message(content="t", role="qa", cause_by="Test"))
+
+
+def test_stats_as_json_and_csv_carry_the_tables_figures(dsn: str) -> None:
+    import csv
+    import io
+    import json
+
+    _two_namespaces(dsn)
+    found = json.loads(run_cli("stats", "--dsn", dsn, "--format", "json").stdout)
+    assert found["totals"] == {"message_references": 4, "memories": 2}
+    rows = {(r["namespace"], r["memory"], r["role"]): r["messages"] for r in found["messages_by_memory"]}
+    assert rows == {("alpha", "role:PM", "pm"): 3, ("beta", "role:QA", "qa"): 1}
+    assert {"agents", "flow", "talk", "queues", "retrievals", "summaries"} <= found.keys()
+    table = list(csv.DictReader(io.StringIO(run_cli("stats", "--dsn", dsn, "--format", "csv").stdout)))
+    memory_rows = [r for r in table if r["section"] == "messages_by_memory"]
+    assert {(r["namespace"], r["memory"], r["messages"]) for r in memory_rows} == {
+        ("alpha", "role:PM", "3"),
+        ("beta", "role:QA", "1"),
+    }
+    bad = run_cli("stats", "--dsn", dsn, "--format", "xml", check=False)
+    assert bad.returncode == 1 and "InvalidInput" in bad.stderr
+
+
+def test_stats_of_a_namespace_with_no_rows_warns_and_exits_0(dsn: str) -> None:
+    _two_namespaces(dsn)
+    result = run_cli("stats", "--dsn", dsn, "-n", "alpah")
+    assert "namespace 'alpah' has no rows" in result.stderr and "PGMEM_NAMESPACE" in result.stderr
+    assert "has no rows" not in run_cli("stats", "--dsn", dsn, "-n", "alpha").stderr
+
+
+def test_stats_watch_prints_again_until_ctrl_c(dsn: str) -> None:
+    import signal
+    import time
+
+    _two_namespaces(dsn)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgmem.ops.cli", "stats", "--dsn", dsn, "--watch", "0.2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    seen = 0
+    deadline = time.monotonic() + 120  # generous: only progress is measured
+    try:
+        while seen < 2 and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            seen += "message references in" in line
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    assert seen >= 2, err
+    assert proc.returncode == 0, err
+
+
+# -- migrate --sql (issue 35) ---------------------------------------------------------------------------------------
+
+
+def _revision(dsn: str) -> str | None:
+    with psycopg.connect(dsn) as conn:
+        if not conn.execute("SELECT to_regclass('pgmem.alembic_version') IS NOT NULL").fetchone()[0]:  # type: ignore[index]
+            return None
+        return conn.execute("SELECT version_num FROM pgmem.alembic_version").fetchone()[0]  # type: ignore[index]
+
+
+def test_migrate_sql_prints_the_script_of_an_empty_database_and_runs_nothing(empty_dsn: str) -> None:
+    from pgmem.ops import migrate
+    from pgmem.revision import SCHEMA_REVISION
+
+    script = run_cli("migrate", "--sql", "--dsn", empty_dsn).stdout
+    assert "CREATE TABLE pgmem.messages" in script and "Running upgrade  -> 0001" in script
+    assert f"version_num='{SCHEMA_REVISION}'" in script
+    assert _revision(empty_dsn) is None  # nothing ran
+    # The script is what the migrations do: run by hand (as a DBA would), it leaves the schema its revision
+    # declares, the decisions the migrations take online (0005, 0007) made by the server.
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        conn.execute(script.encode())
+    assert _revision(empty_dsn) == SCHEMA_REVISION
+    assert not migrate.verify(empty_dsn).drift
+
+
+def test_migrate_sql_from_a_revision_prints_only_the_steps_above_it(dsn: str) -> None:
+    from pgmem.revision import SCHEMA_REVISION
+
+    script = run_cli("migrate", "--sql", "--from", "0017", "--dsn", dsn).stdout
+    assert "Running upgrade 0017 -> 0018" in script and "-> 0017" not in script
+    assert "CREATE TABLE pgmem.messages" not in script
+    assert _revision(dsn) == SCHEMA_REVISION
+    assert "nothing to run" in run_cli("migrate", "--sql", "--dsn", dsn).stdout  # the database's own revision
+    bad = run_cli("migrate", "--sql", "--from", "17x", "--dsn", dsn, check=False)
+    assert bad.returncode == 1 and "InvalidInput" in bad.stderr

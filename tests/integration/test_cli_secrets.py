@@ -7,7 +7,9 @@ own for unexpected errors).
 
 from __future__ import annotations
 
+import json
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -22,14 +24,26 @@ FORMS = (
     "postgresql://u:{s}@127.0.0.1:1/db",
     "host=127.0.0.1 port=1 password='q {s} q'",
 )
-COMMANDS = (("stats",), ("migrate",), ("doctor", "--no-embedder"))
+COMMANDS = (
+    ("stats",),
+    ("stats", "-n", "x", "--format", "json"),
+    ("migrate",),
+    ("migrate", "--sql"),
+    ("doctor", "--no-embedder"),
+    ("export", "-n", "x"),
+)
 
 
 @pytest.mark.parametrize("form", FORMS)
-def test_no_command_prints_the_password(form: str) -> None:
+def test_no_command_prints_the_password(form: str, tmp_path: Path) -> None:
+    from pgmem.revision import SCHEMA_REVISION
+
     secret = uuid.uuid4().hex
     dsn = form.format(s=secret)
-    for command in COMMANDS:
+    export = tmp_path / "x.jsonl"
+    header = {"type": "header", "format": 1, "revision": SCHEMA_REVISION, "namespace": "x"}
+    export.write_text(json.dumps(header) + "\n", encoding="utf-8")
+    for command in (*COMMANDS, ("import", str(export))):
         result = run_cli(*command, "--dsn", dsn, env={"PGMEM_DSN": "", "PGCONNECT_TIMEOUT": "5"}, check=False)
         assert result.returncode != 0, (command, result.stdout)
         shown = result.stdout + result.stderr

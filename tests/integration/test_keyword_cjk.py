@@ -264,7 +264,7 @@ def test_the_gin_index_finds_rare_words(client: pgmem.Client, dsn: str) -> None:
         conn.execute("ANALYZE pgmem.memory_entries")
         text = pgmem.planning.statements.load("messages")["search_text"]
         for query in ("贪吃蛇", "snake"):
-            params = {"ns": client.namespace, "memory": "big", "query": query, "limit": 10}
+            params = {"ns": client.namespace, "memory": "big", "query": query, "limit": 10, "upto": None}
             plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + text, params))  # type: ignore[operator]
             assert "messages_tsv_idx" in plan, plan
     assert contents(client.messages.search_text("big", "贪吃蛇")) == ["贪吃蛇游戏"]

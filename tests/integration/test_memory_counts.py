@@ -74,7 +74,8 @@ def test_the_count_reads_the_counts_not_the_entries(client: pgmem.Client, dsn: s
         conn.execute("SET ROLE pgmem_app")
         conn.execute("SELECT set_config('pgmem.namespace', %s, false)", (client.namespace,))
         text = pgmem.planning.statements.load("messages")["count"]
-        plan = "\n".join(str(r[0]) for r in conn.execute("EXPLAIN " + text, {"ns": client.namespace, "memory": "big"}))
+        params = {"ns": client.namespace, "memory": "big", "upto": None}
+        plan = "\n".join(str(r[0]) for r in conn.execute("EXPLAIN " + text, params))
     assert "memory_counts" in plan and "memory_entries" not in plan
     assert client.messages.count("big") == 3000
 

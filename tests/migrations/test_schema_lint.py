@@ -43,6 +43,10 @@ SINGLE_NODE_TRIGGERS = frozenset(
         ("memory_entries", "memory_entries_recounted"),
         ("embeddings", "embeddings_added"),
         ("memories", "memory_removed"),
+        # Forks (migration 0020): the copy-on-remove work moves into the removing statements on Citus.
+        ("memory_entries", "memory_entries_left_forks"),
+        ("memory_entries", "memory_entries_moved_forks"),
+        ("memories", "memories_forks_kept"),
     }
 )
 

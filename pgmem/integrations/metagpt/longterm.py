@@ -24,6 +24,7 @@ from pgmem.errors import InvalidInput
 from pgmem.integrations._facade import call
 from pgmem.integrations.codec import MessageCodec
 from pgmem.integrations.metagpt.memory import Memory
+from pgmem.merging import check_merge
 from pgmem.models import any_to_str
 from pgmem.summarizer import ask
 
@@ -64,6 +65,9 @@ class MemoryStorage:
         threshold: MetaGPT's similarity threshold, a squared L2 distance between unit vectors (default
             0.1, i.e. cosine similarity ≥ 0.95): :meth:`search_similar` returns messages closer than it.
         message_class: the class messages are returned as (default: the class of the messages added).
+        merge: ``"near"``: :meth:`add` does not store a message similar to one stored (closer than
+            ``threshold``, MetaGPT's own measure); that one's ``seen_count`` grows instead (pgmem's
+            :meth:`~pgmem.MessageRepository.remember`). None (default): only exact duplicates are skipped.
     """
 
     def __init__(
@@ -73,11 +77,14 @@ class MemoryStorage:
         embedder: Embedder | None = None,
         threshold: float = DEFAULT_L2_THRESHOLD,
         message_class: type[Any] | None = None,
+        merge: str | None = None,
     ) -> None:
         self._client = client
         self.embedder = embedder
         self.threshold = threshold
         self._min_similarity = _min_similarity(threshold)
+        check_merge(merge, None if merge != "near" else self._min_similarity)
+        self.merge = merge
         self._codec: MessageCodec[Any] = MessageCodec(message_class)
         self.role_id: str | None = None
         self._initialized = False
@@ -112,7 +119,11 @@ class MemoryStorage:
     def add(self, message: Any) -> bool:
         """Store ``message`` (durable on return; its embedding follows in the background); False when the
         storage already held it."""
-        added = self.client.messages.add(self.key, self._codec.to_core(message))
+        core = self._codec.to_core(message)
+        if self.merge == "near":
+            added = self.client.messages.add(self.key, core, merge="near", threshold=self._min_similarity)
+        else:
+            added = self.client.messages.add(self.key, core)
         self._initialized = True
         log.info("Agent %s's memory_storage add a message", self.role_id)
         return added
@@ -162,6 +173,8 @@ class LongTermMemory(Memory):
     The short-term memory has its own key (``key``; default: a new one per instance, as MetaGPT's
     in-process list); the long-term storage is the role's, shared and durable. Only messages caused by
     an action the role watches (``rc.watch``) reach long-term storage, and never while recovering.
+    ``merge="near"``: long-term storage keeps one message per fact told again in other words (closer than
+    ``threshold``), counting how often it was seen (see :class:`MemoryStorage`).
     """
 
     def __init__(
@@ -172,10 +185,11 @@ class LongTermMemory(Memory):
         embedder: Embedder | None = None,
         threshold: float = DEFAULT_L2_THRESHOLD,
         message_class: type[Any] | None = None,
+        merge: str | None = None,
     ) -> None:
         super().__init__(key, client=client, message_class=message_class)
         self.memory_storage = MemoryStorage(
-            client=client, embedder=embedder, threshold=threshold, message_class=message_class
+            client=client, embedder=embedder, threshold=threshold, message_class=message_class, merge=merge
         )
         self.rc: Any = None
         self.msg_from_recover = False

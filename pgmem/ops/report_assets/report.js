@@ -1,144 +1,131 @@
+// Draws the report's charts with plotly.js (inlined before this script), then writes what plotly.js holds
+// for each (its computed points, axis titles, tick labels, the marks in its SVG) into <pre id="pgmem-drawn">
+// as JSON, and the non-zero marks of each chart into its element's data-drawn: what the tests compare with
+// the SQL. An error is written on <body data-chart-error>.
 (function () {
   "use strict";
-  var SVG = "http://www.w3.org/2000/svg";
-  var COLORS = ["#3563c9", "#e0803a", "#3a9d5d", "#c94a4a", "#8a5cc2", "#2aa3b0", "#b59a2b", "#d0609f",
-                "#6b7a8f", "#4f8a3a"];
-  function el(tag, attrs, parent, text) {
-    var node = document.createElementNS(SVG, tag);
-    for (var k in attrs) node.setAttribute(k, attrs[k]);
-    if (text !== undefined) node.textContent = text;
-    if (parent) parent.appendChild(node);
-    return node;
+  var CONFIG = {displaylogo: false, responsive: true};
+  var charts = JSON.parse(document.getElementById("pgmem-data").textContent);
+  var drawn = {};
+
+  function texts(gd, selector) {
+    return Array.prototype.map.call(gd.querySelectorAll(selector), function (t) { return t.textContent; });
   }
-  function fmt(v) {
-    if (v === null || v === undefined) return "-";
-    if (Math.abs(v) >= 1e6) return (v / 1e6).toFixed(1) + "M";
-    if (Math.abs(v) >= 1e4) return (v / 1e3).toFixed(0) + "k";
-    return Math.round(v * 100) / 100 + "";
+
+  function layout(chart) {
+    return {
+      barmode: chart.kind === "stacked" ? "stack" : "group",
+      margin: {l: 16, r: 16, t: 36, b: 16},  // t: room for the mode bar above the legend
+      hovermode: "closest",
+      xaxis: {type: chart.x_type, title: {text: chart.x_title}, automargin: true},
+      // Every chart counts: integer ticks only (a step of 1, 2, 5, 10… chosen by the report).
+      yaxis: {title: {text: chart.y_title}, rangemode: "tozero", tickmode: "linear", tick0: 0,
+              dtick: chart.y_step, tickformat: ",d", automargin: true}
+    };
   }
-  function empty(svg, w, h, text) {
-    svg.setAttribute("viewBox", "0 0 " + w + " " + h);
-    el("text", {x: w / 2, y: h / 2, "text-anchor": "middle", fill: "#889"}, svg, text);
-    return 0;
-  }
-  function legend(svg, series, x, y) {
-    series.forEach(function (s, i) {
-      var g = el("g", {transform: "translate(" + (x + (i % 6) * 130) + "," + (y + Math.floor(i / 6) * 18) + ")"}, svg);
-      el("rect", {width: 10, height: 10, y: -9, fill: s.color}, g);
-      el("text", {x: 14, y: 0, "font-size": 12}, g, s.name.length > 16 ? s.name.slice(0, 15) + "\u2026" : s.name);
+
+  function traces(chart) {
+    return chart.traces.map(function (t) {
+      if (chart.kind === "lines") {
+        return {type: "scatter", mode: "lines+markers", name: t.name, x: t.x, y: t.y};
+      }
+      var bar = {type: "bar", name: t.name, x: t.x, y: t.y};
+      if (chart.x_type === "date") bar.width = chart.bucket_ms * 0.8;  // a bar per bucket, not per pixel gap
+      return bar;
     });
   }
-  function axes(svg, m, w, h, max, labels, slot) {
-    var H = h - m.t - m.b;
-    [0, 0.5, 1].forEach(function (f) {
-      var y = m.t + H - f * H;
-      el("line", {x1: m.l, x2: w - m.r, y1: y, y2: y, stroke: "#e3e5ea"}, svg);
-      el("text", {x: m.l - 6, y: y + 4, "text-anchor": "end", "font-size": 11, fill: "#667"}, svg, fmt(max * f));
+
+  // What plotly.js computed for each trace: x (ms since the epoch, UTC, on a date axis; the category on a
+  // category axis) and y of every point.
+  function readBack(gd, chart) {
+    var xa = gd._fullLayout.xaxis;
+    var read = gd.calcdata.map(function (cd) {
+      var trace = cd[0].trace, bar = trace.type === "bar";
+      return {
+        name: trace.name,
+        x: cd.map(function (p) {
+          var x = bar ? p.p : p.x;
+          return xa.type === "category" ? xa._categories[x] : x;
+        }),
+        y: cd.map(function (p) { return bar ? p.s : p.y; })
+      };
     });
-    var every = Math.max(1, Math.ceil(labels.length / 9));
-    labels.forEach(function (label, i) {
-      if (i % every) return;
-      el("text", {x: m.l + slot * (i + 0.5), y: h - m.b + 14, "text-anchor": "middle", "font-size": 11,
-                  fill: "#667"}, svg, label);
+    var marks = gd.querySelectorAll(chart.kind === "lines" ? ".scatterlayer .point" : ".barlayer .point").length;
+    var nonzero = 0;
+    read.forEach(function (t) { t.y.forEach(function (y) { if (y) nonzero++; }); });
+    return {traces: read, marks: marks, nonzero: nonzero, x_title: texts(gd, ".g-xtitle text").join(" "),
+            y_title: texts(gd, ".g-ytitle text").join(" "), y_ticks: texts(gd, ".ytick text")};
+  }
+
+  function plot(el, chart) {
+    if (!chart.traces.length) {
+      el.innerHTML = "<p class='empty'>nothing to draw in this scope</p>";
+      el.style.height = "auto";
+      drawn[el.getAttribute("data-chart")] = {traces: [], marks: 0, nonzero: 0};
+      el.setAttribute("data-drawn", 0);
+      return Promise.resolve();
+    }
+    return Plotly.newPlot(el, traces(chart), layout(chart), CONFIG).then(function (gd) {
+      var read = readBack(gd, chart);
+      drawn[el.getAttribute("data-chart")] = read;
+      el.setAttribute("data-drawn", read.nonzero);
     });
   }
-  function bars(svg, chart, grouped) {
-    var labels = chart.labels, series = chart.series.map(function (s, i) {
-      return {name: s.name, values: s.values, color: COLORS[i % COLORS.length]};
-    }).filter(function (s) { return s.values.some(Boolean); });
-    var w = 860, legendRows = Math.ceil(series.length / 6), h = 260 + 18 * legendRows;
-    if (!labels.length || !series.length) return empty(svg, w, 120, "nothing to draw in this scope");
-    svg.setAttribute("viewBox", "0 0 " + w + " " + h);
-    var m = {l: 48, r: 12, t: 10 + 18 * legendRows, b: 26}, W = w - m.l - m.r, H = h - m.t - m.b;
-    var slot = W / labels.length, max = 0;
-    labels.forEach(function (_, i) {
-      var sum = 0;
-      series.forEach(function (s) { sum = grouped ? Math.max(sum, s.values[i]) : sum + s.values[i]; });
-      max = Math.max(max, sum);
-    });
-    max = max || 1;
-    legend(svg, series, m.l, 14);
-    axes(svg, m, w, h, max, labels, slot);
-    var drawn = 0;
-    labels.forEach(function (label, i) {
-      var base = 0;
-      series.forEach(function (s, j) {
-        var v = s.values[i];
-        if (!v) return;
-        var bh = v / max * H, x, bw;
-        if (grouped) {
-          bw = Math.min(48, slot * 0.8 / series.length);
-          x = m.l + slot * (i + 0.5) - bw * series.length / 2 + j * bw;
-          base = 0;
-        } else { bw = Math.max(1, Math.min(64, slot * 0.7)); x = m.l + slot * (i + 0.5) - bw / 2; }
-        var r = el("rect", {x: x, y: m.t + H - base - bh, width: bw, height: Math.max(bh, 0.5),
-                            fill: s.color, "class": "mark"}, svg);
-        el("title", {}, r, s.name + " @ " + label + ": " + fmt(v));
-        if (!grouped) base += bh;
-        drawn++;
+
+  function flow(el, chart) {
+    var key = el.getAttribute("data-chart"), out = {graphs: [], marks: 0, nonzero: 0};
+    drawn[key] = out;
+    var jobs = Array.prototype.map.call(el.querySelectorAll("[data-graph]"), function (div) {
+      var g = chart.graphs[+div.getAttribute("data-graph")];
+      var link = {
+        source: g.links.map(function (l) { return l.source; }),
+        target: g.links.map(function (l) { return l.target; }),
+        value: g.links.map(function (l) { return l.edges; }),
+        customdata: g.links.map(function (l) { return l.median_delay_s; }),
+        hovertemplate: "%{source.label} \u2192 %{target.label}: %{value} edges, median delay %{customdata} s" +
+                       "<extra></extra>"
+      };
+      var trace = {type: "sankey", arrangement: "snap", node: {label: g.nodes, pad: 18, thickness: 16}, link: link};
+      return Plotly.newPlot(div, [trace], {margin: {l: 8, r: 8, t: 8, b: 8}}, CONFIG).then(function (gd) {
+        var full = gd._fullData[0];
+        var links = full.link.source.map(function (s, i) {
+          return [full.node.label[s], full.node.label[full.link.target[i]], full.link.value[i]];
+        });
+        var marks = gd.querySelectorAll(".sankey-link").length;
+        out.graphs[+div.getAttribute("data-graph")] = {namespace: g.namespace, links: links, marks: marks,
+                                                       nodes: gd.querySelectorAll(".sankey-node").length};
+        out.marks += marks;
+        out.nonzero += links.filter(function (l) { return l[2]; }).length;
       });
     });
-    return drawn;
+    return Promise.all(jobs).then(function () {
+      el.setAttribute("data-drawn", out.nonzero);
+      el.setAttribute("data-nodes", out.graphs.reduce(function (n, g) { return n + g.nodes; }, 0));
+    });
   }
-  function flow(svg, chart) {
-    var edges = chart.edges.filter(function (e) { return e.edges > 0; });
-    if (!edges.length) return empty(svg, 860, 120, "no action flow in this scope");
-    var order = [];
-    edges.forEach(function (e) {
-      if (order.indexOf(e.from) < 0) order.push(e.from);
-      if (order.indexOf(e.to) < 0) order.push(e.to);
-    });
-    var back = edges.some(function (e) { return order.indexOf(e.to) < order.indexOf(e.from); });
-    var gap = 170, w = Math.max(860, order.length * gap + 40), h = back ? 320 : 200, cy = 145, bw = 136, bh = 34;
-    svg.setAttribute("viewBox", "0 0 " + w + " " + h);
-    var defs = el("defs", {}, svg);
-    var marker = el("marker", {id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 11,
-                               markerHeight: 11, markerUnits: "userSpaceOnUse", orient: "auto"}, defs);
-    el("path", {d: "M0,0 L10,5 L0,10 z", fill: "#556"}, marker);
-    var x0 = (w - (order.length - 1) * gap) / 2;
-    function cx(name) { return x0 + order.indexOf(name) * gap; }
-    var most = Math.max.apply(null, edges.map(function (e) { return e.edges; }));
-    var drawn = 0;
-    edges.forEach(function (e) {
-      var a = cx(e.from), b = cx(e.to), d, lx, ly, width = 1.5 + 4 * e.edges / most;
-      if (e.from === e.to) {
-        d = "M" + (a - 18) + "," + (cy - bh / 2) + " C" + (a - 40) + "," + (cy - 95) + " " + (a + 40) + "," +
-            (cy - 95) + " " + (a + 18) + "," + (cy - bh / 2);
-        lx = a; ly = cy - 82;
-      } else {
-        var forward = b > a, lift = Math.min(130, 40 + Math.abs(b - a) / 4), y = forward ? cy - bh / 2 : cy + bh / 2;
-        var apex = forward ? y - lift : y + lift;
-        d = "M" + a + "," + y + " Q" + ((a + b) / 2) + "," + apex + " " + b + "," + y;
-        lx = (a + b) / 2; ly = forward ? y - lift / 2 - 4 : y + lift / 2 + 14;
-      }
-      var p = el("path", {d: d, fill: "none", stroke: "#556", "stroke-width": width, "marker-end": "url(#arrow)",
-                          "class": "mark", "stroke-opacity": 0.75}, svg);
-      el("title", {}, p, e.from + " \u2192 " + e.to + ": " + e.edges + " (median " + fmt(e.median_delay_s) + " s)");
-      el("text", {x: lx, y: ly, "text-anchor": "middle", "font-size": 12, fill: "#1d2330"}, svg,
-         e.edges + "\u00d7 \u00b7 " + fmt(e.median_delay_s) + " s");
-      drawn++;
-    });
-    order.forEach(function (name, i) {
-      var x = cx(name);
-      el("rect", {x: x - bw / 2, y: cy - bh / 2, width: bw, height: bh, rx: 8, fill: COLORS[i % COLORS.length],
-                  "class": "node"}, svg);
-      el("text", {x: x, y: cy + 5, "text-anchor": "middle", fill: "#fff", "font-size": 13, "font-weight": 600}, svg,
-         name.length > 18 ? name.slice(0, 17) + "\u2026" : name);
-    });
-    svg.setAttribute("data-nodes", order.length);
-    return drawn;
-  }
-  var total = 0;
-  try {
-    var charts = JSON.parse(document.getElementById("pgmem-data").textContent);
-    Array.prototype.forEach.call(document.querySelectorAll("svg.chart"), function (svg) {
-      var chart = charts[svg.getAttribute("data-chart")];
-      var n = chart.kind === "flow" ? flow(svg, chart) : bars(svg, chart, chart.kind === "grouped");
-      svg.setAttribute("data-drawn", n);
-      total += n;
-    });
-    document.body.setAttribute("data-charts-drawn", total);
-  } catch (err) {
+
+  function failed(err) {
     document.body.setAttribute("data-chart-error", String(err && err.stack || err));
   }
+  var jobs;
+  try {
+    jobs = Array.prototype.map.call(document.querySelectorAll("[data-chart]"), function (el) {
+      var chart = charts[el.getAttribute("data-chart")];
+      return chart.kind === "flow" ? flow(el, chart) : plot(el, chart);
+    });
+  } catch (err) {
+    failed(err);
+    return;
+  }
+  Promise.all(jobs).then(function () {
+    var total = 0;
+    for (var key in drawn) total += drawn[key].nonzero;
+    document.getElementById("pgmem-drawn").textContent = JSON.stringify(drawn);
+    // Cards and sections whose content is wider than they are (a table must wrap or scroll inside its card).
+    var overflowing = Array.prototype.filter.call(document.querySelectorAll("main section, .card"), function (box) {
+      return box.scrollWidth > box.clientWidth + 1;
+    });
+    document.body.setAttribute("data-overflowing", overflowing.length);
+    document.body.setAttribute("data-charts-drawn", total);
+  }).catch(failed);
 })();

@@ -85,6 +85,7 @@ def _placeholder(shape: tuple[Any, ...], memory: str | None = None) -> SearchFil
         _EPOCH if shape[5] else None,
         0 if shape[6] else None,
         None if shape[7] is None else MetadataFilter.placeholder(shape[7]),
+        lineage=shape[8],
     )
 
 
@@ -152,5 +153,5 @@ def statement(
     with the literal it keeps one plan per memory, costed for that memory. Such searches only run on
     memories small enough for the exact strategy."""
     shape = filters.shape
-    literal = filters.memory if kind == "vector" and strategy == "exact" else None
+    literal = filters.memory if kind == "vector" and strategy == "exact" and not filters.lineage else None
     return _statement(kind, model, shape, strategy, k, bounded, logged, literal)

@@ -34,6 +34,9 @@ class SearchFilters:
     #: Conditions on the message's metadata (:mod:`pgmem.planning.search.metadata`): a dict as the caller
     #: passes it, compiled here (hashable: filters key the planner's remembered counts).
     metadata: MetadataFilter | Mapping[str, Any] | None = field(default=None)
+    #: The memory is a fork (migration 0020): it holds its parent's entries up to the fork's point besides
+    #: its own, read through ``pgmem.lineage`` (``max_seq`` then bounds every range of the lineage).
+    lineage: bool = False
 
     def __post_init__(self) -> None:
         if self.metadata is not None and not isinstance(self.metadata, MetadataFilter):
@@ -41,6 +44,8 @@ class SearchFilters:
             object.__setattr__(self, "metadata", compiled if compiled.conditions else None)
         if self.memory is not None:
             check_key(self.memory)
+        if self.lineage and self.memory is None:
+            raise InvalidInput("lineage needs a memory")
         if self.max_seq is not None:
             if self.memory is None:
                 raise InvalidInput("max_seq needs a memory")
@@ -86,7 +91,7 @@ class SearchFilters:
             v is not None
             for v in (self.memory, self.cause_by, self.role, self.sender, self.since, self.until, self.max_seq)
         )
-        return (*used, None if self.metadata_filter is None else self.metadata_filter.shape)
+        return (*used, None if self.metadata_filter is None else self.metadata_filter.shape, self.lineage)
 
     def params(self) -> dict[str, Any]:
         params = {

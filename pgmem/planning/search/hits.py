@@ -5,6 +5,7 @@ share."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pgmem.embeddings import check_query_vector
@@ -41,6 +42,10 @@ class SearchHit(NamedTuple):
     message: Message
     score: float
     distance: float | None = None
+    #: How many times the searched memory was given this fact (near-duplicates merged into it:
+    #: :mod:`pgmem.merging`) and when last; read by a search with ``boost_seen`` (None otherwise).
+    seen_count: int | None = None
+    last_seen_at: datetime | None = None
 
 
 def as_query_vector(vector: Any, dimension: int) -> np.ndarray[Any, np.dtype[np.float32]]:

@@ -23,6 +23,11 @@ __all__ = [
 ]
 
 MESSAGE_COLUMNS = "m.seq, " + fragment("message_columns")  # a rows.MessageRow, seq the message's own
+# A fork's lineage (pgmem.lineage, migration 0020): its memories, and each one's bound as a JSON object.
+_LINEAGE_MEMORIES = "ARRAY(SELECT l.memory FROM pgmem.lineage(%(ns)s, %(memory)s, %(max_seq)s::bigint) AS l)"
+_LINEAGE_BOUNDS = (
+    "SELECT jsonb_object_agg(l.memory, l.upto) FROM pgmem.lineage(%(ns)s, %(memory)s, %(max_seq)s::bigint) AS l"
+)
 
 
 def entry_filters(
@@ -41,10 +46,17 @@ def entry_filters(
     terms: list[sql.Composable] = []
     e, m = sql.Identifier(entries), sql.Identifier(message)
     eq = sql.SQL(" IS NOT DISTINCT FROM ") if probe else sql.SQL(" = ")
-    if f.memory is not None:
+    if f.lineage:
+        # A fork's memory (migration 0020): the entries of its lineage's memories, each up to its bound. Both
+        # subqueries are uncorrelated: Postgres runs each once per statement (an InitPlan), and a row's
+        # bound is one lookup in a small JSON object (NULL for a memory outside the lineage: no match).
+        if not probe:
+            terms.append(sql.SQL("{}.memory = ANY({})").format(e, sql.SQL(_LINEAGE_MEMORIES)))
+        terms.append(sql.SQL("{}.seq <= (({}) ->> {}.memory)::bigint").format(e, sql.SQL(_LINEAGE_BOUNDS), e))
+    elif f.memory is not None:
         memory = sql.Literal(f.memory) if literal_memory else sql.SQL("%(memory)s")
         terms.append(sql.SQL("{}.memory{}{}").format(e, eq, memory))
-    if f.max_seq is not None:
+    if f.max_seq is not None and not f.lineage:
         terms.append(sql.SQL("{}.seq <= %(max_seq)s").format(e))
     if f.cause_by is not None:
         terms.append(sql.SQL("{}.cause_by{}%(cause_by)s").format(e if f.memory is not None else m, eq))

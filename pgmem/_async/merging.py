@@ -1,0 +1,111 @@
+"""Near-duplicate merge in a transaction block: the memory's merge lock and the decision for one entry
+(``sql/merging.sql``). The message repository's merge adds and the embedder's merges at embed time both
+run these, so one rule decides either way (README, "Near-duplicates")."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from psycopg import AsyncConnection
+
+from pgmem._async.executor import AsyncBlock, AsyncExecutor
+from pgmem.errors import InvalidInput
+from pgmem.planning import statements
+from pgmem.planning.rows import PendingMergeRow
+from pgmem.planning.search import MAX_K, EmbeddingModel, SearchHit
+from pgmem.planning.search.filters import check_k
+
+__all__ = ["boost", "check_boost", "decide", "lock", "merge_waiting"]
+
+M = statements.load("merging")
+
+
+async def lock(block: AsyncBlock, memory: str) -> None:
+    """Take ``memory``'s merge lock (held to commit) in a statement of its own: the statements after it see
+    every merge committed before it. Raises :class:`InvalidInput` (before anything is written) in a
+    transaction whose snapshot may predate the lock (REPEATABLE READ or SERIALIZABLE: the caller's)."""
+    row = await block.one(M["merge_lock"], {"ns": block.namespace, "memory": memory})
+    isolation = row[1] if row is not None else None
+    if isolation != "read committed":
+        raise InvalidInput(
+            f"merge='near' needs a READ COMMITTED transaction (its look-up must see merges committed while it "
+            f"waited for the memory's merge lock); this one is {isolation}; nothing was written"
+        )
+
+
+async def decide(
+    block: AsyncBlock, memory: str, message_id: str, model: EmbeddingModel, within: float, *, pending: bool
+) -> tuple[str | None, bool]:
+    """Merge the entry of ``message_id`` in ``memory`` into its nearest neighbour within ``within`` (the
+    operator's value of ``model``'s distance), under the merge lock. Returns (the survivor's id when it was
+    merged, whether the message has a vector of ``model``: without one the entry waits for the embedder).
+    ``pending``: only an entry still waiting for its merge."""
+    params = {
+        "ns": block.namespace,
+        "memory": memory,
+        "id": message_id,
+        "model": model.id,
+        "distance": model.distance,
+        "within": within,
+        "pending": pending,
+    }
+    row = await block.one(M["merge_near"], params)
+    assert row is not None  # the statement always returns one row
+    return (None if row[0] is None else str(row[0])), bool(row[1])
+
+
+async def merge_waiting(block: AsyncBlock, model: EmbeddingModel, waiting: Sequence[PendingMergeRow]) -> list[str]:
+    """The embedder's merges: decide the entries whose merge waited for the vectors of ``model`` the block
+    just stored (``waiting``: by memory, in memory order), each memory's under its merge lock, memories in
+    key order (two embedders lock them in the same order). Returns the memories an entry left."""
+    left: list[str] = []
+    locked: str | None = None
+    for row in waiting:
+        if row.memory != locked:
+            await lock(block, row.memory)
+            locked = row.memory
+        survivor, _ = await decide(block, row.memory, row.message_id, model, row.merge_within, pending=True)
+        if survivor is not None and row.memory not in left:
+            left.append(row.memory)
+    return left
+
+
+#: A search with ``boost_seen`` re-ranks this many times ``k`` nearest hits (at most MAX_K).
+BOOST_CANDIDATES = 4
+
+
+def check_boost(boost_seen: Any, memory: str | None, k: Any) -> int:
+    """How many hits a search boosted by ``boost_seen`` asks for (``k`` itself without a boost)."""
+    if boost_seen is None:
+        return k  # type: ignore[no-any-return]  # checked by the search, as always
+    if isinstance(boost_seen, bool) or not isinstance(boost_seen, int | float) or not math.isfinite(boost_seen):
+        raise InvalidInput(f"boost_seen must be a finite number, got {boost_seen!r}")
+    if memory is None:
+        raise InvalidInput("boost_seen ranks by how often a memory saw each fact: pass memory=")
+    check_k(k)
+    return min(int(k) * BOOST_CANDIDATES, MAX_K)
+
+
+async def boost(
+    executor: AsyncExecutor,
+    namespace: str,
+    memory: str,
+    hits: list[SearchHit],
+    weight: float,
+    k: int,
+    connection: AsyncConnection[Any] | None,
+) -> list[SearchHit]:
+    """``hits`` with their ``seen_count`` and ``last_seen_at`` (one statement), ranked by ``score + weight *
+    ln(seen_count)``, the best ``k`` (ties in their search order)."""
+    if not hits:
+        return hits
+    params = {"ns": namespace, "memory": memory, "ids": [h.message.id for h in hits]}
+    seen = {str(r[0]): (int(r[1]), r[2]) for r in await executor.rows(M["seen"], params, connection)}
+    counted = []
+    for hit in hits:
+        count, last = seen.get(hit.message.id, (1, None))
+        counted.append(hit._replace(seen_count=count, last_seen_at=last))
+    ranked = sorted(enumerate(counted), key=lambda p: (-(p[1].score + weight * math.log(p[1].seen_count or 1)), p[0]))
+    return [h for _, h in ranked[:k]]

@@ -1,0 +1,101 @@
+-- Named queries of forks and marks (pgmem._async.forks, migration 0020): a fork starts as another memory
+-- at a point and then diverges without copying an entry; a mark names a point of a memory.
+
+-- name: fork
+-- Fork %(memory)s into the new memory %(into)s at %(upto)s (NULL: now; a point beyond the parent's newest entry is that entry's: later writes
+-- to the parent must not reach the fork). The writers' settle lock of the
+-- parent is taken exclusively (the fragment settle_lock_key): a writer that drew a sequence number has
+-- committed before the point is read, and one that draws after it draws a greater one, so the fork holds
+-- exactly the parent's entries up to its point. `into` must be new (a unique violation on memories_pkey
+-- otherwise: Conflict). Its size is the parent's (as of the point, counted then); it searches with the
+-- parent's embedding models. Returns (point, size).
+WITH settle AS MATERIALIZED (
+    SELECT pg_advisory_xact_lock({{settle_lock_key}})::text AS locked
+), src AS MATERIALIZED (
+    SELECT mem.key FROM pgmem.memories AS mem, settle
+    WHERE mem.namespace = %(ns)s AND mem.key = %(memory)s
+), head AS MATERIALIZED (
+    SELECT least(%(upto)s::bigint,
+                 coalesce((SELECT max(x.seq) FROM {{lineage}} CROSS JOIN LATERAL (
+                               SELECT seq FROM pgmem.memory_entries
+                               WHERE namespace = %(ns)s AND memory = l.memory AND seq <= l.upto
+                               ORDER BY seq DESC LIMIT 1) AS x), 0)) AS upto
+    FROM src
+), size AS MATERIALIZED (
+    SELECT CASE WHEN %(upto)s::bigint IS NULL
+                THEN (SELECT coalesce(sum(n), 0)::bigint FROM pgmem.memory_counts
+                      WHERE namespace = %(ns)s AND memory = %(memory)s)
+                ELSE (SELECT count(*) FROM {{lineage}}
+                      JOIN pgmem.memory_entries AS e
+                        ON e.namespace = %(ns)s AND e.memory = l.memory AND e.seq <= l.upto) END AS n
+    FROM src
+), made AS (
+    INSERT INTO pgmem.memories (namespace, key) SELECT %(ns)s, %(into)s FROM src
+    RETURNING key
+), forked AS (
+    INSERT INTO pgmem.memory_forks (namespace, memory, parent, upto_seq)
+    SELECT %(ns)s, made.key, %(memory)s, head.upto FROM made, head
+), counted AS (
+    INSERT INTO pgmem.memory_counts (namespace, memory, shard, n)
+    SELECT %(ns)s, made.key, 0, size.n FROM made, size
+), models AS (
+    INSERT INTO pgmem.memory_models (namespace, memory, model_id, status)
+    SELECT %(ns)s, made.key, mm.model_id, mm.status
+    FROM made, pgmem.memory_models AS mm
+    WHERE mm.namespace = %(ns)s AND mm.memory = %(memory)s
+)
+SELECT head.upto, size.n FROM made, head, size;
+
+-- name: materialize
+-- Copy what the fork %(memory)s inherits into its own entries and cut it from its parent (nothing for a
+-- memory that is no fork, or no longer inherits). Returns the entries copied.
+SELECT pgmem.materialize_fork(%(ns)s, %(memory)s);
+
+-- name: inherits
+-- Whether %(memory)s is a fork that still reads its parent's entries (a removal then materialises it first).
+SELECT EXISTS (SELECT 1 FROM pgmem.memory_forks
+               WHERE namespace = %(ns)s AND memory = %(memory)s AND materialized_at IS NULL);
+
+-- name: mark
+-- Name the current point of %(memory)s: the high-water sequence number of its lineage (what a read then
+-- sees). Nothing when the memory does not exist; a unique violation when the name is taken (Conflict).
+-- Returns (seq, marked_at).
+WITH src AS MATERIALIZED (
+    SELECT mem.key FROM pgmem.memories AS mem WHERE mem.namespace = %(ns)s AND mem.key = %(memory)s
+)
+INSERT INTO pgmem.memory_marks (namespace, memory, name, seq)
+SELECT %(ns)s, src.key, %(name)s,
+       coalesce((SELECT max(x.seq) FROM {{lineage}} CROSS JOIN LATERAL (
+                     SELECT seq FROM pgmem.memory_entries
+                     WHERE namespace = %(ns)s AND memory = l.memory AND seq <= l.upto
+                     ORDER BY seq DESC LIMIT 1) AS x), 0)
+FROM src
+RETURNING seq, marked_at;
+
+-- name: marks
+-- The marks of %(memory)s, oldest first: (name, seq, marked_at).
+SELECT name, seq, marked_at FROM pgmem.memory_marks
+WHERE namespace = %(ns)s AND memory = %(memory)s
+ORDER BY seq, name;
+
+-- name: mark_seq
+-- The point of the mark %(name)s of %(memory)s (no row: no such mark): its own, else one a fork inherits (a
+-- mark of a memory of its lineage at or below the fork's point).
+SELECT mk.seq FROM {{lineage}}
+JOIN pgmem.memory_marks AS mk ON mk.namespace = %(ns)s AND mk.memory = l.memory AND mk.name = %(name)s
+WHERE mk.seq <= l.upto
+ORDER BY l.memory = %(memory)s DESC, mk.seq DESC
+LIMIT 1;
+
+-- name: time_seq
+-- The point of %(memory)s at the time %(at)s: the newest entry of its lineage added at or before it (0:
+-- none). Each range is walked backwards from its newest entry until one old enough.
+SELECT coalesce(max(x.seq), 0) FROM {{lineage}} CROSS JOIN LATERAL (
+    SELECT seq FROM pgmem.memory_entries
+    WHERE namespace = %(ns)s AND memory = l.memory AND seq <= l.upto AND added_at <= %(at)s
+    ORDER BY seq DESC LIMIT 1) AS x;
+
+-- name: fork_info
+-- The fork row of %(memory)s: (parent, upto_seq, forked_at, materialized_at); no row: not a fork.
+SELECT parent, upto_seq, forked_at, materialized_at FROM pgmem.memory_forks
+WHERE namespace = %(ns)s AND memory = %(memory)s;

@@ -1,0 +1,247 @@
+"""Near-duplicates merged (``messages.add(merge="near")``, ``messages.remember``; README, "Near-duplicates").
+
+Single-process semantics, exact duplicates, bad input, the merge the background embedder decides when the
+vector comes later, tenants apart, a search boosted by ``seen_count``, MetaGPT's long-term storage, and the
+race: 8 real processes adding near-duplicates of one fact at once, of which exactly one is stored.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+
+import pgmem
+from pgmem import EmbeddingError, InvalidInput
+from pgmem.embeddings import HashingEmbedder, Precomputed
+from pgmem.merging import Remembered
+from tests.conftest import table_counts
+from tests.integration.test_multiprocess import run_processes
+
+CTX = multiprocessing.get_context("spawn")
+FACT = "Alice's favourite colour is blue"
+#: Each one's cosine similarity with another (the offline embedder) is about 0.93.
+VARIANTS = [f"{FACT}, noted by agent {i}" for i in range(8)]
+
+
+def _entries(dsn: str, memory: str, namespace: str = "test") -> list[tuple[str, int, bool]]:
+    """(content, seen_count, last_seen_at set) of the memory's entries, in order (read as the owner)."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT m.content, e.seen_count, e.last_seen_at IS NOT NULL FROM pgmem.memory_entries e "
+            "JOIN pgmem.messages m ON m.namespace = e.namespace AND m.id = e.message_id "
+            "WHERE e.namespace = %s AND e.memory = %s ORDER BY e.seq",
+            (namespace, memory),
+        ).fetchall()
+    return [(str(c), int(n), bool(s)) for c, n, s in rows]
+
+
+def test_a_near_duplicate_is_counted_not_stored(client: pgmem.Client, dsn: str) -> None:
+    client.vectors.enable("facts")
+    first = pgmem.Message(content=VARIANTS[0])
+    assert client.messages.add("facts", first, merge="near", threshold=0.9) is True
+    assert client.messages.add("facts", pgmem.Message(content=VARIANTS[1]), merge="near", threshold=0.9) is False
+    found = client.messages.remember("facts", pgmem.Message(content=VARIANTS[2]), threshold=0.9)
+    assert found == Remembered(first.id, added=False, merged=True)
+    other = client.messages.remember("facts", pgmem.Message(content="Bob drives a red car"), threshold=0.9)
+    assert other.added and not other.merged and not other.pending
+    assert _entries(dsn, "facts") == [(VARIANTS[0], 3, True), ("Bob drives a red car", 1, False)]
+    with psycopg.connect(dsn) as conn:  # the merged messages are not stored at all, nor their vectors
+        assert conn.execute("SELECT count(*) FROM pgmem.messages").fetchone() == (2,)
+        assert conn.execute("SELECT count(*) FROM pgmem.embeddings").fetchone() == (2,)
+    # A stricter threshold stores it; a plain add never merges.
+    assert client.messages.add("facts", pgmem.Message(content=VARIANTS[3]), merge="near", threshold=0.99) is True
+    assert client.messages.add("facts", pgmem.Message(content=VARIANTS[4])) is True
+    assert len(_entries(dsn, "facts")) == 4
+
+
+def test_exact_duplicates_keep_their_semantics(client: pgmem.Client, dsn: str) -> None:
+    client.vectors.enable("facts")
+    message = pgmem.Message(content=FACT)
+    assert client.messages.add("facts", message, merge="near", threshold=0.5) is True
+    assert client.messages.add("facts", message, merge="near", threshold=0.5) is False
+    assert client.messages.remember("facts", message, threshold=0.5) == Remembered(message.id, added=False)
+    assert client.messages.add("facts", message) is False
+    assert _entries(dsn, "facts") == [(FACT, 1, False)]  # no count grows for an exact duplicate
+    clash = pgmem.Message(id=message.id, content="other content")
+    with pytest.raises(pgmem.Conflict):
+        client.messages.add("facts", clash, merge="near", threshold=0.5)
+
+
+def test_given_vectors_and_the_models_distance(client: pgmem.Client, dsn: str) -> None:
+    client.vectors.enable("v", Precomputed("mine", 3), distance="l2")
+    base = np.array([1.0, 0.0, 0.0])
+    a, b, c = pgmem.Message(content="a"), pgmem.Message(content="b"), pgmem.Message(content="c")
+    assert client.messages.remember("v", a, threshold=-0.1, embedding=base).added
+    # l2: the threshold is a negated Euclidean distance; 0.05 away merges, 0.5 away does not.
+    assert client.messages.remember("v", b, threshold=-0.1, embedding=base + [0, 0.05, 0]).id == a.id
+    assert client.messages.remember("v", c, threshold=-0.1, embedding=base + [0, 0.5, 0]).added
+    assert _entries(dsn, "v") == [("a", 2, True), ("c", 1, False)]
+    with pytest.raises(InvalidInput):  # l2 scores are <= 0
+        client.messages.add("v", pgmem.Message(content="d"), embedding=base, merge="near", threshold=0.5)
+
+
+def test_bad_input_writes_nothing(client: pgmem.Client, dsn: str) -> None:
+    client.vectors.enable("facts")
+    client.messages.add("empty", pgmem.Message(content="no model here"))
+    before = table_counts(dsn)
+    message = pgmem.Message(content=FACT)
+    for merge, threshold, error in [
+        ("fuzzy", 0.9, InvalidInput),
+        (True, 0.9, InvalidInput),
+        ("near", None, InvalidInput),
+        ("exact", 0.9, InvalidInput),
+        (None, 0.9, InvalidInput),
+        ("near", 1.5, InvalidInput),  # a cosine similarity is in [-1, 1]
+        ("near", float("nan"), InvalidInput),
+        ("near", "0.9", InvalidInput),
+    ]:
+        with pytest.raises(error):
+            client.messages.add("facts", message, merge=merge, threshold=threshold)
+    with pytest.raises(EmbeddingError):  # nothing to compare: the memory has no model
+        client.messages.add("empty", message, merge="near", threshold=0.9)
+    with pytest.raises(EmbeddingError):
+        client.messages.remember("facts", message, threshold=0.9, model="no-such-model")
+    assert table_counts(dsn) == before
+
+
+def test_the_embedder_merges_when_the_vector_comes_later(dsn: str) -> None:
+    """A writer without the model's embedder (a Precomputed stand-in of its name) leaves the merge to the
+    background embedder of another process's client, which decides it when it stores the vectors."""
+    hashing = HashingEmbedder()
+    with (
+        pgmem.connect(dsn, namespace="test", max_size=2) as embedding,
+        pgmem.connect(dsn, namespace="test", max_size=2, embedder=Precomputed(hashing.model, 384)) as writer,
+    ):
+        embedding.vectors.enable("facts")
+        found = [writer.messages.remember("facts", pgmem.Message(content=v), threshold=0.9) for v in VARIANTS[:3]]
+        assert all(f.added and f.pending and not f.merged for f in found)
+        assert writer.vectors.pending("facts") == {hashing.model: 3}
+        assert len(_entries(dsn, "facts")) == 3
+        embedding.vectors.kick()  # the background worker, as after one of its own writes
+        embedding.vectors.wait()
+        assert embedding.vectors.pending("facts") == {}
+        assert _entries(dsn, "facts") == [(VARIANTS[0], 3, True)]
+        with psycopg.connect(dsn) as conn:
+            assert conn.execute(
+                "SELECT count(*) FROM pgmem.memory_entries WHERE merge_within IS NOT NULL"
+            ).fetchone() == (0,)
+        # A later near-duplicate, with the vector at hand, merges into the survivor at once.
+        assert embedding.messages.remember("facts", pgmem.Message(content=VARIANTS[5]), threshold=0.9).merged
+        assert _entries(dsn, "facts") == [(VARIANTS[0], 4, True)]
+
+
+def test_tenants_are_apart(dsn: str) -> None:
+    with (
+        pgmem.connect(dsn, namespace="a", max_size=2) as a,
+        pgmem.connect(dsn, namespace="b", max_size=2) as b,
+    ):
+        for c in (a, b):
+            c.vectors.enable("facts")
+        assert a.messages.add("facts", pgmem.Message(content=VARIANTS[0]), merge="near", threshold=0.9)
+        # b's memory of the same key holds nothing (row-level security: a's vectors are not b's neighbours)
+        assert b.messages.add("facts", pgmem.Message(content=VARIANTS[1]), merge="near", threshold=0.9)
+        assert not b.messages.add("facts", pgmem.Message(content=VARIANTS[2]), merge="near", threshold=0.9)
+    assert _entries(dsn, "facts", "a") == [(VARIANTS[0], 1, False)]
+    assert _entries(dsn, "facts", "b") == [(VARIANTS[1], 2, True)]
+
+
+def test_search_boosts_what_was_seen_more_often(client: pgmem.Client) -> None:
+    client.vectors.enable("facts")
+    client.messages.add("facts", pgmem.Message(content="the deploy runs on Fridays at noon"))
+    often = pgmem.Message(content="the deploy runs on Fridays")
+    client.messages.add("facts", often, merge="near", threshold=0.97)
+    for _ in range(3):
+        client.messages.add("facts", pgmem.Message(content="the deploy runs on Fridays!"), merge="near", threshold=0.97)
+    client.vectors.wait()
+    plain = client.vectors.search("deploy on Fridays at noon", memory="facts", k=2)
+    assert plain[0].message.content == "the deploy runs on Fridays at noon"
+    assert plain[0].seen_count is None  # not read unless asked
+    boosted = client.vectors.search("deploy on Fridays at noon", memory="facts", k=2, boost_seen=1.0)
+    assert [(h.message.id, h.seen_count) for h in boosted][0] == (often.id, 4)
+    assert boosted[0].last_seen_at is not None
+    with pytest.raises(InvalidInput):
+        client.vectors.search("deploy", k=2, boost_seen=1.0)  # a memory's counts: memory= is needed
+
+
+def test_metagpt_long_term_storage_merges(client: pgmem.Client, dsn: str) -> None:
+    from pgmem.metagpt import MemoryStorage
+
+    storage = MemoryStorage(client=client, merge="near")  # MetaGPT's threshold 0.1: cosine >= 0.95
+    storage.recover_memory("Alice")
+    assert storage.add(pgmem.Message(content="the deploy runs on Fridays")) is True
+    assert storage.add(pgmem.Message(content="the deploy runs on Fridays!")) is False
+    assert storage.add(pgmem.Message(content="lunch is at one")) is True
+    assert [(c, n) for c, n, _ in _entries(dsn, storage.key)] == [
+        ("the deploy runs on Fridays", 2),
+        ("lunch is at one", 1),
+    ]
+    with pytest.raises(InvalidInput):
+        MemoryStorage(client=client, merge="close")
+
+
+# -- 8 processes at once ------------------------------------------------------------------------------
+
+
+#: The facts raced for, one after another (each round is another chance for a race to show); process i
+#: tells fact r as f"{FACTS[r]} (agent {i} noted)": cosine similarity >= 0.90 with another process's
+#: variant of the fact, <= 0.53 with any variant of another fact (the offline embedder).
+FACTS = [
+    "Alice prefers blue notebooks",
+    "the build server restarts nightly",
+    "invoices are due within thirty days",
+    "Bob owns a vintage motorcycle",
+    "the cafeteria serves soup on Mondays",
+    "our API rate limit is generous",
+    "Carol speaks fluent Portuguese",
+    "backups live in the Frankfurt region",
+    "the quarterly review moved to April",
+    "Dave trains for marathons",
+    "staging uses a smaller database",
+    "the office closes early on Fridays",
+]
+ROUNDS = len(FACTS)
+
+
+def _racer(index: int, dsn: str, barrier: Any, given: bool) -> list[tuple[str, bool, bool]]:
+    """Round r: remember this process's variant of fact r, all processes released at once."""
+    with pgmem.connect(dsn, namespace="test", max_size=1) as client:
+        client.vectors.pending("race")  # connect before the barrier
+        rng = np.random.default_rng(index)
+        results = []
+        for r in range(ROUNDS):
+            message = pgmem.Message(content=f"{FACTS[r]} (agent {index} noted)")
+            embedding = None
+            if given:  # fact r's direction, a little off: cosine similarity > 0.99 with the other variants
+                embedding = np.eye(16)[r] + rng.normal(0, 0.01, 16)
+            barrier.wait()
+            found = client.messages.remember("race", message, threshold=0.85, embedding=embedding)
+            results.append((found.id, found.added, found.merged))
+        return results
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("given", [True, False], ids=["given-vectors", "embedded-by-the-caller"])
+def test_eight_processes_store_one(dsn: str, given: bool) -> None:
+    with pgmem.connect(dsn, namespace="test", max_size=1) as client:
+        client.vectors.enable("race", Precomputed("race-model", 16) if given else None)
+    processes = 8
+    barrier = CTX.Barrier(processes, timeout=120)
+    results = run_processes(_racer, [(dsn, barrier, given)] * processes)
+    survivors = []
+    for r in range(ROUNDS):
+        told = [by_process[r] for by_process in results]
+        added = [t for t in told if t[1]]
+        assert len(added) == 1, (r, told)
+        survivors.append(added[0][0])
+        assert all(t == (added[0][0], False, True) for t in told if not t[1]), (r, told)
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT message_id, seen_count FROM pgmem.memory_entries WHERE namespace = 'test' AND memory = 'race' "
+            "ORDER BY seq"
+        ).fetchall()
+        assert rows == [(s, processes) for s in survivors]
+        assert conn.execute("SELECT count(*) FROM pgmem.messages WHERE namespace = 'test'").fetchone() == (ROUNDS,)
