@@ -89,11 +89,12 @@ class FlowGraphs:
 
 @dataclass(frozen=True, slots=True)
 class Rows:
-    """A query's rows as a table."""
+    """A query's rows as a table; ``empty``: what an empty table says (e.g. what turns the data on)."""
 
     key: str
     title: str
     query: str
+    empty: str = "nothing in this scope"
 
 
 Section = Chart | FlowGraphs | Rows
@@ -152,8 +153,19 @@ SECTIONS: tuple[Section, ...] = (
     ),
     Rows("agents", "Agents: messages each one stored", "agents"),
     Rows("talk", "Who talks to whom", "talk"),
-    Rows("retrievals", "Retrieval log: logged searches by label (PGMEM_RETRIEVAL_LOG=1)", "retrievals"),
-    Rows("recall", "Search recall: recall@k of sampled searches per model, kind and strategy", "recall"),
+    Rows(
+        "retrievals",
+        "Retrieval log: logged searches by label (PGMEM_RETRIEVAL_LOG=1)",
+        "retrievals",
+        empty="no logged searches in this scope: the retrieval log is off unless PGMEM_RETRIEVAL_LOG=1",
+    ),
+    Rows(
+        "recall",
+        "Search recall: recall@k of sampled searches per model, kind and strategy",
+        "recall",
+        empty="no checked samples in this scope: searches are sampled only with PGMEM_RECALL_SAMPLE (0 to 1) "
+        "or connect(recall_sample=), and checked in the background a minute later",
+    ),
     Rows("summaries", "Summaries per memory and level: how much they compress", "summaries"),
 )
 
@@ -336,6 +348,7 @@ def collect(conn: psycopg.Connection[Any], scope: Scope) -> dict[str, Any]:
                     "kind": "rows",
                     "title": section.title,
                     "rows": [{k: _iso(v) for k, v in r.items()} for r in rows],
+                    "empty": section.empty,
                 }
             sections[section.key] = out
     return {
@@ -359,9 +372,9 @@ def _sql_block(sql: str, params: dict[str, Any]) -> str:
     )
 
 
-def _table(rows: list[dict[str, Any]]) -> str:
+def _table(rows: list[dict[str, Any]], empty: str = "nothing in this scope") -> str:
     if not rows:
-        return "<p class='empty'>nothing in this scope</p>"
+        return f"<p class='empty'>{html.escape(empty)}</p>"
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in rows[0])
     body = "".join(
         "<tr>" + "".join(f"<td>{html.escape('' if v is None else str(v))}</td>" for v in r.values()) + "</tr>"
@@ -374,7 +387,7 @@ def _table(rows: list[dict[str, Any]]) -> str:
 def _section_html(key: str, s: dict[str, Any]) -> str:
     title = html.escape(s["title"])
     if s["kind"] == "rows":
-        body = _table(s["rows"])
+        body = _table(s["rows"], s["empty"])
     elif s["kind"] == "flow":
         graphs = "".join(
             f"<h3>namespace {html.escape(g['namespace'])} &middot; memory {html.escape(g['memory'])}</h3>"
