@@ -11,6 +11,12 @@ Part 2, interleaved: ``last(20)``, ``by_action`` (a rare action: 20 messages) an
 original and on a fork taken after all its messages were added (which reads them through its lineage, the
 parent's range of memory_entries_order_key) plus 20 messages of its own. Target: the fork within 1.2x.
 Both parts run quiet and beside ``--busy`` CPU-bound processes (under load).
+
+Part 3 (``--plain``, quiet only): what forks cost a memory that is no fork (1,000 messages with vectors,
+k=10), interleaved. Search: the first pass asked whether the memory is a fork in a statement before every
+search (emulated here by running that statement, ``inherits``, then the search) against now (the question
+is a column of the search's own statement). Delete of one message: the statement alone (no fork check)
+against ``messages.delete`` (which asks ``materialize_fork`` first).
 """
 
 from __future__ import annotations
@@ -53,6 +59,39 @@ def _run(client: pgmem.Client, size: int, iterations: int, label: str) -> dict[s
     return {"fork": fork, "reads": reads}
 
 
+def _plain(client: pgmem.Client, iterations: int) -> dict[str, Any]:
+    client.vectors.enable("plain")
+    client.messages.add_many("plain", [pgmem.Message(content=f"plain fact number {i}") for i in range(1_000)])
+    client.vectors.flush()
+    ids = iter([m.id for m in client.messages.last("plain", 0)])
+    q = client.embedder.embed(["plain fact number 500"])[0]
+
+    def asked_first() -> None:
+        client.forks.inherits("plain", None)  # the first pass's extra statement
+        client.vectors.search(vector=q, memory="plain", k=10)
+
+    def delete_bare() -> None:  # the delete statement alone: no fork check
+        client.messages._scalar("delete", {"memory": "plain", "id": next(ids)}, None)
+
+    searches = timed_together(
+        {
+            "search, fork asked first (first pass)": asked_first,
+            "search, guard in the statement (now)": lambda: client.vectors.search(vector=q, memory="plain", k=10),
+        },
+        iterations=iterations * 3,
+        warmup=20,
+    )
+    deletes = timed_together(
+        {
+            "delete, statement alone": delete_bare,
+            "delete, materialize_fork first (now)": lambda: client.messages.delete("plain", next(ids)),
+        },
+        iterations=iterations,
+        warmup=5,
+    )
+    return {**searches, **deletes}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dsn", default=None)
@@ -60,9 +99,17 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=100)
     parser.add_argument("--busy", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/forks.json"))
+    parser.add_argument("--plain", action="store_true", help="part 3 only: a plain memory's search and delete")
     args = parser.parse_args()
     results: dict[str, Any] = {"size": args.size}
     with bench_database(args.dsn, "_forks") as dsn:
+        if args.plain:
+            with pgmem.connect(dsn, namespace="bench") as client:
+                results["plain"] = _plain(client, args.iterations)
+            for name, figures in results["plain"].items():
+                print(f"[plain] {name:<40} p50 {figures['p50_us']:8.1f} us  p99 {figures['p99_us']:8.1f} us")
+            write_json(args.out.with_name("forks_plain.json"), results)
+            return
         with pgmem.connect(dsn, namespace="bench") as client:
             _load(client, "big", args.size)
             client.fork("big", "fork")

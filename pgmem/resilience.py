@@ -246,10 +246,11 @@ def connection_lost(exc: BaseException) -> bool:
 
 
 #: Words that make a statement more than a read: it writes, locks, notifies, takes a sequence value or
-#: calls something that might. Conservative: a read that mentions one is simply not retried.
+#: calls something that might: any of pgmem's functions but pgmem.lineage (STABLE, migration 0020), which
+#: every read of a memory's entries calls. Conservative: a read that mentions one is simply not retried.
 _NOT_A_READ = re.compile(
     r"\b(?:INSERT|UPDATE|DELETE|MERGE|TRUNCATE|SHARE|pg_notify|NOTIFY|nextval|setval|pg_advisory\w*|pg_try_advisory\w*|"
-    r"CALL|COPY|CREATE|DROP|ALTER|ANALYZE|VACUUM|LISTEN)\b|\bpgmem\.\w+\s*\(",
+    r"CALL|COPY|CREATE|DROP|ALTER|ANALYZE|VACUUM|LISTEN)\b|\bpgmem\.(?!lineage\s*\()\w+\s*\(",
     re.IGNORECASE,
 )
 

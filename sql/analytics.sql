@@ -73,6 +73,8 @@ ORDER BY 1, 2;
 
 -- name: flow
 -- The action flow of each namespace's largest memory (its shared conversation; the memory parameter picks another).
+-- Stored entries only (here and in flow_graphs): analytics count each stored row once, and a fork's
+-- inherited entries are its parent's rows.
 -- Several namespaces: edges add up, and the delay shown is the median of their medians. With a time
 -- window: the edges of pairs of actions that followed each other since then (counted over all time).
 WITH chosen AS (

@@ -12,10 +12,11 @@ FROM pgmem.brain_memories
 WHERE namespace = %(ns)s AND key = %(key)s AND (expires_at IS NULL OR expires_at > now());
 
 -- name: history
--- The history after the summarised prefix, oldest first.
+-- The history after the summarised prefix, oldest first; through the memory's lineage ({{lineage}}: a
+-- history that is a fork holds its parent's entries up to its point too).
 SELECT e.seq, {{message_columns}}
-FROM {{entry_messages}}
-WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND e.seq > %(after)s
+FROM {{lineage_messages}}
+WHERE e.seq > %(after)s
 ORDER BY e.seq;
 
 -- name: create
@@ -71,8 +72,11 @@ WHERE namespace = %(ns)s AND key = %(key)s
 RETURNING version;
 
 -- name: last_seq
--- The newest history entry (0 when empty).
-SELECT coalesce(max(seq), 0) AS seq FROM pgmem.memory_entries WHERE namespace = %(ns)s AND memory = %(memory)s;
+-- The newest history entry (0 when empty), inherited ones included (a fork's: its lineage's newest).
+SELECT coalesce(max(x.seq), 0) AS seq FROM {{lineage}} CROSS JOIN LATERAL (
+    SELECT seq FROM pgmem.memory_entries
+    WHERE namespace = %(ns)s AND memory = l.memory AND seq <= l.upto
+    ORDER BY seq DESC LIMIT 1) AS x;
 
 -- name: delete_memories
 -- Drop memories (their entries, summaries and brain rows cascade). Returns how many were dropped.

@@ -1,4 +1,5 @@
--- Queries behind the report `pgmem demo` prints: plain SQL over pgmem's tables, to copy into psql.
+-- Queries behind the report `pgmem demo` prints: plain SQL over pgmem's tables, to copy into psql. The
+-- demo's team memory is no fork, so its own entries are all it holds (kept plain, for reading).
 
 -- name: messages_by_role_and_action
 -- What each role said in the team memory, by action.

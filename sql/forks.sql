@@ -1,18 +1,24 @@
 -- Named queries of forks and marks (pgmem._async.forks, migration 0020): a fork starts as another memory
 -- at a point and then diverges without copying an entry; a mark names a point of a memory.
 
+-- name: settle_parent
+-- The writers' settle lock of %(memory)s, exclusively (the fragment settle_lock_key), until the transaction
+-- ends: a fork runs it before `fork`, in the same transaction (one pipeline). Writers, and removals (the
+-- trigger fork_entries_left, migration 0023), hold it shared to commit: once it is granted, every entry
+-- numbered so far has committed (or rolled back), every removal so far has committed, and none starts
+-- until the fork commits. Its own statement: `fork` then reads in a snapshot taken after the lock (one
+-- statement's snapshot is taken before its first lock: writers committing in between were missed).
+SELECT pg_advisory_xact_lock({{settle_lock_key}})::text;
+
 -- name: fork
--- Fork %(memory)s into the new memory %(into)s at %(upto)s (NULL: now; a point beyond the parent's newest entry is that entry's: later writes
--- to the parent must not reach the fork). The writers' settle lock of the
--- parent is taken exclusively (the fragment settle_lock_key): a writer that drew a sequence number has
--- committed before the point is read, and one that draws after it draws a greater one, so the fork holds
--- exactly the parent's entries up to its point. `into` must be new (a unique violation on memories_pkey
--- otherwise: Conflict). Its size is the parent's (as of the point, counted then); it searches with the
--- parent's embedding models. Returns (point, size).
-WITH settle AS MATERIALIZED (
-    SELECT pg_advisory_xact_lock({{settle_lock_key}})::text AS locked
-), src AS MATERIALIZED (
-    SELECT mem.key FROM pgmem.memories AS mem, settle
+-- Fork %(memory)s into the new memory %(into)s at %(upto)s (NULL: now; a point beyond the parent's newest
+-- entry is that entry's: later writes to the parent must not reach the fork), after `settle_parent` in the
+-- same transaction: the fork holds exactly the parent's entries up to its point, and its size is theirs.
+-- `into` must be new (a unique violation on memories_pkey otherwise: Conflict). Its size is the parent's
+-- (as of the point, counted then); it searches with the parent's embedding models and holds the parent's
+-- summaries that end at or before the point (`summarised`). Returns (point, size).
+WITH src AS MATERIALIZED (
+    SELECT mem.key FROM pgmem.memories AS mem
     WHERE mem.namespace = %(ns)s AND mem.key = %(memory)s
 ), head AS MATERIALIZED (
     SELECT least(%(upto)s::bigint,
@@ -43,6 +49,18 @@ WITH settle AS MATERIALIZED (
     SELECT %(ns)s, made.key, mm.model_id, mm.status
     FROM made, pgmem.memory_models AS mm
     WHERE mm.namespace = %(ns)s AND mm.memory = %(memory)s
+), summarised AS (
+    -- The parent's summaries (every level, stale ones too: their ranges stay taken) that end at or before
+    -- the point become the fork's own, as they are now: a few rows (a summary covers many entries), so a
+    -- fork keeps them when its parent goes, and the parent's later summaries are not the fork's (README,
+    -- "Rewind and branch"). The fork's summariser goes on after them through its lineage.
+    INSERT INTO pgmem.summaries (namespace, memory, level, first_seq, last_seq, content, source_chars,
+                                 source_tokens, summary_tokens, tokenizer, created_at, stale_at)
+    SELECT %(ns)s, made.key, s.level, s.first_seq, s.last_seq, s.content, s.source_chars, s.source_tokens,
+           s.summary_tokens, s.tokenizer, s.created_at, s.stale_at
+    FROM made, head, pgmem.summaries AS s
+    WHERE s.namespace = %(ns)s AND s.memory = %(memory)s AND s.last_seq <= head.upto
+    ORDER BY s.level, s.first_seq
 )
 SELECT head.upto, size.n FROM made, head, size;
 

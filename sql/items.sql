@@ -37,14 +37,17 @@ WHERE i.namespace = %(ns)s AND i.id = ANY(%(ids)s::bigint[]) AND i.ttl_minutes I
 -- name: upsert
 -- Insert or replace items: the value, updated_at and the TTL change, created_at stays. Rows are
 -- inserted (and locked) in the order of the batch. The SET list takes the clock from the inserted row
--- (a distributed planner refuses now() there).
+-- (a distributed planner refuses now() there). updated_at never goes back: a transaction that started
+-- before the one whose version it replaces (it waited for that one's row lock) keeps that version's
+-- time, so the item's versions (pgmem.item_history, migration 0022) follow each other in time; the
+-- replaced version, visible only between the two commits, then has an empty range and is not kept.
 INSERT INTO pgmem.items AS i (namespace, path, key, value, expires_at, ttl_minutes, updated_at)
 SELECT %(ns)s, p.path, w.key, v.value::jsonb, now() + make_interval(secs => v.ttl * 60), v.ttl, now()
 FROM {{write_rows}}
 JOIN unnest(%(values)s::text[], %(ttls)s::float8[]) WITH ORDINALITY AS v(value, ttl, n) ON v.n = w.n
 ORDER BY w.n
 ON CONFLICT (namespace, path, key) DO UPDATE
-SET value = excluded.value, updated_at = excluded.updated_at, expires_at = excluded.expires_at,
+SET value = excluded.value, updated_at = greatest(excluded.updated_at, i.updated_at), expires_at = excluded.expires_at,
     ttl_minutes = excluded.ttl_minutes;
 
 -- name: replace_vectors
@@ -118,3 +121,60 @@ SELECT DISTINCT CASE WHEN %(max_depth)s::int IS NULL THEN m.path ELSE m.path[1:%
 FROM matching AS m
 ORDER BY 1
 LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: get_as_of
+-- Items of one path by key as they were at %(at)s (rows.ItemRow; updated_at: when that version was
+-- written): the current row when it was written by then, else the version of pgmem.item_history valid
+-- then (migration 0022); one that had expired then is absent. Of two versions valid at once (a re-created
+-- item written by a transaction older than the delete), the later-written one.
+SELECT DISTINCT ON (v.key) v.path, v.key, v.value, v.created_at, v.updated_at
+FROM (
+    SELECT i.path, i.key, i.value, i.created_at, i.updated_at
+    FROM pgmem.items AS i
+    WHERE i.namespace = %(ns)s AND i.path = %(path)s::text[] AND i.key = ANY(%(keys)s::text[])
+      AND i.updated_at <= %(at)s AND (i.expires_at IS NULL OR i.expires_at > %(at)s)
+    UNION ALL
+    SELECT h.path, h.key, h.value, h.created_at, h.valid_from
+    FROM pgmem.item_history AS h
+    WHERE h.namespace = %(ns)s AND h.path = %(path)s::text[] AND h.key = ANY(%(keys)s::text[])
+      AND h.valid_from <= %(at)s AND h.valid_to > %(at)s AND (h.expires_at IS NULL OR h.expires_at > %(at)s)
+) AS v
+ORDER BY v.key, v.updated_at DESC;
+
+-- name: mark_time
+-- When the mark %(name)s of the memory %(memory)s was made (an items read as of a mark reads as of then).
+SELECT m.marked_at FROM pgmem.memory_marks AS m
+WHERE m.namespace = %(ns)s AND m.memory = %(memory)s AND m.name = %(name)s;
+
+-- name: forget_items
+-- Delete items for good, the first of forget's two statements: the items at path %(prefix)s with
+-- %(keys)s, or (%(keys)s NULL) every item under the prefix [%(prefix)s, %(prefix_end)s). Their vectors
+-- go with them; the trigger stores their last versions in pgmem.item_history, which `forget_history`
+-- then deletes.
+WITH gone AS (
+    DELETE FROM pgmem.items AS i
+    WHERE i.namespace = %(ns)s
+      AND CASE WHEN %(keys)s::text[] IS NULL
+               THEN i.path >= %(prefix)s::text[] AND i.path < %(prefix_end)s::text[]
+               ELSE i.path = %(prefix)s::text[] AND i.key = ANY(%(keys)s::text[]) END
+    RETURNING 1
+)
+SELECT count(*) FROM gone;
+
+-- name: forget_history
+-- The versions of forgotten items (see `forget_items`), and of purge_history: those of the keys, or under
+-- the prefix (NULL: the namespace's), replaced or deleted before the cutoff (%(before)s, or %(age)s seconds
+-- ago; both NULL: all). Returns how many.
+WITH gone AS (
+    DELETE FROM pgmem.item_history AS h
+    WHERE h.namespace = %(ns)s
+      AND CASE WHEN %(keys)s::text[] IS NOT NULL
+               THEN h.path = %(prefix)s::text[] AND h.key = ANY(%(keys)s::text[])
+               WHEN %(prefix)s::text[] IS NOT NULL
+               THEN h.path >= %(prefix)s::text[] AND h.path < %(prefix_end)s::text[]
+               ELSE true END
+      AND (%(before)s::timestamptz IS NULL AND %(age)s::float8 IS NULL
+           OR h.valid_to < least(%(before)s::timestamptz, now() - %(age)s::float8 * interval '1 second'))
+    RETURNING 1
+)
+SELECT count(*) FROM gone;

@@ -23,6 +23,8 @@ SELECT pg_advisory_xact_lock(28782, hashtext(%(ns)s || '/' || %(memory)s))::text
 -- decided. No vector yet: the entry waits for the embedder (merge_within = %(within)s).
 -- %(pending)s: only an entry still waiting (the embedder's call; an adder's entry is its own, just added).
 -- Returns (survivor: the neighbour's id or NULL, embedded: whether the message had a vector).
+-- Own entries only: a merge writes the survivor's row (seen_count), and a fork's inherited entries are its
+-- parent's rows, which a write in the fork must not reach; a near-duplicate of one is stored in the fork.
 WITH self AS (
     SELECT me.seen_count FROM pgmem.memory_entries AS me
     WHERE me.namespace = %(ns)s AND me.memory = %(memory)s AND me.message_id = %(id)s
@@ -76,7 +78,9 @@ SELECT (SELECT message_id FROM bumped) AS survivor, EXISTS (SELECT 1 FROM mine) 
 
 -- name: seen
 -- How often and when last each of the messages %(ids)s was seen in memory %(memory)s (a search's
--- boost_seen). last_seen_at is NULL until a merge: its entry's added_at then.
+-- boost_seen). last_seen_at is NULL until a merge: its entry's added_at then. Through the memory's
+-- lineage: a fork's inherited entries are its parent's rows (their counts as the parent keeps them).
 SELECT me.message_id, me.seen_count, coalesce(me.last_seen_at, me.added_at) AS last_seen_at
-FROM pgmem.memory_entries AS me
-WHERE me.namespace = %(ns)s AND me.memory = %(memory)s AND me.message_id = ANY(%(ids)s::text[]);
+FROM pgmem.lineage(%(ns)s, %(memory)s, NULL) AS l
+JOIN pgmem.memory_entries AS me ON me.namespace = %(ns)s AND me.memory = l.memory AND me.seq <= l.upto
+WHERE me.message_id = ANY(%(ids)s::text[]);

@@ -290,6 +290,7 @@ WHERE o.id NOT IN (SELECT message_id FROM recent)
 ORDER BY o.ord;
 
 -- name: delete
+-- Own entries only: a removal (the caller materialises a fork first: pgmem.materialize_fork).
 -- Remove a message from a memory; the message row itself goes when nothing else (another memory, a
 -- queue item, the queue archive) refers to it.
 -- Returns the number of entries removed (0 or 1).
@@ -303,6 +304,7 @@ WITH entry AS (
 SELECT count(*) FROM entry;
 
 -- name: delete_newest
+-- Own entries only: a removal (the caller materialises a fork first: pgmem.materialize_fork).
 -- Remove and return the newest message of a memory. SKIP LOCKED: two processes popping at once take
 -- two different messages instead of one waiting for the other and finding its row gone. The message is
 -- read by the entry's DELETE, before `orphan` may delete it: the statement returns it whether its CTEs
@@ -328,6 +330,7 @@ SELECT seq, {{message_column_names}}
 FROM entry;
 
 -- name: clear
+-- Own entries only: a removal (the caller materialises a fork first: pgmem.materialize_fork).
 -- Empty a memory; messages no other memory refers to are deleted with it. Returns the entries removed.
 WITH entry AS (
     DELETE FROM pgmem.memory_entries
@@ -350,6 +353,7 @@ GROUP BY 1, 2, 3, 4
 ORDER BY 1, 2, 3, 4;
 
 -- name: delete_many
+-- Own entries only: a removal (the caller materialises a fork first: pgmem.materialize_fork).
 -- Take the messages with the given ids (%(ids)s) out of a memory; their rows go too when nothing else
 -- refers to them. Returns the entries removed.
 WITH entry AS (
@@ -376,11 +380,18 @@ ORDER BY e.seq DESC;
 
 -- name: list_memories_matching
 -- The keys of the memories starting with %(prefix)s ('' : all) that hold at least one entry when
--- %(nonempty)s; sorted.
+-- %(nonempty)s; sorted. A fork that still inherits holds its parent's entries up to its point too: its
+-- lineage is read only when it has none of its own (one probe of memory_forks first).
 SELECT mem.key FROM pgmem.memories AS mem
 WHERE mem.namespace = %(ns)s AND starts_with(mem.key, %(prefix)s)
-  AND (NOT %(nonempty)s OR EXISTS (SELECT 1 FROM pgmem.memory_entries AS e
-                                   WHERE e.namespace = %(ns)s AND e.memory = mem.key))
+  AND (NOT %(nonempty)s
+       OR EXISTS (SELECT 1 FROM pgmem.memory_entries AS e
+                  WHERE e.namespace = %(ns)s AND e.memory = mem.key)
+       OR EXISTS (SELECT 1 FROM pgmem.memory_forks AS f
+                  WHERE f.namespace = %(ns)s AND f.memory = mem.key AND f.materialized_at IS NULL
+                    AND EXISTS (SELECT 1 FROM pgmem.lineage(%(ns)s, mem.key, NULL) AS l
+                                JOIN pgmem.memory_entries AS e
+                                  ON e.namespace = %(ns)s AND e.memory = l.memory AND e.seq <= l.upto)))
 ORDER BY mem.key;
 
 -- name: payloads_last
@@ -401,20 +412,24 @@ CROSS JOIN LATERAL ({{entry_payload}}) AS p;
 -- name: payloads_page
 -- The payloads of the entries of the memory %(memory)s, merged in sequence order with those of the memory
 -- %(merged)s (NULL: none), from position %(offset)s, at most %(limit)s (NULL: all), as one JSON array in
--- text. Each memory is read in index order (memory_entries_order_key) and the planner merges the two
--- (Merge Append), so a page reads only offset + limit entries of each, and probes their messages by id
--- (the fragment entry_payload).
+-- text; both as of %(upto)s (NULL: now; a sequence number, global: it bounds both). Each memory is read
+-- through its lineage ({{lineage}}: a fork's parent's entries too), each range in index order
+-- (memory_entries_order_key), offset + limit entries at most, and their messages probed by id (the
+-- fragment entry_payload).
 SELECT '[' || COALESCE(string_agg(p.payload, ',' ORDER BY e.seq), '') || ']'
-FROM (SELECT seq, message_id
-      FROM ((SELECT seq, message_id FROM pgmem.memory_entries
-             WHERE namespace = %(ns)s AND memory = %(memory)s ORDER BY seq)
+FROM (SELECT x.seq, x.message_id
+      FROM (SELECT l.memory, l.upto FROM {{lineage}}
             UNION ALL
-            (SELECT seq, message_id FROM pgmem.memory_entries
-             WHERE namespace = %(ns)s AND memory = %(merged)s ORDER BY seq)) AS both_memories
-      ORDER BY seq OFFSET %(offset)s LIMIT %(limit)s) AS e
+            SELECT lm.memory, lm.upto FROM pgmem.lineage(%(ns)s, %(merged)s, %(upto)s::bigint) AS lm
+            WHERE %(merged)s::text IS NOT NULL) AS r
+      CROSS JOIN LATERAL (SELECT seq, message_id FROM pgmem.memory_entries
+                          WHERE namespace = %(ns)s AND memory = r.memory AND seq <= r.upto
+                          ORDER BY seq LIMIT %(offset)s::bigint + %(limit)s::bigint) AS x
+      ORDER BY x.seq OFFSET %(offset)s LIMIT %(limit)s) AS e
 CROSS JOIN LATERAL ({{entry_payload}}) AS p;
 
 -- name: delete_at_position
+-- Own entries only: a removal (the caller materialises a fork first: pgmem.materialize_fork).
 -- Remove and return the message at a 0-based position of a memory (as a Python list's pop(i)); its row
 -- goes when nothing else refers to it. Nothing when out of range. The entry is locked first: a concurrent
 -- delete of the same entry waits, then finds it gone. Returns a MessageRow.
@@ -436,6 +451,7 @@ SELECT seq, {{message_column_names}}
 FROM entry;
 
 -- name: delete_at_position_from_end
+-- Own entries only: a removal (the caller materialises a fork first: pgmem.materialize_fork).
 -- delete_at_position counted from the newest entry (offset 0: the newest), for negative positions.
 -- Returns a MessageRow.
 WITH target AS (
@@ -456,6 +472,7 @@ SELECT seq, {{message_column_names}}
 FROM entry;
 
 -- name: delete_oldest
+-- Own entries only: a removal (the caller materialises a fork first: pgmem.materialize_fork).
 -- Remove and return the oldest %(n)s messages of a memory, oldest first. SKIP LOCKED, as delete_newest:
 -- two processes taking the oldest at once take different entries. The entries are read from the range
 -- of sequence numbers taken (so never the whole memory, whatever the planner's statistics). Returns
@@ -481,6 +498,7 @@ FROM entry
 ORDER BY entry.seq;
 
 -- name: move_oldest
+-- Own entries only: a removal from %(memory)s and an add to %(to)s (the caller materialises both first).
 -- Move the oldest %(n)s entries of the memory %(memory)s to the memory %(to)s (registered when new) in
 -- one UPDATE: the message rows stay where they are and the entries keep their sequence numbers, so the
 -- two memories read together (payloads_page) keep the original order. Returns the moved messages,

@@ -107,6 +107,7 @@ WITH gone AS (
 SELECT count(*) AS removed FROM gone;
 
 -- name: trim
+-- Own entries only: a removal (the caller materialises a fork first: pgmem.materialize_fork).
 -- Keep only the newest %(keep)s entries of the memory %(memory)s; older ones are removed (and their
 -- messages when nothing else refers to them). A range of the memory's (namespace, memory, seq) index.
 -- Returns the entries removed.
@@ -124,6 +125,7 @@ WITH boundary AS (
 SELECT count(*) AS removed FROM entry;
 
 -- name: trim_before
+-- Own entries only: a removal (the caller materialises a fork first: pgmem.materialize_fork).
 -- Remove the entries of the memory %(memory)s added before the cutoff (and their messages when nothing
 -- else refers to them). Returns the entries removed.
 WITH entry AS (
@@ -156,11 +158,13 @@ ORDER BY id
 FOR UPDATE;
 
 -- name: forget_select_memory
--- Every message the memory %(memory)s holds (wherever else it is referenced).
+-- Every message the memory %(memory)s holds (wherever else it is referenced): a fork's through its
+-- lineage (what it inherits is forgotten too, as everything a forget names: everywhere).
 SELECT m.id FROM pgmem.messages AS m
 WHERE m.namespace = %(ns)s
-  AND m.id IN (SELECT e.message_id FROM pgmem.memory_entries AS e
-               WHERE e.namespace = %(ns)s AND e.memory = %(memory)s)
+  AND m.id IN (SELECT e.message_id FROM pgmem.lineage(%(ns)s, %(memory)s, NULL) AS l
+               JOIN pgmem.memory_entries AS e
+                 ON e.namespace = %(ns)s AND e.memory = l.memory AND e.seq <= l.upto)
 ORDER BY m.id
 FOR UPDATE OF m;
 
@@ -182,13 +186,23 @@ FOR UPDATE;
 -- name: forget_stale_summaries
 -- Summaries (every level) whose range of entries covers an entry of a forgotten message: marked stale, their
 -- content (which may quote the message) emptied. A level-n summary's range spans its children's, so a
--- seq inside it is covered at every level. Run before the entries go.
-WITH hit AS (
+-- seq inside it is covered at every level. Run before the entries go. A fork that inherits the entry (its
+-- parent's, at or below its point, recursively: migration 0020) holds it too, and may hold a summary of it
+-- (taken from its parent when forked, or its own): `holder` follows the forks down.
+WITH RECURSIVE holder (memory, seq, depth) AS (
+    SELECT e.memory, e.seq, 0 FROM pgmem.memory_entries AS e
+    WHERE e.namespace = %(ns)s AND e.message_id = ANY(%(ids)s::text[])
+    UNION ALL
+    SELECT f.memory, h.seq, h.depth + 1
+    FROM holder AS h JOIN pgmem.memory_forks AS f
+      ON f.namespace = %(ns)s AND f.parent = h.memory AND f.materialized_at IS NULL AND h.seq <= f.upto_seq
+    WHERE h.depth < 64
+), hit AS (
     SELECT DISTINCT s.memory, s.id
-    FROM pgmem.memory_entries AS e
+    FROM holder AS e
     JOIN pgmem.summaries AS s
       ON s.namespace = %(ns)s AND s.memory = e.memory AND e.seq BETWEEN s.first_seq AND s.last_seq
-    WHERE e.namespace = %(ns)s AND e.message_id = ANY(%(ids)s::text[]) AND s.stale_at IS NULL
+    WHERE s.stale_at IS NULL
 ), marked AS (
     UPDATE pgmem.summaries AS s SET stale_at = now(), content = ''
     FROM hit
@@ -401,11 +415,13 @@ LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
 
 -- name: entries_bound
+-- Own entries only: the bound of a removal (entries_batch; the fork is materialised first).
 -- The seq of the newest entry of the memory %(memory)s beyond its newest %(keep)s (NULL: none).
 SELECT seq FROM pgmem.memory_entries WHERE namespace = %(ns)s AND memory = %(memory)s
 ORDER BY seq DESC OFFSET %(keep)s LIMIT 1;
 
 -- name: entries_batch
+-- Own entries only: a removal (the caller materialises a fork first: pgmem.materialize_fork).
 -- Up to %(limit)s entries of the memory %(memory)s added before the cutoff or at or below the bound,
 -- oldest first, taken out of it; their messages go too when nothing else refers to them. Returns the
 -- entries removed.
@@ -556,3 +572,19 @@ ORDER BY 1;
 -- name: policy_namespaces
 -- The namespaces with a retention policy (an administrator's query: `pgmem retention run --all-namespaces`).
 SELECT DISTINCT namespace FROM pgmem.retention_policies ORDER BY 1;
+
+-- name: item_history_batch
+-- Up to %(limit)s versions of the namespace's items (pgmem.item_history, migration 0022) replaced or
+-- deleted before the policy's cutoff, oldest first (on item_history_valid_to_idx). Returns how many.
+WITH target AS (
+    SELECT h.path, h.key, h.id FROM pgmem.item_history AS h
+    WHERE h.namespace = %(ns)s AND h.valid_to < {{policy_cutoff}}
+    ORDER BY h.valid_to
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM pgmem.item_history AS h USING target
+    WHERE h.namespace = %(ns)s AND h.path = target.path AND h.key = target.key AND h.id = target.id
+    RETURNING 1
+)
+SELECT count(*) FROM gone;

@@ -27,14 +27,13 @@ FROM settled;
 
 -- name: unsummarized
 -- The memory's messages after its last level-1 summary (and after %(after)s), up to %(upto)s (a settled
--- sequence number, NULL: no bound), oldest first.
+-- sequence number, NULL: no bound), oldest first. A fork's are read through its lineage ({{lineage}}): it
+-- summarises what it inherits after the summaries it took from its parent (sql/forks.sql, fork).
 SELECT e.seq, {{message_columns}}
-FROM {{entry_messages}}
-WHERE e.namespace = %(ns)s AND e.memory = %(memory)s
-  AND e.seq > greatest(%(after)s::bigint,
+FROM {{lineage_messages}}
+WHERE e.seq > greatest(%(after)s::bigint,
                        coalesce((SELECT max(s.last_seq) FROM pgmem.summaries AS s
                                  WHERE s.namespace = %(ns)s AND s.memory = %(memory)s AND s.level = 1), 0))
-  AND (%(upto)s::bigint IS NULL OR e.seq <= %(upto)s::bigint)
 ORDER BY e.seq
 LIMIT %(limit)s;
 
@@ -107,10 +106,11 @@ WHERE s.namespace = %(ns)s AND s.memory = %(memory)s AND s.stale_at IS NOT NULL
 ORDER BY s.level, s.first_seq;
 
 -- name: range_messages
--- What is left of a stale level-1 summary's range: the memory's messages numbered %(first)s..%(last)s.
+-- What is left of a stale level-1 summary's range: the memory's messages numbered %(first)s..%(last)s,
+-- through its lineage (a fork's summary may cover what it inherits).
 SELECT e.seq, {{message_columns}}
-FROM {{entry_messages}}
-WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND e.seq BETWEEN %(first)s AND %(last)s
+FROM {{lineage_messages}}
+WHERE e.seq BETWEEN %(first)s AND %(last)s
 ORDER BY e.seq;
 
 -- name: range_children

@@ -363,9 +363,14 @@ END $$;
 -- inherited. An entry at or below a fork's point is copied into the fork (its seq kept; counted there
 -- already); grandchildren inherit the copy through it. An entry whose message is gone (forget, retention)
 -- is not copied: it leaves every fork, whose sizes drop by one. Nothing to do, after one probe of an
--- index, when the namespace has no fork.
+-- index, when the namespace has no fork. First the writers' settle lock of each memory the entries leave,
+-- shared (migration 0023): a fork takes it exclusively before it reads its parent (sql/forks.sql), so a
+-- fork committed before this lock is seen below, and one made after it waits for this transaction and
+-- counts without what it removed; a fork and a removal (a forget) at the same moment left its size off.
 CREATE OR REPLACE FUNCTION pgmem.fork_entries_left() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+    PERFORM pg_advisory_xact_lock_shared(28781, hashtext(o.namespace || '/' || o.memory))
+    FROM (SELECT DISTINCT x.namespace, x.memory FROM old_rows AS x ORDER BY 1, 2) AS o;
     IF NOT EXISTS (SELECT 1 FROM pgmem.memory_forks AS f WHERE f.materialized_at IS NULL) THEN
         RETURN NULL;
     END IF;
@@ -430,3 +435,26 @@ END $$;
 
 CREATE TRIGGER memories_forks_kept BEFORE DELETE ON pgmem.memories
     FOR EACH ROW EXECUTE FUNCTION pgmem.fork_parent_removed();
+
+-- name: keep_item_history
+-- The version an item no longer holds (migration 0022): a put that moves updated_at (not a TTL refresh)
+-- or a delete stores the old value with its range [valid_from, valid_to) in pgmem.item_history, which
+-- reads as_of a time read. Times are transaction times: a version replaced in the transaction that wrote
+-- it was never visible, and is not stored (an empty range).
+CREATE OR REPLACE FUNCTION pgmem.keep_item_history() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    ended timestamptz := CASE WHEN TG_OP = 'UPDATE' THEN NEW.updated_at ELSE now() END;
+BEGIN
+    IF ended > OLD.updated_at THEN
+        INSERT INTO pgmem.item_history
+            (namespace, path, key, item_id, value, created_at, valid_from, valid_to, expires_at)
+        VALUES (OLD.namespace, OLD.path, OLD.key, OLD.id, OLD.value, OLD.created_at, OLD.updated_at, ended,
+                OLD.expires_at);
+    END IF;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER items_history_updated AFTER UPDATE ON pgmem.items
+    FOR EACH ROW WHEN (OLD.updated_at < NEW.updated_at) EXECUTE FUNCTION pgmem.keep_item_history();
+CREATE TRIGGER items_history_deleted AFTER DELETE ON pgmem.items
+    FOR EACH ROW EXECUTE FUNCTION pgmem.keep_item_history();

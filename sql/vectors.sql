@@ -52,9 +52,9 @@ WITH memory AS (
 ), queued AS (
     INSERT INTO pgmem.embedding_outbox (namespace, model_id, message_id)
     SELECT %(ns)s, %(model)s, me.message_id
-    FROM pgmem.memory_entries me
-    WHERE me.namespace = %(ns)s AND me.memory = %(memory)s
-      AND NOT EXISTS (SELECT 1 FROM pgmem.embeddings e
+    FROM pgmem.lineage(%(ns)s, %(memory)s, NULL) AS l  -- a fork's inherited messages need vectors too
+    JOIN pgmem.memory_entries me ON me.namespace = %(ns)s AND me.memory = l.memory AND me.seq <= l.upto
+    WHERE NOT EXISTS (SELECT 1 FROM pgmem.embeddings e
                       WHERE e.namespace = %(ns)s AND e.model_id = %(model)s AND e.message_id = me.message_id)
     ORDER BY me.message_id
     ON CONFLICT DO NOTHING
@@ -155,8 +155,9 @@ JOIN pgmem.embedding_models m ON m.id = o.model_id
 WHERE o.namespace = %(ns)s
   AND EXISTS (SELECT 1 FROM pgmem.messages g WHERE g.namespace = %(ns)s AND g.id = o.message_id)
   AND (%(memory)s::text IS NULL OR EXISTS (
-        SELECT 1 FROM pgmem.memory_entries me
-        WHERE me.namespace = %(ns)s AND me.memory = %(memory)s AND me.message_id = o.message_id))
+        SELECT 1 FROM pgmem.lineage(%(ns)s, %(memory)s, NULL) AS l  -- a fork's inherited messages too
+        JOIN pgmem.memory_entries me ON me.namespace = %(ns)s AND me.memory = l.memory AND me.seq <= l.upto
+        WHERE me.message_id = o.message_id))
 GROUP BY m.name
 ORDER BY m.name;
 
@@ -221,15 +222,35 @@ WITH done AS (
 SELECT memory FROM promoted ORDER BY memory;
 
 -- name: memory_vectors
--- Every vector of a memory for one model, with the memory's revision they are current at (the cache's
--- load). One statement: the revision and the rows come from the same snapshot. Vectors travel in
--- pgvector's binary form (vector_send), which numpy reads in one call.
-SELECT mem.vec_rev AS rev, e.message_id, vector_send(coalesce(e.embedding, e.embedding_half::vector)) AS vector
+-- Every vector a memory holds for one model, with the memory's revision they are current at (the cache's
+-- load). One statement: the revisions and the rows come from the same snapshot. Vectors travel in
+-- pgvector's binary form (vector_send), which numpy reads in one call. A fork that still inherits
+-- (migration 0020) holds its lineage's entries (pgmem.lineage: its parent's up to its point, recursively):
+-- `ancestors` names the memories it reads besides its own and `ancestor_revs` their revisions (NULL: no
+-- fork), whose changes (a forget, an embedding filled in) its cached vectors must follow too.
+WITH lin AS MATERIALIZED (
+    SELECT l.memory, l.upto, a.vec_rev FROM pgmem.lineage(%(ns)s, %(memory)s, NULL) AS l
+    JOIN pgmem.memories AS a ON a.namespace = %(ns)s AND a.key = l.memory
+), up AS MATERIALIZED (
+    SELECT array_agg(lin.memory ORDER BY lin.memory) AS ancestors,
+           array_agg(lin.vec_rev ORDER BY lin.memory) AS ancestor_revs
+    FROM lin WHERE lin.memory <> %(memory)s
+)
+SELECT mem.vec_rev AS rev, me.message_id, vector_send(coalesce(e.embedding, e.embedding_half::vector)) AS vector,
+       up.ancestors, up.ancestor_revs
 FROM pgmem.memories mem
-LEFT JOIN pgmem.memory_entries me ON me.namespace = %(ns)s AND me.memory = mem.key
+CROSS JOIN up
+LEFT JOIN (lin JOIN pgmem.memory_entries me
+           ON me.namespace = %(ns)s AND me.memory = lin.memory AND me.seq <= lin.upto) ON true
 LEFT JOIN pgmem.embeddings e ON e.namespace = %(ns)s AND e.model_id = %(model)s AND e.message_id = me.message_id
 WHERE mem.namespace = %(ns)s AND mem.key = %(memory)s
 ORDER BY me.seq;
+
+-- name: lineage_heads
+-- The revisions of a memory and of the memories it inherits from (a fork's, migration 0020): the strict
+-- cache's check of a fork's entry, (memory, rev) rows.
+SELECT l.memory, a.vec_rev FROM pgmem.lineage(%(ns)s, %(memory)s, NULL) AS l
+JOIN pgmem.memories AS a ON a.namespace = %(ns)s AND a.key = l.memory;
 
 -- name: vector_changes
 -- What changed in a memory's vectors after revision `rev` (the cache's catch-up), oldest first, with the

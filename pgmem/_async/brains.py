@@ -30,6 +30,7 @@ __all__ = ["MAX_TTL", "AsyncBrainRepository", "BrainState"]
 Q = queries.load("brains")
 MQ = queries.load("messages")
 SQ = queries.load("summaries")
+FQ = queries.load("forks")
 
 #: Longest TTL accepted (ten years, in seconds).
 _UNSET: Any = object()
@@ -96,7 +97,7 @@ class AsyncBrainRepository(AsyncRepository):
         return await self._client.executor.run(read, connection, reads=True)
 
     async def _history(self, block: AsyncBlock, memory: str, after: int) -> list[Message]:
-        rows = await block.rows(Q["history"], {"ns": self.namespace, "memory": memory, "after": after})
+        rows = await block.rows(Q["history"], {"ns": self.namespace, "memory": memory, "after": after, "upto": None})
         return [decode(r) for r in rows]
 
     async def dump(
@@ -165,6 +166,9 @@ class AsyncBrainRepository(AsyncRepository):
         brain = BrainLockRow._make(row)
         if brain.expired:
             for memory in (params["key"], params["knowledge_key"]):
+                # A memory that is a fork gets what it inherits copied in first (as messages.clear does): the
+                # clear then removes it from the fork alone, never from its parent's view.
+                await block.command(FQ["materialize"], {"ns": self.namespace, "memory": memory})
                 await block.command(MQ["clear"], {"ns": self.namespace, "memory": memory})
             await block.command(SQ["delete_all"], {"ns": self.namespace, "memory": params["key"]})
             await block.command(Q["reset"], params)
@@ -258,6 +262,7 @@ class AsyncBrainRepository(AsyncRepository):
         keys = [key, knowledge_key]
         async with self._client.executor.transaction(connection) as block:
             for memory in keys:
+                # No materialisation for a fork: the memory itself goes (what it inherits stays its parent's).
                 await block.command(MQ["clear"], {"ns": self.namespace, "memory": memory})
             return bool(await block.scalar(Q["delete_memories"], {"ns": self.namespace, "keys": keys}))
 

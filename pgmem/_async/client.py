@@ -453,6 +453,7 @@ class AsyncClient:
         related_share: float = 0.25,
         pinned_roles: Sequence[str] = ("system",),
         embedder: Embedder | None = None,
+        as_of: AsOf | None = None,
         connection: AsyncConnection[Any] | None = None,
     ) -> Context:
         """What to send the model for the next turn of ``memory``, at most ``budget - reserve`` tokens, read
@@ -466,6 +467,11 @@ class AsyncClient:
         with tiktoken when installed (else one token per 4 UTF-8 bytes), 4 tokens a message for its role
         and framing. The result says, per part, what it kept and what it dropped and why
         (:class:`pgmem.planning.context.Context`; the rules: :mod:`pgmem.planning.context`).
+
+        ``as_of``: the context as it was at a point of the memory (a sequence number, a timezone-aware time
+        or a mark's name; README, "Rewind and branch"): every part reads the entries up to it. A fork's
+        context reads its lineage (what it inherits), and its summaries are those it took from its parent
+        when forked and its own.
 
         Example:
             >>> ctx = await client.context("chat:42", budget=8000, reserve=1000, query=user_message)
@@ -481,6 +487,7 @@ class AsyncClient:
             related_share=related_share,
             pinned_roles=pinned_roles,
             embedder=embedder,
+            as_of=as_of,
             connection=connection,
         )
 

@@ -15,6 +15,7 @@ from pgmem.errors import InvalidInput
 from pgmem.models import Message
 from pgmem.planning.context import PARTS, Candidate, Context, check_context_args, choose, message_tokens
 from pgmem.planning.context_sql import CONTEXT_COLUMNS, WINDOW_MARGIN, context_statement
+from pgmem.planning.forks import AsOf, check_as_of
 from pgmem.planning.rows import decode
 from pgmem.planning.search import MODEL_SWITCH_ATTEMPTS, EmbeddingModel, SearchFilters, still_switching
 from pgmem.summarizer import get_tokenizer
@@ -51,10 +52,12 @@ class AsyncContextBuilder(AsyncRepository):
         related_share: float = 0.25,
         pinned_roles: Sequence[str] = ("system",),
         embedder: Embedder | None = None,
+        as_of: AsOf | None = None,
         connection: AsyncConnection[Any] | None = None,
     ) -> Context:
         """See :meth:`pgmem.AsyncClient.context`."""
         check_key(memory)
+        check_as_of(as_of)
         chosen = check_context_args(budget, reserve, related_k, related_share, parts)
         if query is not None:
             check_query_text(query, "query")
@@ -75,24 +78,38 @@ class AsyncContextBuilder(AsyncRepository):
             "pinned_roles": list(pinned_roles),
             "pinned_max": PINNED_MAX,
         }
+        forks = self._client.forks
+        params["upto"] = await forks.upto(memory, as_of, connection)
         tokenizer = get_tokenizer()
         await self._vectors.planner.fresh_statistics(connection)  # the pinned part is planned from them
-        for attempt in range(MODEL_SWITCH_ATTEMPTS):
+        # A fork this client knows is read through its lineage; any other memory by its own entries, and the
+        # statement says when it is a fork after all (an ok column false; no row: one statement asks): then
+        # once more through the lineage (context_statement).
+        lineage = memory in forks.known
+        attempt = 0
+        while True:
             model, settings = None, None
             strategy = "exact"
             if "related" in chosen:
                 model, strategy, settings = await self._related(
                     memory, query or "", related_k, embedder, params, attempt
                 )
-            text = context_statement(chosen, model, strategy)
+            text = context_statement(chosen, model, strategy, lineage)
             rows = await self._client.executor.rows(
                 text, params, connection, settings=settings, reads=True, vectors=model is not None
             )
-            if not any(row[-1] is None for row in rows):
+            if any(row[-1] is None for row in rows):
+                self._vectors.forget_model(memory)  # the memory's model switched under the search: again
+                attempt += 1
+                if attempt >= MODEL_SWITCH_ATTEMPTS:
+                    raise still_switching(memory)
+            elif not lineage and (
+                any(row[-1] is False for row in rows) or (not rows and await forks.inherits(memory, connection))
+            ):
+                forks._knows(memory)
+                lineage = True
+            else:
                 break
-            self._vectors.forget_model(memory)  # the memory's model switched under the search: again
-        else:
-            raise still_switching(memory)
         candidates = [self._candidate(row, tokenizer.count) for row in rows]
         order = {p: i for i, p in enumerate(PARTS)}
         # pinned and window in conversation order, summaries in range order, related best first

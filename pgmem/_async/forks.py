@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psycopg import AsyncConnection
 
@@ -19,6 +19,9 @@ from pgmem.errors import Conflict, InvalidInput, NotFound
 from pgmem.planning import statements as queries
 from pgmem.planning.forks import AsOf, Fork, Mark, check_as_of, check_fork, check_mark_name
 from pgmem.planning.search.filters import SearchFilters
+
+if TYPE_CHECKING:
+    from pgmem._async.client import AsyncClient
 
 __all__ = ["AsyncForkRepository"]
 
@@ -36,6 +39,33 @@ class AsyncForkRepository(AsyncRepository):
 
     queries = Q
 
+    #: At most this many memories are remembered as forks (then the set starts over: a fork forgotten costs
+    #: one more statement on its next search, nothing else).
+    KNOWN_MAX = 10_000
+
+    def __init__(self, client: AsyncClient) -> None:
+        super().__init__(client)
+        # Memories this client saw to be forks that inherit: their searches read their lineage at once. Only
+        # "is a fork" is remembered, never "is not": a search of any other memory checks in its own
+        # statement (the guard column, pgmem.planning.search.vector.fork_guard_sql) and runs again through the
+        # lineage when it is one. So a key deleted and re-created as a fork by another process is found by
+        # its next search; a remembered fork that was materialised or re-created as a plain memory is read
+        # through a lineage of one memory, which is the same set of entries.
+        self.known: set[str] = set()
+
+    def _knows(self, memory: str) -> None:
+        """Remember that ``memory`` is a fork that inherits (its searches then read its lineage first)."""
+        if len(self.known) >= self.KNOWN_MAX:
+            self.known.clear()
+        self.known.add(memory)
+
+    async def inherits(self, memory: str, connection: AsyncConnection[Any] | None) -> bool:
+        """Whether ``memory`` is a fork that still reads its parent's entries (one statement)."""
+        lazy = bool(await self._scalar("inherits", {"memory": memory}, connection))
+        if lazy:
+            self._knows(memory)
+        return lazy
+
     async def fork(
         self, memory: str, into: str, *, at: AsOf | None = None, connection: AsyncConnection[Any] | None = None
     ) -> Fork:
@@ -52,14 +82,19 @@ class AsyncForkRepository(AsyncRepository):
         """
         check_fork(memory, into)
         upto = await self.upto(memory, at, connection)
-        params = {"memory": memory, "into": into, "upto": upto}
+        params = {"ns": self.namespace, "memory": memory, "into": into, "upto": upto}
         try:
-            row = await self._rows("fork", params, connection)
+            # The parent's settle lock first, then the fork in a snapshot taken after it (sql/forks.sql):
+            # one transaction, one pipeline (one round trip on an idle connection).
+            async with self._client.executor.transaction(connection, pipeline=True) as block:
+                await block.command(Q["settle_parent"], params)
+                row = await block.rows(Q["fork"], params)
         except Conflict as exc:
             raise Conflict(f"memory {into!r} already exists in namespace {self.namespace!r}") from exc
         if not row:
             raise NotFound(f"no memory {memory!r} in namespace {self.namespace!r}")
         point, size = row[0]
+        self._knows(into)
         return Fork(memory=into, parent=memory, upto_seq=int(point), size=int(size))
 
     async def mark(self, memory: str, name: str, *, connection: AsyncConnection[Any] | None = None) -> Mark:
@@ -111,8 +146,10 @@ class AsyncForkRepository(AsyncRepository):
     async def searched(
         self, filters: SearchFilters, as_of: AsOf | None, connection: AsyncConnection[Any] | None
     ) -> SearchFilters:
-        """A search's filters on a fork or as of a point: the memory read through its lineage (one more
-        statement for a search in a memory: whether it is a fork; one more for a time or a mark)."""
+        """A search's filters as of a point (one more statement for a time or a mark), and read through the
+        memory's lineage when this client knows it is a fork (:attr:`known`). Any other memory is searched
+        by its own entries, and its statement says when it is a fork after all: the searcher then runs it
+        again with :meth:`_through_lineage` (so a fork costs one more statement on its first search only)."""
         if filters.memory is None:
             if as_of is not None:
                 raise InvalidInput("as_of needs a memory")
@@ -120,10 +157,16 @@ class AsyncForkRepository(AsyncRepository):
         upto = await self.upto(filters.memory, as_of, connection)
         if upto is not None and filters.max_seq is not None:
             upto = min(upto, filters.max_seq)
-        lazy = bool(await self._scalar("inherits", {"memory": filters.memory}, connection))
+        lazy = filters.memory in self.known
         if upto is None and not lazy:
             return filters
         return replace(filters, max_seq=filters.max_seq if upto is None else upto, lineage=lazy)
+
+    def _through_lineage(self, filters: SearchFilters) -> SearchFilters:
+        """``filters`` of a memory found to be a fork: read through its lineage (and remembered)."""
+        assert filters.memory is not None
+        self._knows(filters.memory)
+        return replace(filters, lineage=True)
 
     async def materialize(self, memory: str, connection: AsyncConnection[Any] | None) -> None:
         """Before a removal in a fork: copy what it inherits into it (once; nothing for other memories)."""

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psycopg import AsyncConnection
 from psycopg import errors as pg_errors
 
-from pgmem._async import merging
 from pgmem._async.base import AsyncRepository
 from pgmem.checks import MAX_BATCH, check_key, check_message_id, check_query_text, check_query_texts, load_json
 from pgmem.embeddings import Precomputed, given_vectors
@@ -30,7 +29,9 @@ from pgmem.planning.rows import (
     encode,
     json_rows,
 )
-from pgmem.planning.search import EmbeddingModel
+
+if TYPE_CHECKING:  # the search planning (and numpy) load on a vector path's first use, not with the messages
+    from pgmem.planning.search import EmbeddingModel
 
 __all__ = ["AsyncMessageRepository"]
 
@@ -203,6 +204,8 @@ class AsyncMessageRepository(AsyncRepository):
             >>> found.merged, found.id
             (True, 'id-of-the-message-first-told')
         """
+        from pgmem._async import merging  # the vector wing: loaded by the first merge add, not by every reader
+
         check_key(memory)
         check_merge("near", threshold)
         registry = self._client.vectors.registry
@@ -548,9 +551,10 @@ class AsyncMessageRepository(AsyncRepository):
         back so. A message without the field (added through another API) gives ``{"role": ..., "content":
         ...}`` instead.
 
-        ``last``: only the last that many (0: all), as of ``as_of`` if given. Otherwise a page: from position
-        ``offset``, at most ``limit`` (None: all), of ``memory`` merged in order with the memory ``merged_with``
-        if given.
+        ``last``: only the last that many (0: all). Otherwise a page: from position ``offset``, at most
+        ``limit`` (None: all), of ``memory`` merged in order with the memory ``merged_with`` if given. Either
+        as of ``as_of`` (a point of ``memory``; its sequence number bounds ``merged_with`` too: README,
+        "Rewind and branch"); a fork is read through its lineage.
         """
         check_key(memory)
         if not isinstance(field, str) or not field or "\x00" in field:
@@ -564,14 +568,20 @@ class AsyncMessageRepository(AsyncRepository):
             params: dict[str, Any] = {"memory": memory, "field": field, "k": last or None, "upto": upto}
             text = await self._scalar("payloads_last", params, connection)
         else:
-            if as_of is not None:
-                raise InvalidInput("payloads takes as_of with last only (a page reads the memory as it is now)")
             _positive(offset, "offset")
             if limit is not None:
                 _positive(limit, "limit")
             if merged_with is not None:
                 check_key(merged_with)
-            params = {"memory": memory, "field": field, "offset": offset, "limit": limit, "merged": merged_with}
+            upto = await self._upto(memory, as_of, connection)
+            params = {
+                "memory": memory,
+                "field": field,
+                "offset": offset,
+                "limit": limit,
+                "merged": merged_with,
+                "upto": upto,
+            }
             text = await self._scalar("payloads_page", params, connection)
         values: list[Any] = _loads(text)
         return values

@@ -13,12 +13,14 @@ removed; its statement is in ``sql/retention.sql``):
   sweep when ``PGMEM_RETRIEVAL_LOG_RETENTION`` is set.
 * a memory's oldest entries, by count or age: :meth:`AsyncRetention.trim` (OpenManus ``Memory.purge``, the
   ChatDev blackboard).
+* ``pgmem.item_history``, the versions items no longer hold (what items reads ``as_of`` a time read):
+  ``client.items.purge_history`` and ``client.items.forget``, and the policy target ``item_history``.
 
 Policies (``pgmem.retention_policies``): per namespace, and per memory (or queue) or for the whole
 namespace (scope ``"*"``), how long (``max_age``) and how many (``max_count``) rows of a target stay —
-messages, queue history, summaries, the retrieval log, the vector log. :meth:`AsyncRetention.set_policy`,
-:meth:`~AsyncRetention.policies`, :meth:`~AsyncRetention.remove_policy`; :meth:`AsyncRetention.run` (and
-``pgmem retention run``) applies them in short batches.
+messages, queue history, summaries, the retrieval log, the vector log, the item history (by age only).
+:meth:`AsyncRetention.set_policy`, :meth:`~AsyncRetention.policies`, :meth:`~AsyncRetention.remove_policy`;
+:meth:`AsyncRetention.run` (and ``pgmem retention run``) applies them in short batches.
 
 Forgetting: :meth:`AsyncRetention.forget` removes every copy of some messages (by ids, memory, sender or
 metadata subject) in one transaction and writes an audit row (``pgmem.forget_audit``) without content.
@@ -341,7 +343,9 @@ class AsyncRetention(AsyncRepository):
         """Create or replace the policy of ``target`` for ``scope``.
 
         Args:
-            target: ``messages``, ``queue_history``, ``summaries``, ``retrieval_log`` or ``vector_log``.
+            target: ``messages``, ``queue_history``, ``summaries``, ``retrieval_log``, ``vector_log`` or
+                ``item_history`` (versions items no longer hold, read by items reads ``as_of``: ``max_age``
+                only, scope ``"*"``).
             scope: ``"*"`` (the whole namespace, its rows counted as one pool) or a memory key (a queue name
                 for ``queue_history``). For ``messages``, a memory's policy takes entries out of that memory
                 (a message shared with another memory stays, its row goes when nothing refers to it any
@@ -350,7 +354,7 @@ class AsyncRetention(AsyncRepository):
                 always keeps each memory's newest revision.
             max_age: rows older than this (seconds or a timedelta) go. Ages are measured from
                 ``created_at`` (messages, summaries), ``added_at`` (a memory's entries), ``acked_at`` (queue
-                history), ``logged_at`` (the logs).
+                history), ``logged_at`` (the logs), ``valid_to`` (item history: when a version was replaced).
             max_count: only the newest this many stay (queue history: at least this many archived items;
                 an acknowledgement's items go together).
 
@@ -364,6 +368,8 @@ class AsyncRetention(AsyncRepository):
         count = None if max_count is None else integer(max_count, "max_count", 0, MAX_COUNT)
         if age is None and count is None:
             raise InvalidInput("a retention policy needs max_age, max_count or both")
+        if target == "item_history" and count is not None:
+            raise InvalidInput("an item_history policy takes max_age only (versions replaced longer ago go)")
         params = {"target": target, "scope": scope, "max_age": age, "max_count": count}
         rows = await self._rows("set_policy", params, connection)
         return RetentionPolicy(*rows[0])
@@ -416,6 +422,8 @@ class AsyncRetention(AsyncRepository):
         scoped = None if policy.scope == ALL else policy.scope
         if policy.target == "vector_log":
             return await self._batches("vector_log_batch", {"memory": scoped, "age": age, "keep": keep, "limit": limit})
+        if policy.target == "item_history":  # versions items no longer hold (migration 0022), by age only
+            return 0 if age is None else await self._batches("item_history_batch", {"age": age, "limit": limit})
         if policy.target == "messages" and scoped is None:
             return await self._forget_batches(age, keep, limit)
         params: dict[str, Any]

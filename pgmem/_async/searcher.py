@@ -32,6 +32,7 @@ from pgmem.planning.search import (
     check_half_life,
     check_k,
     check_mode,
+    forked,
     hybrid_hit,
     keyword_statement,
     log_text,
@@ -112,7 +113,7 @@ class AsyncSearcher(AsyncRepository):
         logged = self._client.retrieval_log
         ranked_by: str = DEFAULT_DISTANCE  # the distance of the model the search ran on (its scores)
 
-        def plan(model: EmbeddingModel, qs: Any, strategy: str) -> _Plan:
+        def plan(model: EmbeddingModel, qs: Any, strategy: str, filters: SearchFilters) -> _Plan:
             nonlocal ranked_by
             ranked_by = model.distance
             base = {"ns": self.namespace, **filters.params()}
@@ -161,10 +162,12 @@ class AsyncSearcher(AsyncRepository):
         embedder: Embedder | None = None,
         distance: str | None = None,
         label: str | None = None,
+        as_of: AsOf | None = None,
         connection: AsyncConnection[Any] | None = None,
     ) -> list[list[SearchHit]]:
         """See :meth:`pgmem.AsyncVectorRepository.search_many`."""
         filters = SearchFilters(memory, cause_by, role, sender, since, until, max_seq, metadata)
+        filters = await self._client.forks.searched(filters, as_of, connection)
         if (queries is None) == (vectors is None):
             raise InvalidInput("search_many needs exactly one of query texts or vectors")
         check_k(k)
@@ -177,7 +180,7 @@ class AsyncSearcher(AsyncRepository):
         logged = self._client.retrieval_log
         ranked_by: str = DEFAULT_DISTANCE
 
-        def plan(model: EmbeddingModel, qs: Any, strategy: str) -> _Plan:
+        def plan(model: EmbeddingModel, qs: Any, strategy: str, filters: SearchFilters) -> _Plan:
             nonlocal ranked_by
             ranked_by = model.distance
             params = {
@@ -262,7 +265,7 @@ class AsyncSearcher(AsyncRepository):
         logged = self._client.retrieval_log
         scope_n = await self._planner.scope_size(filters.memory, connection)
 
-        def plan(model: EmbeddingModel, qs: Any, strategy: str) -> _Plan:
+        def plan(model: EmbeddingModel, qs: Any, strategy: str, filters: SearchFilters) -> _Plan:
             params = {
                 "ns": self.namespace,
                 "q": qs[0],
@@ -329,6 +332,10 @@ class AsyncSearcher(AsyncRepository):
             params["log_label"] = log_text(label)
             params["log_query"] = log_text(text)
         (rows,) = await self._execute(_Plan(keyword_statement(filters, logged=logged), [params], None), connection)
+        if await self._inherits(rows, filters, connection):
+            filters = self._client.forks._through_lineage(filters)
+            params = {**params, **filters.params()}
+            (rows,) = await self._execute(_Plan(keyword_statement(filters, logged=logged), [params], None), connection)
         return [hybrid_hit(row) for row in rows]
 
     # -- one loop for every kind of search ------------------------------------------------------------
@@ -341,7 +348,7 @@ class AsyncSearcher(AsyncRepository):
         embedder: Embedder | None,
         mode: str,
         exact_limit: int | None,
-        plan: Callable[[EmbeddingModel, Any, str], _Plan],
+        plan: Callable[[EmbeddingModel, Any, str, SearchFilters], _Plan],
         connection: AsyncConnection[Any] | None,
         *,
         stack: bool = False,
@@ -356,7 +363,9 @@ class AsyncSearcher(AsyncRepository):
         scan the planner chose that came back with fewer (its walk stopped at ``hnsw.max_scan_tuples``
         before enough rows passed the filters) runs again exactly, so a search never comes back short
         while the filters keep ``k`` messages. ``sample``: the kind of search and its ``k``, for the share of
-        searches whose recall is checked (:mod:`pgmem._async.recall`): what was served is recorded then."""
+        searches whose recall is checked (:mod:`pgmem._async.recall`): what was served is recorded then.
+        A memory its statement says is a fork after all (:meth:`_inherits`) is searched again through its
+        lineage (``plan`` takes the filters it runs with)."""
         await self._planner.fresh_statistics(connection)
         for attempt in range(MODEL_SWITCH_ATTEMPTS):
             model = await self._registry.for_search(filters, embedder, attempt > 0, distance)
@@ -369,18 +378,31 @@ class AsyncSearcher(AsyncRepository):
                     import numpy as np  # not at module level: see pgmem.embeddings
 
                     qs = np.stack(qs)
-            strategy = await self._planner.strategy(model, filters, mode, exact_limit, connection)
-            planned = plan(model, qs, strategy)
-            found = await self._execute(planned, connection)
-            if complete is not None and mode == "auto" and strategy == "ann" and len(found[0]) < complete:
-                strategy, planned = "exact", plan(model, qs, "exact")
+            while True:  # twice for a fork this client did not know (the second time through its lineage)
+                strategy = await self._planner.strategy(model, filters, mode, exact_limit, connection)
+                planned = plan(model, qs, strategy, filters)
                 found = await self._execute(planned, connection)
+                if complete is not None and mode == "auto" and strategy == "ann" and len(found[0]) < complete:
+                    strategy, planned = "exact", plan(model, qs, "exact", filters)
+                    found = await self._execute(planned, connection)
+                if not await self._inherits(found[0], filters, connection):
+                    break
+                filters = self._client.forks._through_lineage(filters)
             if not any([await self._switched(rows, filters, model) for rows in found]):
                 if sample is not None and (recall := self._client.vectors.recall).sampled():
                     params, settings = planned.params[0], planned.settings
                     await recall.record(*sample, model, filters, strategy, params, settings, found[0], connection)
                 return found
         raise still_switching(filters.memory)
+
+    async def _inherits(self, rows: Rows, filters: SearchFilters, connection: AsyncConnection[Any] | None) -> bool:
+        """Whether a search that read the memory's own entries only should have read its lineage: its rows
+        say so (``ok`` false); with no row, one statement asks (a search that found nothing is rare)."""
+        if filters.memory is None or filters.lineage:
+            return False
+        if rows:
+            return forked(rows[0])
+        return await self._client.forks.inherits(filters.memory, connection)
 
     async def _switched(self, rows: Rows, filters: SearchFilters, model: EmbeddingModel) -> bool:
         """Whether the memory's active model changed under this search (its rows carry ``ok`` last)."""

@@ -190,7 +190,7 @@ class AsyncSummaryRepository(AsyncRepository):
         rebuilt: Summaries = []
         for row in await self._rows("stale", {"memory": memory}, None):
             old, stale_at = _summary(row[:-1]), row[-1]
-            span = {"memory": memory, "first": old.first_seq, "last": old.last_seq, "level": old.level}
+            span = {"memory": memory, "first": old.first_seq, "last": old.last_seq, "level": old.level, "upto": None}
             if old.level == 1:
                 texts = [message_line(decode(r)) for r in await self._rows("range_messages", span, None)]
             else:

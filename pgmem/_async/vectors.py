@@ -314,10 +314,11 @@ class AsyncVectorRepository(AsyncRepository):
         embedder: Embedder | None = None,
         distance: str | None = None,
         label: str | None = None,
+        as_of: AsOf | None = None,
         connection: AsyncConnection[Any] | None = None,
     ) -> list[list[SearchHit]]:
         """:meth:`search` for many texts (or vectors) at once: one embedding call and one statement (the
-        retrieval log, when on, gets one row per query, all with ``label``)."""
+        retrieval log, when on, gets one row per query, all with ``label``). ``as_of``: as in :meth:`search`."""
         return await self.searcher.search_many(
             queries,
             vectors=vectors,
@@ -335,6 +336,7 @@ class AsyncVectorRepository(AsyncRepository):
             embedder=embedder,
             distance=distance,
             label=label,
+            as_of=as_of,
             connection=connection,
         )
 

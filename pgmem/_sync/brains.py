@@ -31,6 +31,7 @@ __all__ = ["MAX_TTL", "BrainRepository", "BrainState"]
 Q = queries.load("brains")
 MQ = queries.load("messages")
 SQ = queries.load("summaries")
+FQ = queries.load("forks")
 
 #: Longest TTL accepted (ten years, in seconds).
 _UNSET: Any = object()
@@ -97,7 +98,7 @@ class BrainRepository(Repository):
         return self._client.executor.run(read, connection, reads=True)
 
     def _history(self, block: Block, memory: str, after: int) -> list[Message]:
-        rows = block.rows(Q["history"], {"ns": self.namespace, "memory": memory, "after": after})
+        rows = block.rows(Q["history"], {"ns": self.namespace, "memory": memory, "after": after, "upto": None})
         return [decode(r) for r in rows]
 
     def dump(
@@ -166,6 +167,9 @@ class BrainRepository(Repository):
         brain = BrainLockRow._make(row)
         if brain.expired:
             for memory in (params["key"], params["knowledge_key"]):
+                # A memory that is a fork gets what it inherits copied in first (as messages.clear does): the
+                # clear then removes it from the fork alone, never from its parent's view.
+                block.command(FQ["materialize"], {"ns": self.namespace, "memory": memory})
                 block.command(MQ["clear"], {"ns": self.namespace, "memory": memory})
             block.command(SQ["delete_all"], {"ns": self.namespace, "memory": params["key"]})
             block.command(Q["reset"], params)
@@ -259,6 +263,7 @@ class BrainRepository(Repository):
         keys = [key, knowledge_key]
         with self._client.executor.transaction(connection) as block:
             for memory in keys:
+                # No materialisation for a fork: the memory itself goes (what it inherits stays its parent's).
                 block.command(MQ["clear"], {"ns": self.namespace, "memory": memory})
             return bool(block.scalar(Q["delete_memories"], {"ns": self.namespace, "keys": keys}))
 

@@ -454,6 +454,7 @@ class Client:
         related_share: float = 0.25,
         pinned_roles: Sequence[str] = ("system",),
         embedder: Embedder | None = None,
+        as_of: AsOf | None = None,
         connection: Connection[Any] | None = None,
     ) -> Context:
         """What to send the model for the next turn of ``memory``, at most ``budget - reserve`` tokens, read
@@ -467,6 +468,11 @@ class Client:
         with tiktoken when installed (else one token per 4 UTF-8 bytes), 4 tokens a message for its role
         and framing. The result says, per part, what it kept and what it dropped and why
         (:class:`pgmem.planning.context.Context`; the rules: :mod:`pgmem.planning.context`).
+
+        ``as_of``: the context as it was at a point of the memory (a sequence number, a timezone-aware time
+        or a mark's name; README, "Rewind and branch"): every part reads the entries up to it. A fork's
+        context reads its lineage (what it inherits), and its summaries are those it took from its parent
+        when forked and its own.
 
         Example:
             >>> ctx = await client.context("chat:42", budget=8000, reserve=1000, query=user_message)
@@ -482,6 +488,7 @@ class Client:
             related_share=related_share,
             pinned_roles=pinned_roles,
             embedder=embedder,
+            as_of=as_of,
             connection=connection,
         )
 

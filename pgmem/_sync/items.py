@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, LiteralString
 
 from psycopg import Connection
@@ -22,10 +23,11 @@ from pgmem._sync.base import Repository
 from pgmem._sync.executor import Block
 from pgmem.checks import check_query_text, dump_json
 from pgmem.embeddings import Embedder, check_query_vector
-from pgmem.errors import Conflict, InvalidInput
+from pgmem.errors import Conflict, InvalidInput, NotFound
 from pgmem.planning import items as plan
 from pgmem.planning import statements
-from pgmem.planning.items import ItemWrite
+from pgmem.planning.items import ItemsAsOf, ItemsForgotten, ItemWrite
+from pgmem.planning.retention import Cutoff, cutoff_params
 from pgmem.planning.rows import ItemHitRow, ItemRow
 from pgmem.planning.search import EmbeddingModel, check_exact_limit, check_mode
 from pgmem.planning.search.plan import ITEMS
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
     from pgmem._sync.embedding_models import ModelRegistry
     from pgmem._sync.search_planner import SearchPlanner
 
-__all__ = ["WRITE_ATTEMPTS", "ItemRepository", "ItemWrite"]
+__all__ = ["WRITE_ATTEMPTS", "ItemRepository", "ItemWrite", "ItemsAsOf", "ItemsForgotten"]
 
 Q = statements.load("items")
 
@@ -222,8 +224,66 @@ class ItemRepository(Repository):
             block.command(Q["replace_vectors"], vector_params)
 
     def sweep(self, *, connection: Connection[Any] | None = None) -> int:
-        """Delete the namespace's expired items with their vectors; return how many."""
+        """Delete the namespace's expired items with their vectors; return how many. Their last versions
+        stay in the history (reads as of before they expired see them) until purged (:meth:`purge_history`)."""
         return int(self._scalar("sweep", {}, connection) or 0)
+
+    # -- history (migration 0022) ------------------------------------------------------------------------
+
+    def forget(
+        self,
+        prefix: Sequence[str],
+        keys: Sequence[str] | None = None,
+        *,
+        connection: Connection[Any] | None = None,
+    ) -> ItemsForgotten:
+        """Delete items for good, in one transaction: the items at path ``prefix`` with ``keys``, or (no
+        ``keys``) every item under ``prefix`` (whole labels, the path itself included), with their
+        vectors and every version of them the history holds (of items deleted before too). A plain
+        :meth:`delete` keeps the deleted version for reads ``as_of`` before it; this does not.
+
+        Raises:
+            InvalidInput: a bad path or key, keys as a bare string, or an empty prefix (the whole
+                namespace at once is refused); nothing is deleted.
+
+        Example:
+            >>> await client.items.forget(("users", "u1"))  # u1's items and their history
+            ItemsForgotten(items=2, versions=5)
+        """
+        pre = plan.check_path(prefix, "prefix")
+        chosen = None if keys is None else self._keys(keys)
+        params = {"ns": self.namespace, **plan.path_params(pre), "keys": chosen, "before": None, "age": None}
+        with self._client.executor.transaction(connection) as block:
+            # Two statements: the trigger's rows (the items' last versions) are visible to the second only.
+            removed = block.scalar(Q["forget_items"], params)
+            versions = block.scalar(Q["forget_history"], params)
+        return ItemsForgotten(int(removed or 0), int(versions or 0))
+
+    def purge_history(
+        self,
+        prefix: Sequence[str] = (),
+        keys: Sequence[str] | None = None,
+        *,
+        older_than: Cutoff | None = None,
+        connection: Connection[Any] | None = None,
+    ) -> int:
+        """Delete versions from the item history (what reads ``as_of`` read; the current items stay): those
+        under ``prefix`` (default: the namespace's), or of ``keys`` at path ``prefix``, and with
+        ``older_than`` only those replaced or deleted before that (seconds or a timedelta before now, on the
+        server's clock, or a timezone-aware datetime). Returns how many. A retention policy of target
+        ``item_history`` does this by age (``client.retention.set_policy("item_history", max_age=...)``).
+
+        Example:
+            >>> await client.items.purge_history(older_than=timedelta(days=30))
+            120
+        """
+        pre = plan.check_path(prefix, "prefix", empty=True)
+        if keys is not None and not pre:
+            raise InvalidInput("keys name items of one path: give it as prefix")
+        chosen = None if keys is None else self._keys(keys)
+        cutoff = {"before": None, "age": None} if older_than is None else cutoff_params(older_than)
+        params = {**plan.path_params(pre), "keys": chosen, **cutoff}
+        return int(self._scalar("forget_history", params, connection) or 0)
 
     # -- reads --------------------------------------------------------------------------------------
 
@@ -234,18 +294,33 @@ class ItemRepository(Repository):
         *,
         refresh_ttl: bool = False,
         omit_expired: bool = False,
+        as_of: ItemsAsOf | None = None,
         connection: Connection[Any] | None = None,
     ) -> list[ItemRow]:
         """The items of ``path`` with these keys (in no particular order; missing ones are absent).
 
         ``refresh_ttl``: extend the expiry of those read that have a TTL and have not expired (never their
         ``updated_at``). ``omit_expired``: leave out expired items a sweep has not deleted yet.
+        ``as_of``: the items as they were then (:meth:`search`'s ``as_of``): a version's value and
+        ``updated_at``; items that did not exist or had expired then are absent, items deleted since are
+        there. No TTL is refreshed by such a read (``refresh_ttl`` must be False).
+
+        Example:
+            >>> before = datetime.now(timezone.utc)
+            >>> await client.items.put(("users", "u1"), "prefs", {"lang": "de"})
+            >>> (await client.items.get(("users", "u1"), "prefs", as_of=before)).value
+            {'lang': 'fr'}
         """
         params = {
             "path": list(plan.check_path(path)),
-            "keys": [plan.check_item_key(k) for k in keys],
+            "keys": self._keys(keys),
             "omit_expired": bool(omit_expired),
         }
+        if as_of is not None:
+            if refresh_ttl:
+                raise InvalidInput("a read as_of a past time refreshes no TTL: refresh_ttl must be False")
+            params["at"] = self._at(as_of, connection)
+            return [ItemRow._make(row) for row in self._rows("get_as_of", params, connection)]
         rows = self._rows("get", params, connection)
         if refresh_ttl:
             self._refresh([row[5] for row in rows if row[6]], connection)
@@ -258,11 +333,12 @@ class ItemRepository(Repository):
         *,
         refresh_ttl: bool = False,
         omit_expired: bool = False,
+        as_of: ItemsAsOf | None = None,
         connection: Connection[Any] | None = None,
     ) -> ItemRow | None:
         """One item, or None (see :meth:`get_many`)."""
         found = self.get_many(
-            path, [key], refresh_ttl=refresh_ttl, omit_expired=omit_expired, connection=connection
+            path, [key], refresh_ttl=refresh_ttl, omit_expired=omit_expired, as_of=as_of, connection=connection
         )
         return found[0] if found else None
 
@@ -311,6 +387,7 @@ class ItemRepository(Repository):
         omit_expired: bool = False,
         mode: str = "auto",
         exact_limit: int | None = None,
+        as_of: ItemsAsOf | None = None,
         connection: Connection[Any] | None = None,
     ) -> Hits:
         """Items under ``prefix`` (whole labels) that pass ``filter``, ``limit`` of them after ``offset``.
@@ -328,6 +405,18 @@ class ItemRepository(Repository):
         ``offset``.
         ``vectors_per_item``: how many vectors an item usually has (the scan reads that many per hit).
         ``mode``: ``auto``, ``exact`` or ``ann``.
+
+        ``as_of``: the items as they were at a time (migration 0022): a timezone-aware datetime, a
+        :class:`~pgmem.planning.forks.Mark` (when it was made) or ``(memory, mark name)``. Each item's
+        version valid then (its value and ``updated_at``), under ``prefix``, passing ``filter`` (tested on
+        that version), newest first; items created later, or expired then, are absent; items deleted since are there.
+        Vectors are kept for current values only, so a search as of a time takes no ``query`` or
+        ``vector`` (:class:`pgmem.InvalidInput`); it refreshes no TTL (``refresh_ttl`` must be False) and
+        leaves out what had expired then whatever ``omit_expired`` says.
+
+        Example:
+            >>> mark = await client.mark("chat", "before-tools")
+            >>> await client.items.search(("users",), filter={"lang": "fr"}, as_of=mark)
         """
         limit, offset = plan.check_page(limit, offset)
         check_mode(mode)
@@ -339,6 +428,20 @@ class ItemRepository(Repository):
         params: dict[str, Any] = {"limit": limit, "offset": offset, **plan.path_params(pre), **filter_params}
         refresh = bool(refresh_ttl)
         omit = bool(omit_expired)
+        if as_of is not None:
+            if query is not None or vector is not None:
+                raise InvalidInput(
+                    "a search as_of a past time takes no query or vector: items' vectors are of their current "
+                    "values only (search by prefix and filter)"
+                )
+            if refresh:
+                raise InvalidInput("a read as_of a past time refreshes no TTL: refresh_ttl must be False")
+            params["at"] = self._at(as_of, connection)
+            if limit == 0:
+                return []
+            return self._found(
+                self._hits(plan.as_of_statement(bool(pre), shape), params, None, connection), False, connection
+            )
         if query is None and vector is None:
             if limit == 0:
                 return []
@@ -387,6 +490,23 @@ class ItemRepository(Repository):
         return self._found(self._hits(text, params, None, connection), refresh, connection)
 
     # -- helpers ------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _keys(keys: Sequence[str]) -> list[str]:
+        if isinstance(keys, str) or not isinstance(keys, Sequence | set | frozenset):
+            raise InvalidInput(f"keys must be a list of item keys, got {type(keys).__name__}")
+        return [plan.check_item_key(k) for k in keys]
+
+    def _at(self, as_of: ItemsAsOf, connection: Connection[Any] | None) -> datetime:
+        """The time of an ``as_of`` (a mark named by ``(memory, name)``: one statement)."""
+        at = plan.check_items_as_of(as_of)
+        if isinstance(at, datetime):
+            return at
+        memory, name = at
+        found = self._column("mark_time", {"memory": memory, "name": name}, connection)
+        if not found:
+            raise NotFound(f"memory {memory!r} has no mark named {name!r} in namespace {self.namespace!r}")
+        return found[0]  # type: ignore[no-any-return]
 
     def _owns(self, connection: Connection[Any] | None) -> bool:
         """Whether a transaction on ``connection`` would be the repository's own (retried on a deadlock)."""

@@ -33,6 +33,7 @@ from pgmem.planning.search import (
     check_half_life,
     check_k,
     check_mode,
+    forked,
     hybrid_hit,
     keyword_statement,
     log_text,
@@ -113,7 +114,7 @@ class Searcher(Repository):
         logged = self._client.retrieval_log
         ranked_by: str = DEFAULT_DISTANCE  # the distance of the model the search ran on (its scores)
 
-        def plan(model: EmbeddingModel, qs: Any, strategy: str) -> _Plan:
+        def plan(model: EmbeddingModel, qs: Any, strategy: str, filters: SearchFilters) -> _Plan:
             nonlocal ranked_by
             ranked_by = model.distance
             base = {"ns": self.namespace, **filters.params()}
@@ -162,10 +163,12 @@ class Searcher(Repository):
         embedder: Embedder | None = None,
         distance: str | None = None,
         label: str | None = None,
+        as_of: AsOf | None = None,
         connection: Connection[Any] | None = None,
     ) -> list[list[SearchHit]]:
         """See :meth:`pgmem.AsyncVectorRepository.search_many`."""
         filters = SearchFilters(memory, cause_by, role, sender, since, until, max_seq, metadata)
+        filters = self._client.forks.searched(filters, as_of, connection)
         if (queries is None) == (vectors is None):
             raise InvalidInput("search_many needs exactly one of query texts or vectors")
         check_k(k)
@@ -178,7 +181,7 @@ class Searcher(Repository):
         logged = self._client.retrieval_log
         ranked_by: str = DEFAULT_DISTANCE
 
-        def plan(model: EmbeddingModel, qs: Any, strategy: str) -> _Plan:
+        def plan(model: EmbeddingModel, qs: Any, strategy: str, filters: SearchFilters) -> _Plan:
             nonlocal ranked_by
             ranked_by = model.distance
             params = {
@@ -263,7 +266,7 @@ class Searcher(Repository):
         logged = self._client.retrieval_log
         scope_n = self._planner.scope_size(filters.memory, connection)
 
-        def plan(model: EmbeddingModel, qs: Any, strategy: str) -> _Plan:
+        def plan(model: EmbeddingModel, qs: Any, strategy: str, filters: SearchFilters) -> _Plan:
             params = {
                 "ns": self.namespace,
                 "q": qs[0],
@@ -330,6 +333,10 @@ class Searcher(Repository):
             params["log_label"] = log_text(label)
             params["log_query"] = log_text(text)
         (rows,) = self._execute(_Plan(keyword_statement(filters, logged=logged), [params], None), connection)
+        if self._inherits(rows, filters, connection):
+            filters = self._client.forks._through_lineage(filters)
+            params = {**params, **filters.params()}
+            (rows,) = self._execute(_Plan(keyword_statement(filters, logged=logged), [params], None), connection)
         return [hybrid_hit(row) for row in rows]
 
     # -- one loop for every kind of search ------------------------------------------------------------
@@ -342,7 +349,7 @@ class Searcher(Repository):
         embedder: Embedder | None,
         mode: str,
         exact_limit: int | None,
-        plan: Callable[[EmbeddingModel, Any, str], _Plan],
+        plan: Callable[[EmbeddingModel, Any, str, SearchFilters], _Plan],
         connection: Connection[Any] | None,
         *,
         stack: bool = False,
@@ -357,7 +364,9 @@ class Searcher(Repository):
         scan the planner chose that came back with fewer (its walk stopped at ``hnsw.max_scan_tuples``
         before enough rows passed the filters) runs again exactly, so a search never comes back short
         while the filters keep ``k`` messages. ``sample``: the kind of search and its ``k``, for the share of
-        searches whose recall is checked (:mod:`pgmem._async.recall`): what was served is recorded then."""
+        searches whose recall is checked (:mod:`pgmem._async.recall`): what was served is recorded then.
+        A memory its statement says is a fork after all (:meth:`_inherits`) is searched again through its
+        lineage (``plan`` takes the filters it runs with)."""
         self._planner.fresh_statistics(connection)
         for attempt in range(MODEL_SWITCH_ATTEMPTS):
             model = self._registry.for_search(filters, embedder, attempt > 0, distance)
@@ -370,18 +379,31 @@ class Searcher(Repository):
                     import numpy as np  # not at module level: see pgmem.embeddings
 
                     qs = np.stack(qs)
-            strategy = self._planner.strategy(model, filters, mode, exact_limit, connection)
-            planned = plan(model, qs, strategy)
-            found = self._execute(planned, connection)
-            if complete is not None and mode == "auto" and strategy == "ann" and len(found[0]) < complete:
-                strategy, planned = "exact", plan(model, qs, "exact")
+            while True:  # twice for a fork this client did not know (the second time through its lineage)
+                strategy = self._planner.strategy(model, filters, mode, exact_limit, connection)
+                planned = plan(model, qs, strategy, filters)
                 found = self._execute(planned, connection)
+                if complete is not None and mode == "auto" and strategy == "ann" and len(found[0]) < complete:
+                    strategy, planned = "exact", plan(model, qs, "exact", filters)
+                    found = self._execute(planned, connection)
+                if not self._inherits(found[0], filters, connection):
+                    break
+                filters = self._client.forks._through_lineage(filters)
             if not any([self._switched(rows, filters, model) for rows in found]):
                 if sample is not None and (recall := self._client.vectors.recall).sampled():
                     params, settings = planned.params[0], planned.settings
                     recall.record(*sample, model, filters, strategy, params, settings, found[0], connection)
                 return found
         raise still_switching(filters.memory)
+
+    def _inherits(self, rows: Rows, filters: SearchFilters, connection: Connection[Any] | None) -> bool:
+        """Whether a search that read the memory's own entries only should have read its lineage: its rows
+        say so (``ok`` false); with no row, one statement asks (a search that found nothing is rare)."""
+        if filters.memory is None or filters.lineage:
+            return False
+        if rows:
+            return forked(rows[0])
+        return self._client.forks.inherits(filters.memory, connection)
 
     def _switched(self, rows: Rows, filters: SearchFilters, model: EmbeddingModel) -> bool:
         """Whether the memory's active model changed under this search (its rows carry ``ok`` last)."""

@@ -315,10 +315,11 @@ class VectorRepository(Repository):
         embedder: Embedder | None = None,
         distance: str | None = None,
         label: str | None = None,
+        as_of: AsOf | None = None,
         connection: Connection[Any] | None = None,
     ) -> list[list[SearchHit]]:
         """:meth:`search` for many texts (or vectors) at once: one embedding call and one statement (the
-        retrieval log, when on, gets one row per query, all with ``label``)."""
+        retrieval log, when on, gets one row per query, all with ``label``). ``as_of``: as in :meth:`search`."""
         return self.searcher.search_many(
             queries,
             vectors=vectors,
@@ -336,6 +337,7 @@ class VectorRepository(Repository):
             embedder=embedder,
             distance=distance,
             label=label,
+            as_of=as_of,
             connection=connection,
         )
 

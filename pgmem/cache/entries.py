@@ -84,11 +84,25 @@ class Entry:
     # The FAISS kernel's output arrays for one query and their C pointers, with the matrix's pointer: made
     # again when the matrix is replaced or k changes (kernels.faiss_ranked; under the lock).
     faiss_out: tuple[Any, ...] | None = None
+    # A fork that still inherits (migration 0020): the memories of its lineage besides itself, each with the
+    # revision the entry reflects. Their vector logs say when it changed, not how (an ancestor's entries
+    # past the fork's point are not the fork's), so any change of one reloads the entry. Empty: no fork.
+    inherited: tuple[tuple[str, int], ...] = ()
 
     @classmethod
-    def loaded(cls, model: EmbeddingModel, rev: int, ids: Sequence[str], matrix: Vectors, epoch: int) -> Entry:
-        """A new entry holding ``ids`` and their vectors (a first load) at revision ``rev``."""
+    def loaded(
+        cls,
+        model: EmbeddingModel,
+        rev: int,
+        ids: Sequence[str],
+        matrix: Vectors,
+        epoch: int,
+        inherited: tuple[tuple[str, int], ...] = (),
+    ) -> Entry:
+        """A new entry holding ``ids`` and their vectors (a first load) at revision ``rev`` (and its
+        ancestors' revisions ``inherited``, for a fork)."""
         entry = cls(model=model, rev=rev, ids=[], matrix=np.zeros((0, model.dimension), np.float32), row_of={})
+        entry.inherited = inherited
         entry.matrix = zeros(max(16, len(ids)), model.dimension)
         entry.matrix[: len(ids)] = unit(matrix)
         entry.ids = list(ids)
@@ -108,11 +122,11 @@ class Entry:
             matrix = -(-matrix // _HUGE_PAGE) * _HUGE_PAGE
         return matrix + ID_BYTES * len(self.ids) + ann
 
-    def reset(self, ids: Sequence[str], matrix: Vectors, rev: int) -> None:
+    def reset(self, ids: Sequence[str], matrix: Vectors, rev: int, inherited: tuple[tuple[str, int], ...] = ()) -> None:
         """Replace the contents (a reload): any index or build of the old contents is dropped."""
         self.generation += 1
         self.ann, self.building, self.ann_failed = None, None, False
-        self.ids, self.row_of, self.rev = [], {}, rev
+        self.ids, self.row_of, self.rev, self.inherited = [], {}, rev, inherited
         self.matrix, self.faiss_out = zeros(max(16, len(ids)), self.model.dimension), None
         for message_id, vector in zip(ids, matrix, strict=True):
             self.add(message_id, vector)
@@ -186,9 +200,10 @@ class Entries(OrderedDict[tuple[str, int], Entry]):
         return any(name == memory for name, _ in self)
 
     def mark_dirty(self, memory: str | None) -> None:
-        """An own write changed ``memory`` (None: any memory): its entries catch up before they answer."""
+        """An own write changed ``memory`` (None: any memory): its entries, and those of forks inheriting from
+        it, catch up before they answer."""
         for (key, _), entry in self.items():
-            if memory is None or key == memory:
+            if memory is None or key == memory or (entry.inherited and any(a == memory for a, _ in entry.inherited)):
                 entry.dirty += 1
 
     @property

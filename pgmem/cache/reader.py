@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -20,10 +21,11 @@ from pgmem.embeddings import Vectors
 from pgmem.errors import PgmemError, translate
 from pgmem.planning import statements as _queries
 from pgmem.planning.distances import max_distance
-from pgmem.planning.rows import MemoryVectorRow, VectorChangeRow
+from pgmem.planning.rows import LineageHeadRow, MemoryVectorRow, VectorChangeRow
 from pgmem.planning.search import (
     EmbeddingModel,
     SearchFilters,
+    forked,
     statement,
     switched,
     unpack_vectors,
@@ -37,6 +39,7 @@ __all__ = ["MESSAGES", "Q", "ModelChanged", "Reader"]
 
 Q = _queries.load("vectors")
 MESSAGES = _queries.load("messages")
+FORKS = _queries.load("forks")
 _HEAD_STATEMENT = b"pgmem_cache_head"
 _TUPLES_OK = pq.ExecStatus.TUPLES_OK
 
@@ -61,6 +64,9 @@ class Reader:
         self.lock = threading.Lock()
         self.conn: psycopg.Connection[Any] | None = None
         self.head_prepared = False  # the head statement is prepared on conn (a UTF-8 connection)
+        # Memories seen to be forks that inherit (searched in Postgres through their lineage); see
+        # AsyncForkRepository.known for why only these are remembered.
+        self.forks: set[str] = set()
 
     def read(self, name: str, params: dict[str, Any], queries: dict[str, Any] = Q) -> list[tuple[Any, ...]]:
         """Run a named query (of sql/vectors.sql unless ``queries`` says otherwise), reconnecting once if the
@@ -78,13 +84,27 @@ class Reader:
                         raise
         raise AssertionError("unreachable")
 
-    def memory_vectors(self, memory: str, model: EmbeddingModel) -> tuple[int, list[str], Vectors]:
-        """The memory's revision, and its message ids and vectors under ``model`` (a full load)."""
+    def memory_vectors(
+        self, memory: str, model: EmbeddingModel
+    ) -> tuple[int, list[str], Vectors, tuple[tuple[str, int], ...]]:
+        """The memory's revision, its message ids and vectors under ``model`` (a full load; a fork's include
+        what it inherits), and for a fork the memories it inherits from with their revisions (else ``()``)."""
         rows = self.read("memory_vectors", {"memory": memory, "model": model.id})
         found = [MemoryVectorRow._make(row) for row in rows]
         rev = int(found[0].rev) if found else 0
+        inherited: tuple[tuple[str, int], ...] = ()
+        if found and found[0].ancestors:
+            inherited = tuple(zip(found[0].ancestors, map(int, found[0].ancestor_revs or ()), strict=True))
         kept = [(r.message_id, r.vector) for r in found if r.message_id is not None and r.vector is not None]
-        return rev, [i for i, _ in kept], unpack_vectors([v for _, v in kept], model.dimension)
+        if inherited:  # a message is held once, but a lineage is read range by range: keep the first
+            seen: set[str] = set()
+            kept = [(i, v) for i, v in kept if not (i in seen or seen.add(i))]  # type: ignore[func-returns-value]
+        return rev, [i for i, _ in kept], unpack_vectors([v for _, v in kept], model.dimension), inherited
+
+    def lineage_heads(self, memory: str) -> dict[str, int]:
+        """The revisions of ``memory`` and of the memories it inherits from (a fork's), by memory."""
+        rows = map(LineageHeadRow._make, self.read("lineage_heads", {"memory": memory}))
+        return {r.memory: int(r.vec_rev) for r in rows}
 
     def changes(self, memory: str, model: EmbeddingModel, rev: int) -> tuple[int, Any, list[tuple[Any, ...]]]:
         """The memory's head revision, the vector log's floor, and its ``(rev, op, message id, vector)``
@@ -198,19 +218,28 @@ class Reader:
         Raises:
             ModelChanged: the memory's active model is not ``model`` any more.
         """
-        filters = SearchFilters(memory=memory, metadata=metadata)
-        query = statement("vector", model, filters, "exact", k, threshold is not None)
+        filters = SearchFilters(memory=memory, metadata=metadata, lineage=memory in self.forks)
         out = []
         for q in queries:
-            params: dict[str, Any] = {"q": q, **filters.params()}
-            if threshold is not None:
-                params["max_distance"] = max_distance(model.distance, threshold)
-            with self.lock:
-                rows = self.connection().execute(query, {"ns": self._client.namespace, **params}).fetchall()
-            if rows and switched(rows[0]):
-                raise ModelChanged
+            while True:  # twice for a fork not known yet: then through its lineage (fork_guard_sql)
+                query = statement("vector", model, filters, "exact", k, threshold is not None)
+                params: dict[str, Any] = {"q": q, **filters.params()}
+                if threshold is not None:
+                    params["max_distance"] = max_distance(model.distance, threshold)
+                with self.lock:
+                    rows = self.connection().execute(query, {"ns": self._client.namespace, **params}).fetchall()
+                if rows and switched(rows[0]):
+                    raise ModelChanged
+                if filters.lineage or not (forked(rows[0]) if rows else self.inherits(memory)):
+                    break
+                self.forks.add(memory)
+                filters = replace(filters, lineage=True)
             out.append([(hit.message.id, hit.score) for hit in vector_hits(rows, model.distance)])
         return out
+
+    def inherits(self, memory: str) -> bool:
+        """Whether ``memory`` is a fork that still reads its parent's entries."""
+        return bool(self.read("inherits", {"memory": memory}, FORKS)[0][0])
 
     def connection(self) -> psycopg.Connection[Any]:
         """The connection (call with the lock held), connected and prepared on demand."""

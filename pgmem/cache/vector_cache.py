@@ -203,10 +203,13 @@ class VectorCache:
             return self._load(memory, model), False
         with entry.lock:
             quiet = entry.epoch == epoch and announced <= entry.rev and entry.dirty == 0
+            if quiet and entry.inherited:
+                with self._lock:
+                    quiet = not self._inherited_moved(entry)
             if quiet and self.mode == "default" and connected:
                 self.stats.hits += 1
                 return entry, False
-            if quiet and self.mode == "strict" and self._reader.head_prepared:
+            if quiet and self.mode == "strict" and self._reader.head_prepared and not entry.inherited:
                 return entry, True
             self._catch_up(memory, entry, epoch, announced)
         return entry, False
@@ -248,46 +251,87 @@ class VectorCache:
     def _load(self, memory: str, model: EmbeddingModel) -> Entry | None:
         with self._lock:
             epoch = self._listener.epoch
-        rev, ids, matrix = self._reader.memory_vectors(memory, model)
+        rev, ids, matrix, inherited = self._read_vectors(memory, model)
         self.stats.loads += 1
-        entry = Entry.loaded(model, rev, ids, matrix, epoch)
+        entry = Entry.loaded(model, rev, ids, matrix, epoch, inherited)
         if entry.nbytes > self.budget_bytes:
             self.stats.bypassed += 1
             return None
         with self._lock:
-            self._listener.saw(memory, rev)
+            self._saw(memory, entry)
             self.stats.evictions += self._entries.admit((memory, model.id), entry, self.budget_bytes)
         return entry
+
+    def _read_vectors(
+        self, memory: str, model: EmbeddingModel
+    ) -> tuple[int, list[str], Vectors, tuple[tuple[str, int], ...]]:
+        """A full load of the memory's vectors (a fork's through its lineage). The first time a fork names
+        an ancestor this cache does not watch yet, the ancestor is watched and the load read again: its
+        changes committed after the second read are announced (those before it are in it)."""
+        while True:
+            loaded = self._reader.memory_vectors(memory, model)
+            with self._lock:
+                unwatched = [a for a, _ in loaded[3] if a not in self._listener.tags.values()]
+            if not unwatched:
+                return loaded
+            for ancestor in unwatched:
+                self._watch(ancestor)
+
+    def _inherited_moved(self, entry: Entry) -> bool:
+        """Whether a memory a fork's entry inherits from was announced past the revision the entry reflects
+        (call with the cache's lock held)."""
+        announced = self._listener.announced
+        return any(announced.get(a, 0) > rev for a, rev in entry.inherited)
+
+    def _saw(self, memory: str, entry: Entry) -> None:
+        """The entry was read at its revisions: they are known to be committed (call with the lock held)."""
+        self._listener.saw(memory, entry.rev)
+        for ancestor, rev in entry.inherited:
+            self._listener.saw(ancestor, rev)
 
     def _catch_up(self, memory: str, entry: Entry, epoch: int, announced: int, *, confirmed: bool = False) -> None:
         """Bring the entry up to the memory's head (call with the entry's lock held). ``confirmed``: the
         high-water mark was already read and differs, so go straight to the changes."""
         dirty = entry.dirty
         quiet = entry.dirty == 0 and announced <= entry.rev and entry.epoch == epoch
+        if quiet and entry.inherited:
+            with self._lock:
+                quiet = not self._inherited_moved(entry)
         if self.mode == "strict" and quiet and not confirmed:
-            # Nothing announced: confirm with the memory's high-water mark (and its model) in one cheap read.
-            if self._reader.head(memory) == entry.rev:
+            # Nothing announced: confirm with the memory's high-water mark (and its model) in one cheap read;
+            # a fork's, with the marks of the memories it inherits from.
+            if entry.inherited:
+                if self._reader.lineage_heads(memory) == {memory: entry.rev, **dict(entry.inherited)}:
+                    self.stats.checks += 1
+                    return
+            elif self._reader.head(memory) == entry.rev:
                 self.stats.checks += 1
                 return
-        head, floor, changes = self._reader.changes(memory, entry.model, entry.rev)
+        if entry.inherited:
+            # A fork that inherits: its own log has its own changes, its ancestors' logs say that something it
+            # inherits may have changed (or only what it does not inherit: their entries past its point). A
+            # reload through its lineage is right in either case (correct first; a busy parent reloads it).
+            head, floor, changes = entry.rev, None, list[tuple[Any, ...]]()
+        else:
+            head, floor, changes = self._reader.changes(memory, entry.model, entry.rev)
         self.stats.catch_ups += 1
         purged = floor is None or floor > entry.rev + 1  # revisions after this entry's are gone from the log
         listener = self._listener
-        if head < entry.rev or (head > entry.rev and purged):
+        if entry.inherited or head < entry.rev or (head > entry.rev and purged):
             # The memory was recreated, or the log was purged past this entry (or emptied): start over.
             with self._lock:
                 seen = listener.announcements.get(memory, 0)
-            rev, ids, matrix = self._reader.memory_vectors(memory, entry.model)
+            rev, ids, matrix, inherited = self._read_vectors(memory, entry.model)
             with self._lock:
                 # A recreated memory counts its revisions from 0 again: forget the old incarnation's
                 # announcements, unless one arrived during the reload (then stay stale and catch up again).
                 if listener.announcements.get(memory, 0) == seen and listener.announced.get(memory, 0) > rev:
                     listener.announced[memory] = rev
-            entry.reset(ids, matrix, rev)
+            entry.reset(ids, matrix, rev, inherited)
         else:
             entry.replay(changes, head)
         with self._lock:
-            listener.saw(memory, entry.rev)
+            self._saw(memory, entry)
         entry.dirty -= dirty
         entry.epoch = epoch
 
@@ -388,7 +432,7 @@ class VectorCache:
         listener = self._listener
         with self._lock:
             entry = self._entries.get(key)
-            if entry is None or not listener.connected:
+            if entry is None or not listener.connected or (entry.inherited and self._inherited_moved(entry)):
                 return None
             self._entries.move_to_end(key)
             epoch, announced = listener.epoch, listener.announced.get(memory, 0)

@@ -353,10 +353,8 @@ def stats(
         float | None,
         typer.Option(
             "--watch",
-            is_flag=False,
-            flag_value=2.0,
-            help="Print again every SECONDS (default 2) until Ctrl-C, which exits 0.",
-            metavar="[SECONDS]",
+            help="Print again every SECONDS (e.g. --watch 2) until Ctrl-C, which exits 0.",
+            metavar="SECONDS",
         ),
     ] = None,
 ) -> None:

@@ -518,14 +518,19 @@ retention_policies = Table(
         nullable=False,
         comment="'*': the whole namespace; else a memory key (a queue name for queue_history)",
     ),
-    Column("target", Text, nullable=False, comment="messages | queue_history | summaries | retrieval_log | vector_log"),
+    Column(
+        "target",
+        Text,
+        nullable=False,
+        comment="messages | queue_history | summaries | retrieval_log | vector_log | item_history",
+    ),
     Column("max_age", INTERVAL, nullable=True, comment="rows older than this go (NULL: no age limit)"),
     Column("max_count", BigInteger, nullable=True, comment="only the newest this many stay (NULL: no count limit)"),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     PrimaryKeyConstraint("namespace", "target", "scope", name="retention_policies_pkey"),
     CheckConstraint(
-        "target IN ('messages', 'queue_history', 'summaries', 'retrieval_log', 'vector_log')",
+        "target IN ('messages', 'queue_history', 'summaries', 'retrieval_log', 'vector_log', 'item_history')",
         name="retention_policies_target_check",
     ),
     CheckConstraint("max_age IS NOT NULL OR max_count IS NOT NULL", name="retention_policies_limit_check"),
@@ -608,6 +613,35 @@ item_vectors = Table(
     comment="Vectors of items' fields, per model; a partial HNSW index per model (item_vectors_hnsw_m<id>).",
 )
 
+item_history = Table(
+    "item_history",
+    metadata,
+    Column("namespace", Text, nullable=False),
+    Column("path", ARRAY(Text(collation="C")), nullable=False),
+    Column("key", Text, nullable=False),
+    Column("id", BigInteger, Identity(always=False), nullable=False),
+    Column(
+        "item_id",
+        BigInteger,
+        nullable=False,
+        comment="the items row's id (a deleted and re-created item has a new one)",
+    ),
+    Column("value", JSONB, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, comment="when the item was created"),
+    Column("valid_from", DateTime(timezone=True), nullable=False, comment="the version's updated_at"),
+    Column("valid_to", DateTime(timezone=True), nullable=False, comment="when it was replaced or deleted"),
+    Column(
+        "expires_at", DateTime(timezone=True), nullable=True, comment="when it expired or would have (NULL: no TTL)"
+    ),
+    # No foreign key to items: a version outlives its item's delete (reads as of before it see it).
+    PrimaryKeyConstraint("namespace", "path", "key", "id", name="item_history_pkey"),
+    # What an as_of read at a recent time scans (versions replaced after it), and the max-age purge.
+    Index("item_history_valid_to_idx", "namespace", "valid_to"),
+    CheckConstraint("valid_from < valid_to", name="item_history_range_check"),
+    comment="Versions items no longer hold (migration 0022): the value an item had from valid_from to valid_to; "
+    "reads as_of a time read them.",
+)
+
 # -- end of the item store ---------------------------------------------------------------------------------
 
 # -- tenant side channels (migration 0005) ---------------------------------------------------------------------
@@ -658,6 +692,7 @@ __all__ = [
     "embedding_outbox",
     "embeddings",
     "forget_audit",
+    "item_history",
     "item_vectors",
     "items",
     "memory_models",

@@ -117,6 +117,7 @@ def register_fast_adapters(context: AdaptContext) -> None:
     info = context.adapters.types.get("vector")
     if info is not None:
         # By name, as pgvector registers it, unless numpy is loaded: a lookup may then have replaced
-        # pgvector's name by the class, which would win over a name.
-        np = sys.modules.get("numpy")
-        context.adapters.register_dumper("numpy.ndarray" if np is None else np.ndarray, _vector_dumper(info.oid))
+        # pgvector's name by the class, which would win over a name. A numpy that another thread is still
+        # importing (a pool's worker configures a connection meanwhile) has no ndarray yet: by name then.
+        ndarray = getattr(sys.modules.get("numpy"), "ndarray", None)
+        context.adapters.register_dumper("numpy.ndarray" if ndarray is None else ndarray, _vector_dumper(info.oid))

@@ -12,6 +12,7 @@ from typing import LiteralString
 from psycopg import sql
 
 from pgmem.planning.search import EmbeddingModel, SearchFilters, hybrid_search_sql, keyword_search_sql
+from pgmem.planning.search.vector import fork_guard_sql
 from pgmem.planning.statements import fragment
 
 __all__ = ["CONTEXT_COLUMNS", "WINDOW_MARGIN", "context_statement"]
@@ -31,31 +32,67 @@ _ESTIMATE = sql.SQL(
     " + 4 + coalesce(octet_length(m.tool_calls::text) / 4, 0))"
 )
 
+# Where the window and the pinned part read entries, as of %(upto)s (NULL: now). A memory that is no fork:
+# its own range of the (namespace, memory, seq) index, as before forks (measured: reading every memory
+# through pgmem.lineage made a plain memory's context 18-26% slower at 20k). A fork (``lineage``): each
+# range of its lineage (pgmem.lineage, migration 0020), its parent's up to the fork's point too.
+_OWN_NEWEST = sql.SQL(
+    "SELECT seq, message_id FROM pgmem.memory_entries WHERE namespace = %(ns)s AND memory = %(memory)s "
+    "AND seq <= coalesce(%(upto)s::bigint, 9223372036854775807) ORDER BY seq DESC LIMIT %(window_max)s"
+)
+_LINEAGE_NEWEST = sql.SQL(
+    "SELECT y.seq, y.message_id FROM pgmem.lineage(%(ns)s, %(memory)s, %(upto)s::bigint) AS l "
+    "CROSS JOIN LATERAL (SELECT seq, message_id FROM pgmem.memory_entries "
+    "WHERE namespace = %(ns)s AND memory = l.memory AND seq <= l.upto "
+    "ORDER BY seq DESC LIMIT %(window_max)s) AS y ORDER BY y.seq DESC LIMIT %(window_max)s"
+)
+_OWN_ENTRY = sql.SQL(
+    "JOIN pgmem.memory_entries AS e ON e.namespace = %(ns)s AND e.message_id = m.id AND e.memory = %(memory)s "
+    "AND e.seq <= coalesce(%(upto)s::bigint, 9223372036854775807)"
+)
+_LINEAGE_ENTRY = sql.SQL(
+    "CROSS JOIN pgmem.lineage(%(ns)s, %(memory)s, %(upto)s::bigint) AS l "
+    "JOIN pgmem.memory_entries AS e ON e.namespace = %(ns)s AND e.message_id = m.id AND e.memory = l.memory "
+    "AND e.seq <= l.upto"
+)
 # The newest entries of the memory, each with the estimated tokens of the entries after it (so the rows
 # beyond the budget's estimate are never sent), then their messages. The ORDER BY … LIMIT walks the
-# memory's (namespace, memory, seq) index backwards from its end; OFFSET 0 keeps each message a probe by
-# its key (flattened into a join, Postgres hashed every message of the namespace: 5.8 ms at 20k).
-_WINDOW = sql.SQL(
+# memory's (namespace, memory, seq) index backwards from its end (from the point); OFFSET 0 keeps each
+# message a probe by its key (flattened into a join, Postgres hashed every message of the namespace:
+# 5.8 ms at 20k). `cut`: the window's first entry; without a window, just past the point (the related part
+# then searches everything up to it).
+_WINDOW = (
     "w AS MATERIALIZED (SELECT x.* FROM (SELECT e.seq, mm.*, "
     "sum(mm.estimate) OVER (ORDER BY e.seq DESC ROWS UNBOUNDED PRECEDING) - mm.estimate AS before "
-    "FROM (SELECT seq, message_id FROM pgmem.memory_entries WHERE namespace = %(ns)s AND memory = %(memory)s "
-    "ORDER BY seq DESC LIMIT %(window_max)s) AS e "
+    "FROM ({newest}) AS e "
     "CROSS JOIN LATERAL (SELECT {message}, {estimate} AS estimate FROM pgmem.messages AS m "
     "WHERE m.namespace = %(ns)s AND m.id = e.message_id OFFSET 0) AS mm) AS x "
     "WHERE x.before < %(window_tokens)s), "
-    "cut AS (SELECT coalesce(min(w.seq), 9223372036854775807) AS seq FROM w)"
-).format(message=_MESSAGE, estimate=_ESTIMATE)
+    "cut AS (SELECT coalesce(min(w.seq), least(%(upto)s::bigint, 9223372036854775806) + 1, "
+    "9223372036854775807) AS seq FROM w)"
+)
 # Pinned: the roles asked for (messages_role_idx) or metadata {"pinned": true} (messages_metadata_idx),
-# then their entries in the memory. Planned on its own (MATERIALIZED, no ORDER BY … LIMIT inside): with
-# one, Postgres walked the memory's entries in order looking for the few pinned ones (40 ms at 20k
-# entries) instead of finding them by the indexes (the cap and the order come after).
-_PINNED = sql.SQL(
-    "pin0 AS MATERIALIZED (SELECT e.seq, {message} FROM pgmem.messages AS m "
-    "JOIN pgmem.memory_entries AS e ON e.namespace = %(ns)s AND e.message_id = m.id AND e.memory = %(memory)s "
+# then their entries in the memory (a primary-key probe each; per lineage row for a fork). Planned on its
+# own (MATERIALIZED, no ORDER BY … LIMIT inside): with one, Postgres walked the memory's entries in order
+# looking for the few pinned ones (40 ms at 20k entries) instead of finding them by the indexes (the cap
+# and the order come after).
+_PINNED = (
+    "pin0 AS MATERIALIZED (SELECT e.seq, {message} FROM pgmem.messages AS m {entry} "
     "WHERE m.namespace = %(ns)s AND (m.role = ANY(%(pinned_roles)s::text[]) "
     "OR m.metadata OPERATOR(pgmem.@>) '{{\"pinned\": true}}'::jsonb)), "
     "pin AS (SELECT * FROM pin0 ORDER BY seq LIMIT %(pinned_max)s)"
-).format(message=_MESSAGE)
+)
+
+
+def _window(lineage: bool) -> sql.Composable:
+    newest = _LINEAGE_NEWEST if lineage else _OWN_NEWEST
+    return sql.SQL(_WINDOW).format(newest=newest, message=_MESSAGE, estimate=_ESTIMATE)
+
+
+def _pinned(lineage: bool) -> sql.Composable:
+    return sql.SQL(_PINNED).format(message=_MESSAGE, entry=_LINEAGE_ENTRY if lineage else _OWN_ENTRY)
+
+
 # The frontier of the memory's summaries (sql/summaries.sql, frontier: what no live higher summary
 # covers) that may end before the window: the window's first message is chosen later, among the rows of w,
 # so the newest 32 (more never fit: each is a few hundred tokens) besides one per row of w. The
@@ -80,9 +117,11 @@ _SUMMARY_ROW = sql.SQL(
 _NAMES = [name.strip() for name in fragment("message_column_names").split(",")]
 
 
-def _related(model: EmbeddingModel | None, strategy: str) -> sql.Composable:
-    """The related messages' search, restricted to the entries before the window (``cut``)."""
-    filters = SearchFilters("m", max_seq=0)
+def _related(model: EmbeddingModel | None, strategy: str, lineage: bool) -> sql.Composable:
+    """The related messages' search, restricted to the entries before the window (``cut``); ``lineage``:
+    through the memory's lineage (a fork), else its own entries (the window's ``ok`` column then says
+    whether it is a fork: :func:`context_statement`)."""
+    filters = SearchFilters("m", max_seq=0, lineage=lineage)
     search = keyword_search_sql(filters) if model is None else hybrid_search_sql(model, filters, strategy)
     text: str = search.as_string(None)
     # The bound is the window's first entry, known only inside the statement: the searches take it as the
@@ -91,9 +130,10 @@ def _related(model: EmbeddingModel | None, strategy: str) -> sql.Composable:
     return sql.SQL(text.replace("%(max_seq)s", "(SELECT c.seq - 1 FROM cut AS c)"))
 
 
-def _rows(part: str, alias: str, scored: bool = False) -> sql.Composable:
+def _rows(part: str, alias: str, scored: bool = False, ok: sql.Composable | None = None) -> sql.Composable:
     """A part's rows from the CTE ``alias`` (seq and the message columns), in the statement's row shape
-    (``scored``: the CTE's score and ok columns, a search's)."""
+    (``scored``: the CTE's score and ok columns, a search's; ``ok``: the ok column otherwise, true when
+    None)."""
     a = sql.Identifier(alias)
     return sql.SQL(
         "SELECT {part}, {a}.seq, {score}, NULL::bigint, NULL::bigint, {cols}, {ok} FROM {cte} AS {a}"
@@ -102,27 +142,37 @@ def _rows(part: str, alias: str, scored: bool = False) -> sql.Composable:
         a=a,
         score=sql.SQL("{}.score").format(a) if scored else sql.SQL("NULL::float8"),
         cols=sql.SQL(", ").join(sql.SQL("{}.{}").format(a, sql.Identifier(n)) for n in _NAMES),
-        ok=sql.SQL("{}.ok").format(a) if scored else sql.SQL("true"),
+        ok=sql.SQL("{}.ok").format(a) if scored else (ok or sql.SQL("true")),
         cte=sql.Identifier({"p": "pin", "w": "w", "r": "rel"}[alias]),
     )
 
 
 @functools.lru_cache(maxsize=64)
-def context_statement(parts: tuple[str, ...], model: EmbeddingModel | None, strategy: str) -> LiteralString:
+def context_statement(
+    parts: tuple[str, ...], model: EmbeddingModel | None, strategy: str, lineage: bool = False
+) -> LiteralString:
     """The statement for the ``parts`` asked for; with ``related``, the search of ``model`` (None: keyword
-    search) with ``strategy``. Parameters: ns, memory, window_max, window_tokens, pinned_roles,
-    pinned_max, and for related those of the search (text, k, limit, scope_n, q…)."""
-    ctes: list[sql.Composable] = [_WINDOW]
+    search) with ``strategy``; every part through the memory's lineage when ``lineage`` (a fork: its
+    parent's entries up to the fork's point too). Parameters: ns, memory, upto (NULL: now), window_max,
+    window_tokens, pinned_roles, pinned_max, and for related those of the search (text, k, limit, scope_n,
+    q…).
+
+    Without ``lineage`` the statement reads the memory's own entries, and its window rows' ``ok`` column is
+    false when the memory is a fork that inherits after all (:func:`pgmem.planning.search.vector.fork_guard_sql`,
+    as the searches do): the caller then runs it again with ``lineage`` (and, when no row came back, asks).
+    A fork's summaries are its own rows (sql/forks.sql copies the parent's when it forks)."""
+    ctes: list[sql.Composable] = [_window(lineage)]
     selects: list[sql.Composable] = []
     if "pinned" in parts:
-        ctes.append(_PINNED)
+        ctes.append(_pinned(lineage))
         selects.append(_rows("pinned", "p"))
-    selects.append(_rows("window", "w"))  # the window bounds the summaries and the related part too
+    guard = None if lineage else fork_guard_sql(SearchFilters("m"))
+    selects.append(_rows("window", "w", ok=guard))  # the window bounds the summaries and the related part too
     if "summary" in parts:
         ctes.append(_SUMMARIES)
         selects.append(_SUMMARY_ROW)
     if "related" in parts:
-        ctes.append(sql.SQL("rel AS ({})").format(_related(model, strategy)))
+        ctes.append(sql.SQL("rel AS ({})").format(_related(model, strategy, lineage)))
         selects.append(_rows("related", "r", scored=True))
     composed = sql.SQL("WITH {} {}").format(sql.SQL(", ").join(ctes), sql.SQL(" UNION ALL ").join(selects))
     # Only the model's id and dimension are literals (integers), and the parts' names: no quoting context.

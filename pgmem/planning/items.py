@@ -10,13 +10,16 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, TypedDict
+from datetime import datetime
+from typing import Any, NamedTuple, TypedDict
 
-from pgmem.checks import MAX_BATCH, check_text
+from pgmem.checks import MAX_BATCH, check_key, check_text
 from pgmem.errors import InvalidInput
+from pgmem.planning.forks import Mark, check_mark_name
 from pgmem.planning.search.items import (
     FILTER_OPERATORS,
     MAX_ITEM_LIMIT,
+    as_of_statement,
     check_filter,
     check_page,
     count_statement,
@@ -31,7 +34,11 @@ __all__ = [
     "MAX_ITEM_LIMIT",
     "MAX_TTL_MINUTES",
     "ItemWrite",
+    "ItemsAsOf",
+    "ItemsForgotten",
+    "as_of_statement",
     "check_batch",
+    "check_items_as_of",
     "check_filter",
     "check_item_key",
     "check_page",
@@ -47,6 +54,19 @@ __all__ = [
 
 #: The longest TTL, in minutes (ten years).
 MAX_TTL_MINUTES = 10 * 365 * 24 * 60.0
+
+#: A point in time of an items read (``as_of=``, migration 0022): a timezone-aware datetime, a
+#: :class:`~pgmem.planning.forks.Mark` (its ``marked_at``), or ``(memory, mark name)`` (that mark's time).
+#: Items belong to no memory, so a mark's name alone does not say which mark; and they have no sequence
+#: numbers, so a number is refused.
+ItemsAsOf = datetime | Mark | tuple[str, str]
+
+
+class ItemsForgotten(NamedTuple):
+    """What :meth:`AsyncItemRepository.forget` removed: items, and versions of pgmem.item_history."""
+
+    items: int
+    versions: int
 
 
 class ItemWrite(TypedDict, total=False):
@@ -108,3 +128,22 @@ def paths_json(paths: Sequence[tuple[str, ...]]) -> list[str]:
     """Paths as the JSON arrays the batch statements take (one ``text[]`` of them: arrays of different
     lengths cannot share one two-dimensional array)."""
     return [json.dumps(list(p), ensure_ascii=False, separators=(",", ":")) for p in paths]
+
+
+def check_items_as_of(as_of: Any) -> datetime | tuple[str, str]:
+    """The time of an items read's ``as_of`` (a datetime, a Mark's time), or ``(memory, name)`` of a mark to
+    look up. A naive datetime, a number, a bare name or anything else: :class:`pgmem.InvalidInput`."""
+    if isinstance(as_of, Mark):
+        return as_of.marked_at
+    if isinstance(as_of, datetime):
+        if as_of.utcoffset() is None:
+            raise InvalidInput(f"as_of must be a timezone-aware datetime (a naive one is ambiguous), got {as_of!r}")
+        return as_of
+    if isinstance(as_of, tuple) and len(as_of) == 2:
+        memory, name = as_of
+        return check_key(memory), check_mark_name(name)
+    if isinstance(as_of, str):
+        raise InvalidInput(f"items belong to no memory: a mark is as_of=(memory, {as_of!r}) or the Mark itself")
+    if isinstance(as_of, int) and not isinstance(as_of, bool):
+        raise InvalidInput("items have no sequence numbers: as_of is a datetime, a Mark or (memory, mark name)")
+    raise InvalidInput(f"as_of must be a timezone-aware datetime, a Mark or (memory, mark name), got {as_of!r}")

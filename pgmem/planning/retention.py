@@ -36,7 +36,7 @@ MAX_AGE = 100 * 366 * 24 * 3600.0
 Cutoff: TypeAlias = float | int | timedelta | datetime
 
 #: What a retention policy bounds (``pgmem.retention_policies.target``).
-TARGETS = ("messages", "queue_history", "summaries", "retrieval_log", "vector_log")
+TARGETS = ("messages", "queue_history", "summaries", "retrieval_log", "vector_log", "item_history")
 #: Largest max_count of a policy.
 MAX_COUNT = 2**62
 #: The scope of a policy over the whole namespace.
@@ -107,6 +107,8 @@ def check_target(target: Any) -> str:
 def check_scope(scope: Any, target: str) -> str:
     if scope == ALL:
         return ALL
+    if target == "item_history":
+        raise InvalidInput("items belong to no memory: an item_history policy's scope is '*' (the namespace)")
     if target == "queue_history":
         return check_queue(scope)
     return check_key(scope, "memory key (or '*' for the whole namespace)")

@@ -506,11 +506,22 @@ class PromotedRow(NamedTuple):
 
 
 class MemoryVectorRow(NamedTuple):
-    """``memory_vectors``: the memory's revision, and one of its vectors (NULL id: the memory is empty)."""
+    """``memory_vectors``: the memory's revision, and one of its vectors (NULL id: the memory is empty);
+    for a fork, the memories it inherits from and their revisions (NULL: no fork)."""
 
     rev: int
     message_id: str | None
     vector: bytes | None
+    ancestors: list[str] | None
+    ancestor_revs: list[int] | None
+
+
+class LineageHeadRow(NamedTuple):
+    """``lineage_heads``: a memory of a lineage (the memory itself, or one a fork inherits from) and its
+    revision."""
+
+    memory: str
+    vec_rev: int
 
 
 class VectorChangeRow(NamedTuple):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import pgmem
+from pgmem.planning import statements
 from pgmem.resilience import reads_only
 
 
@@ -41,3 +42,8 @@ def test_which_statements_are_retried() -> None:
     assert not reads_only("SELECT pg_notify('c', 'x')")
     assert not reads_only("SELECT pgmem.fts_document('x')")  # pgmem's own functions count as writes
     assert not reads_only("UPDATE pgmem.queue_items SET attempts = 1")
+    assert not reads_only("SELECT pgmem.materialize_fork('ns', 'm')")
+    # pgmem.lineage (STABLE) only reads: the reads of a memory's entries, which all call it, stay reads
+    messages = statements.load("messages")
+    assert all(reads_only(messages[name]) for name in ("count", "last_k", "by_role", "at_position"))
+    assert "pgmem.lineage(" in messages["count"]

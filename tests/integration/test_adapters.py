@@ -71,6 +71,23 @@ def test_query_vectors_are_sent_as_pgvector_sends_them(dsn: str, dtype: Any) -> 
         assert fast.execute("SELECT %s::vector::text", ([1.0, 2.5],), binary=True).fetchone() == ("[1,2.5]",)
 
 
+def test_a_numpy_still_being_imported_registers_the_dumper_by_name(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pool's worker configures a connection while another thread imports numpy: sys.modules holds a
+    numpy without ndarray yet. The dumper is registered by name (as pgvector does), not an AttributeError
+    that fails the connection ("partially initialized module 'numpy'")."""
+    import sys
+    import types
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        register_vector(conn)
+        monkeypatch.setitem(sys.modules, "numpy", types.ModuleType("numpy"))  # no ndarray: mid-import
+        register_fast_adapters(conn)
+        monkeypatch.undo()
+        vector = np.arange(3, dtype=np.float32)
+        assert conn.execute("SELECT %s::vector::text", (vector,), binary=True).fetchone() == ("[0,1,2]",)
+        assert conn.adapters.get_dumper(np.ndarray, psycopg.adapt.PyFormat.BINARY).__name__ == "FastVectorBinaryDumper"
+
+
 def test_the_client_pool_uses_them_and_leaves_caller_connections_alone(dsn: str) -> None:
     from pgmem.planning.adapters import JsonbBinaryLoader
 

@@ -158,6 +158,7 @@ async def test_unusual_unicode_in_an_async_read_is_accepted(
 
 def test_driver_encoding_failure_is_named_invalid_input(client: pgmem.Client) -> None:
     """The backstop under the checks: a statement whose parameter the driver cannot encode raises
-    InvalidInput naming it (here a repository's query called directly, past the public checks)."""
+    InvalidInput naming it (here a repository's query called directly, past the public checks, with every
+    parameter it names: ``upto`` is the point a read stops at, None for now)."""
     with pytest.raises(pgmem.InvalidInput, match=r"\brole\b.*lone surrogate"):
-        client.messages._rows("by_role", {"memory": "m", "role": "x\ud800"}, None)
+        client.messages._rows("by_role", {"memory": "m", "role": "x\ud800", "upto": None}, None)

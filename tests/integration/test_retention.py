@@ -375,7 +375,14 @@ def test_namespace_messages_policy_by_age_and_count_forgets_everywhere_but_pendi
     _age(dsn, "messages", "created_at", "id IN ('m0', 'm1', 'm2', 'm3')")  # both namespaces
     retention = client.retention
     retention.set_policy("messages", max_age=3600)
-    assert retention.run() == {"messages": 3, "queue_history": 0, "summaries": 0, "retrieval_log": 0, "vector_log": 0}
+    assert retention.run() == {
+        "messages": 3,
+        "queue_history": 0,
+        "summaries": 0,
+        "retrieval_log": 0,
+        "vector_log": 0,
+        "item_history": 0,
+    }
     assert _ids(client, "a") == ["m1", *[f"m{i}" for i in range(4, 10)]]
     assert _ids(client, "b") == ["m1"]
     assert _sql(dsn, "SELECT count(*) FROM pgmem.embeddings WHERE namespace = 'test'")[0][0] == 7

@@ -47,6 +47,9 @@ SINGLE_NODE_TRIGGERS = frozenset(
         ("memory_entries", "memory_entries_left_forks"),
         ("memory_entries", "memory_entries_moved_forks"),
         ("memories", "memories_forks_kept"),
+        # Item history (migration 0022): on Citus the item writes insert the old versions themselves.
+        ("items", "items_history_updated"),
+        ("items", "items_history_deleted"),
     }
 )
 

@@ -24,6 +24,7 @@ __all__ = [
     "SearchHit",
     "as_query_vector",
     "batch_hits",
+    "forked",
     "hybrid_hit",
     "log_text",
     "retrieval_params",
@@ -68,6 +69,12 @@ _SCORE = MESSAGE_WIDTH + 1
 def switched(row: tuple[Any, ...]) -> bool:
     """Whether a search row says the memory's active model changed under the search (``ok`` is NULL)."""
     return row[-1] is None
+
+
+def forked(row: tuple[Any, ...]) -> bool:
+    """Whether a search row says the memory is a fork the statement did not read through its lineage
+    (``ok`` is false: :func:`pgmem.planning.search.vector.fork_guard_sql`)."""
+    return row[-1] is False
 
 
 def vector_hit(row: tuple[Any, ...], kind: str = DEFAULT_DISTANCE) -> SearchHit:

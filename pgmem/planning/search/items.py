@@ -36,6 +36,7 @@ from pgmem.planning.search.model import EmbeddingModel
 __all__ = [
     "FILTER_OPERATORS",
     "MAX_ITEM_LIMIT",
+    "as_of_statement",
     "check_filter",
     "check_page",
     "count_statement",
@@ -243,3 +244,33 @@ def search_statement(
             ).format(row=sql.SQL(_ROW), score=sql.SQL(distances.score_sql(model.distance, "b.distance")), best=best)
     columns = sql.SQL("h.path, h.key, h.value, h.created_at, h.updated_at, h.score, h.scanned, h.id, h.ttl")
     return _text(sql.SQL("SELECT {} FROM ({}) AS h ORDER BY h.rn").format(columns, body))
+
+
+@functools.lru_cache(maxsize=256)
+def as_of_statement(prefix: bool, shape: tuple[tuple[str, str], ...]) -> LiteralString:
+    """A search without a query as of ``%(at)s`` (migration 0022): the items under the prefix as they were
+    then, those that pass the filters, newest ``updated_at`` (the version's) first, rows as
+    :func:`search_statement`'s (score and scanned NULL; ttl false: a read of the past refreshes nothing).
+
+    A current row counts when it was written by then, a version of ``pgmem.item_history`` when it was
+    valid then; either, when it had expired then, not. Of two versions of one item valid at once (an item
+    deleted and re-created by a transaction that started before the delete), the later-written one. The
+    filters test that version (after the choice: an older version passing them must not stand in)."""
+    pre = sql.SQL(" AND i.path >= %(prefix)s::text[] AND i.path < %(prefix_end)s::text[]") if prefix else sql.SQL("")
+    filters = _and(json_terms(sql.SQL("v.value"), tuple(op for _, op in shape), "f"))
+    return _text(
+        sql.SQL(
+            "SELECT v.path, v.key, v.value, v.created_at, v.updated_at, NULL::float8 AS score, NULL::bigint AS "
+            "scanned, v.id, false AS ttl FROM ("
+            "SELECT DISTINCT ON (u.path, u.key) u.* FROM ("
+            "SELECT i.path, i.key, i.value, i.created_at, i.updated_at, i.id FROM pgmem.items AS i "
+            "WHERE i.namespace = %(ns)s{pre} AND i.updated_at <= %(at)s "
+            "AND (i.expires_at IS NULL OR i.expires_at > %(at)s) "
+            "UNION ALL "
+            "SELECT i.path, i.key, i.value, i.created_at, i.valid_from, i.item_id FROM pgmem.item_history AS i "
+            "WHERE i.namespace = %(ns)s{pre} AND i.valid_from <= %(at)s AND i.valid_to > %(at)s "
+            "AND (i.expires_at IS NULL OR i.expires_at > %(at)s)"
+            ") AS u ORDER BY u.path, u.key, u.updated_at DESC) AS v WHERE TRUE{filters} "
+            "ORDER BY v.updated_at DESC, v.path, v.key LIMIT %(limit)s OFFSET %(offset)s"
+        ).format(pre=pre, filters=filters)
+    )

@@ -14,7 +14,7 @@ from __future__ import annotations
 from psycopg import sql
 
 from pgmem.planning.search.filters import SearchFilters
-from pgmem.planning.search.vector import MESSAGE_COLUMNS, entry_filters
+from pgmem.planning.search.vector import MESSAGE_COLUMNS, entry_filters, fork_guard_sql
 from pgmem.planning.statements import fragment
 
 __all__ = ["NAMESPACE_SIZE", "keyword_hits_sql", "keyword_search_sql"]
@@ -76,8 +76,9 @@ def keyword_hits_sql(f: SearchFilters) -> sql.Composed:
 
 def keyword_search_sql(f: SearchFilters) -> sql.Composed:
     """One statement: ``(seq, id, …, created_at, distance, score, ok)`` rows (hybrid search's row, the
-    distance NULL, ok true), best BM25 first, ``%(k)s`` of them."""
+    distance NULL, ok false when the memory is a fork not read through its lineage: see
+    :func:`pgmem.planning.search.vector.fork_guard_sql`), best BM25 first, ``%(k)s`` of them."""
     return sql.SQL(
-        "SELECT h.seq, {cols}, NULL::float8 AS distance, h.score, true AS ok FROM ({hits}) AS h "
+        "SELECT h.seq, {cols}, NULL::float8 AS distance, h.score, {ok} AS ok FROM ({hits}) AS h "
         "JOIN pgmem.messages m ON m.namespace = %(ns)s AND m.id = h.id ORDER BY h.rank"
-    ).format(cols=sql.SQL(MESSAGE_COLUMNS.removeprefix("m.seq, ")), hits=keyword_hits_sql(f))
+    ).format(cols=sql.SQL(MESSAGE_COLUMNS.removeprefix("m.seq, ")), hits=keyword_hits_sql(f), ok=fork_guard_sql(f))

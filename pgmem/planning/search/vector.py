@@ -17,6 +17,7 @@ __all__ = [
     "candidates_sql",
     "count_sql",
     "entry_filters",
+    "fork_guard_sql",
     "guard_sql",
     "hits_sql",
     "vector_search_sql",
@@ -130,14 +131,27 @@ def _exists_filter(f: SearchFilters) -> sql.Composed:
     return sql.Composed([])
 
 
+def fork_guard_sql(f: SearchFilters) -> sql.Composable:
+    """A boolean that is false when the search read only the memory's own entries but it is a fork that
+    still inherits (migration 0020): the searcher then runs it again through the lineage. One probe of
+    memory_forks' primary key per statement, where asking first cost every search a round trip."""
+    if f.memory is None or f.lineage:
+        return sql.SQL("true")
+    return sql.SQL(
+        "NOT EXISTS (SELECT 1 FROM pgmem.memory_forks WHERE namespace = %(ns)s AND memory = %(memory)s "
+        "AND materialized_at IS NULL)"
+    )
+
+
 def guard_sql(model: EmbeddingModel, f: SearchFilters) -> sql.Composable:
-    """A column that is NULL when the memory is no longer searched with ``model`` (a switch finished)."""
+    """A column that is NULL when the memory is no longer searched with ``model`` (a switch finished), and
+    false when it is a fork the statement did not read through its lineage (:func:`fork_guard_sql`)."""
     if f.memory is None:
         return sql.SQL("true")
     return sql.SQL(
-        "(SELECT true FROM pgmem.memory_models WHERE namespace = %(ns)s AND memory = %(memory)s "
+        "(SELECT {} FROM pgmem.memory_models WHERE namespace = %(ns)s AND memory = %(memory)s "
         "AND model_id = {} AND status = 'active')"
-    ).format(sql.Literal(model.id))
+    ).format(fork_guard_sql(f), sql.Literal(model.id))
 
 
 def hits_sql(

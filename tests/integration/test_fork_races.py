@@ -1,0 +1,148 @@
+"""Forks racing other writers (issue 36, item 2; migrations 0020, 0023): a fork and a removal (a forget, a
+delete) at the same moment, on two connections interleaved deterministically (one holds its transaction
+open until the other is seen waiting for it), and a fork taken while other processes add to its parent."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import pgmem
+from pgmem import Message
+from pgmem.planning.forks import Fork
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _held(dsn: str, memory: str) -> set[str]:
+    """The message ids a memory holds, read from the tables through its lineage (the reference)."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT e.message_id FROM pgmem.lineage('test', %s, NULL) AS l JOIN pgmem.memory_entries AS e "
+            "ON e.namespace = 'test' AND e.memory = l.memory AND e.seq <= l.upto",
+            (memory,),
+        ).fetchall()
+    return {str(r[0]) for r in rows}
+
+
+def _wait_for_a_waiter(dsn: str, done: threading.Event) -> None:
+    """Until a backend waits for an advisory lock (or the other side finished without waiting)."""
+    deadline = time.monotonic() + 60  # generous: only a failure waits this long
+    with psycopg.connect(dsn, autocommit=True) as watch:
+        while not done.is_set() and time.monotonic() < deadline:
+            row = watch.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").fetchone()
+            if row is not None and row[0] > 0:
+                return
+            time.sleep(0.01)
+
+
+def _in_thread(fn: Any) -> tuple[threading.Thread, threading.Event, list[Any]]:
+    done, out = threading.Event(), []
+
+    def run() -> None:
+        try:
+            out.append(fn())
+        except BaseException as exc:  # noqa: BLE001 (handed to the test, which re-raises or asserts on it)
+            out.append(exc)
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, done, out
+
+
+@pytest.mark.parametrize("removal", ["forget", "delete"])
+def test_a_fork_taken_while_a_removal_is_in_flight_counts_without_it(
+    dsn: str, client: pgmem.Client, removal: str
+) -> None:
+    client.messages.add_many("p", [Message(id=f"m{i}", content=f"m{i}") for i in range(5)])
+    with psycopg.connect(dsn) as conn:  # a transaction left open: the removal has run, not committed
+        if removal == "forget":
+            client.retention.forget(["m2"], actor="test", connection=conn)
+        else:
+            client.messages.delete("p", "m2", connection=conn)
+        thread, done, out = _in_thread(lambda: client.fork("p", "f"))
+        _wait_for_a_waiter(dsn, done)
+        conn.commit()
+    thread.join(60)
+    (fork,) = out
+    assert isinstance(fork, Fork), fork
+    want = {"m0", "m1", "m3", "m4"}  # the fork came after the removal, either kind
+    assert _held(dsn, "f") == want
+    assert fork.size == client.messages.count("f") == len(want)
+
+
+@pytest.mark.parametrize("removal", ["forget", "delete"])
+def test_a_removal_while_a_fork_is_in_flight_reaches_the_fork(dsn: str, client: pgmem.Client, removal: str) -> None:
+    client.messages.add_many("p", [Message(id=f"m{i}", content=f"m{i}") for i in range(5)])
+    with psycopg.connect(dsn) as conn:  # the fork made, not committed
+        client.fork("p", "f", connection=conn)
+
+        def remove() -> Any:
+            if removal == "forget":
+                return client.retention.forget(["m2"], actor="test")
+            return client.messages.delete("p", "m2")
+
+        thread, done, out = _in_thread(remove)
+        _wait_for_a_waiter(dsn, done)
+        conn.commit()
+    thread.join(60)
+    assert not isinstance(out[0], BaseException), out[0]
+    # A forget takes the message from every fork. The delete's statement ran before the fork committed: it
+    # saw no fork referring to the message and deleted its row too (a statement's snapshot is taken before
+    # any lock it takes), so its trigger, once the fork committed, took the message from the fork as a
+    # forget does, size included: the outcome of the delete first, then the fork.
+    want = {"m0", "m1", "m3", "m4"}
+    assert _held(dsn, "f") == want
+    assert client.messages.count("f") == len(want)
+
+
+@pytest.mark.slow
+def test_a_fork_taken_while_processes_add_holds_exactly_the_parent_up_to_its_point(dsn: str) -> None:
+    """Four processes add to the parent while forks are taken: each fork holds exactly the parent's entries
+    with seq <= its point (none after, none missing), and its size is their number."""
+    with pgmem.connect(dsn, namespace="test") as client:
+        client.messages.add("p", Message(id="seed", content="seed"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    code = (
+        "import sys, pgmem\n"
+        "w = sys.argv[1]\n"
+        "with pgmem.connect(sys.argv[2], namespace='test') as c:\n"
+        "    for i in range(300):\n"
+        "        c.messages.add('p', pgmem.Message(id=f'{w}-{i}', content=f'{w} {i}'))\n"
+    )
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(w), dsn], env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True
+        )
+        for w in range(4)
+    ]
+    forks = []
+    try:
+        with pgmem.connect(dsn, namespace="test") as client:
+            while any(w.poll() is None for w in writers) and len(forks) < 40:
+                forks.append(client.fork("p", f"f{len(forks)}"))
+                time.sleep(0.02)
+    finally:
+        for w in writers:
+            _, err = w.communicate(timeout=300)
+            assert w.returncode == 0, err
+    assert len(forks) >= 2
+    with psycopg.connect(dsn) as conn:
+        parent = dict(
+            conn.execute("SELECT message_id, seq FROM pgmem.memory_entries WHERE namespace = 'test' AND memory = 'p'")
+        )
+    with pgmem.connect(dsn, namespace="test") as client:
+        for fork in forks:
+            want = {i for i, seq in parent.items() if seq <= fork.upto_seq}
+            assert _held(dsn, fork.memory) == want, fork
+            assert fork.size == client.messages.count(fork.memory) == len(want), fork
