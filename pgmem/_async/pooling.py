@@ -4,6 +4,7 @@ reconnects after a failure), taking a connection within the deadline, and openin
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -87,9 +88,12 @@ def check_pool_size(min_size: int, max_size: int) -> None:
 
 
 def _connect_timeout(conninfo: str, timeout: float | None) -> dict[str, Any]:
-    """``connect_timeout`` for a connection to ``conninfo``: the DSN's own if it names one, else the
-    client's timeout (whole seconds, at least 2 as libpq counts them), else libpq's default."""
+    """``connect_timeout`` for a connection to ``conninfo``: the DSN's own if it names one (or
+    ``PGCONNECT_TIMEOUT``'s: an explicit parameter would override libpq's variable), else the client's
+    timeout (whole seconds, at least 2 as libpq counts them), else libpq's default."""
     if timeout is None or "connect_timeout" in psycopg.conninfo.conninfo_to_dict(conninfo):
+        return {}
+    if os.environ.get("PGCONNECT_TIMEOUT", "").strip():
         return {}
     return {"connect_timeout": max(2, math.ceil(timeout))}
 

@@ -29,6 +29,9 @@ from tests.faults.proxy import Proxy
 
 SLACK = 1.0
 
+# Stalls, black holes and resets through a proxy, each waiting out a timeout: the slow leg (.ci/run).
+pytestmark = pytest.mark.slow
+
 
 def _dsn(proxy: Proxy, server: PrivateServer, **extra: object) -> str:
     return make_conninfo(**{k: str(v) for k, v in {**proxy.dsn(server.params), **extra}.items()})

@@ -227,6 +227,8 @@ def _check_silent(exc: BaseException, port: int, took: float, seconds: int) -> N
     assert SECRET not in _shown(exc)
 
 
+# Waits out connect timeouts by design (10 s, and three CLI starts): the slow leg (.ci/run).
+@pytest.mark.slow
 def test_connecting_to_a_port_that_never_answers_fails_in_ten_seconds(silent_port: int) -> None:
     started = time.monotonic()
     with pytest.raises(ConnectionFailed) as raised:
@@ -256,6 +258,8 @@ def test_connecting_to_a_refused_port_says_nothing_listens(refused_port: int) ->
     assert SECRET not in _shown(raised.value)
 
 
+# Waits out connect timeouts by design (10 s, and three CLI starts): the slow leg (.ci/run).
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [("stats",), ("migrate",), ("doctor", "--no-embedder")])
 def test_the_cli_says_so_in_one_line(silent_port: int, command: tuple[str, ...]) -> None:
     dsn = f"postgresql://agent:{SECRET}@127.0.0.1:{silent_port}/db"
