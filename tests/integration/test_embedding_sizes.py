@@ -21,6 +21,9 @@ from pgmem._sync.embedding_models import MODEL_LOCK_KEY
 from pgmem.embeddings import HashingEmbedder
 from pgmem.planning.search import SearchFilters, statement
 
+# Vectors of every size up to 8,192 dimensions, indexes built: the slow leg (.ci/run).
+pytestmark = pytest.mark.slow
+
 
 class TableEmbedder:
     """The vector of row ``i`` of a table for a text ``"i|..."`` (queries: any row of the table)."""

@@ -258,6 +258,8 @@ def test_keyword_scores_depend_on_the_tenant_s_own_messages(dsn: str) -> None:
         assert _ranking(a, "payment timeout", None) != before["payment timeout"][1]
 
 
+# Thousands of vectors in two tenants, an index built: the slow leg (.ci/run).
+@pytest.mark.slow
 def test_the_exact_or_index_choice_depends_on_the_tenant_s_own_vectors(dsn: str) -> None:
     """A 629-message memory was searched exactly or through the index depending on what other namespaces
     held (the table's row count decided): the choice is now made on the namespace's own vectors."""

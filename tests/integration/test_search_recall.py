@@ -82,6 +82,8 @@ def _small_memory(client: pgmem.Client, memory: str = "docs", n: int = 40, seed:
     return vectors
 
 
+# 6,000 real vectors and an HNSW index: the slow leg (.ci/run).
+@pytest.mark.slow
 def test_a_starved_index_scan_shows_in_the_view_and_a_good_one_does_not(dsn: str) -> None:
     corpus, queries = _minilm()
     with pgmem.connect(dsn, namespace="recall", recall_sample=1.0) as client:

