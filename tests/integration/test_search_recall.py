@@ -119,7 +119,7 @@ def test_a_starved_index_scan_shows_in_the_view_and_a_good_one_does_not(dsn: str
         (row,) = _view(dsn, "recall")
         assert (row["model"], row["kind"], row["strategy"]) == ("minilm-recall-test", "vector", "ann")
         assert row["samples"] == row["checked"] == len(queries)
-        assert row["mean_recall"] <= 0.2, row
+        assert row["mean_recall"] <= 0.2 + 1e-9, row  # a mean of values <= 0.2, summed in floating point
         assert row["mean_recall"] == pytest.approx(independent, abs=1 / K), (row, independent)
         figures = client.vectors.recall.summary()
         assert [(f.samples, f.unchecked) for f in figures] == [(len(queries), 0)]
