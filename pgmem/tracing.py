@@ -101,13 +101,29 @@ def enabled() -> bool:
     return _enabled
 
 
+def _definitions(cls: type) -> dict[str, Any]:
+    """What each name of ``cls`` is, found as an attribute lookup finds it, among ``cls`` and the parts it is
+    composed of: its bases that are not repositories themselves (the message repository's writes, removals
+    and reads). A repository another one derives from has its own spans."""
+    found: dict[str, tuple[type, Any]] = {}
+    for klass in cls.__mro__:
+        for name, value in vars(klass).items():
+            found.setdefault(name, (klass, value))
+    return {
+        name: value
+        for name, (klass, value) in found.items()
+        if klass is cls or klass.__name__.removeprefix("Async") not in REPOSITORIES
+    }
+
+
 def traced_methods(cls: type) -> list[str]:
-    """The names of ``cls``'s methods that :func:`instrument` wraps (those defined on the class itself)."""
+    """The names of ``cls``'s methods that :func:`instrument` wraps (those defined on the class itself or
+    on the parts it is composed of)."""
     if cls.__name__.removeprefix("Async") not in REPOSITORIES:
         return []
     return [
         name
-        for name, value in vars(cls).items()
+        for name, value in _definitions(cls).items()
         if not name.startswith("_")
         and name not in NOT_CALLS
         and inspect.isfunction(value)  # not a staticmethod, classmethod or property
@@ -124,7 +140,7 @@ def instrument(cls: type) -> None:
     if repository is None:
         return
     for name in traced_methods(cls):
-        method = vars(cls)[name]
+        method = inspect.getattr_static(cls, name)  # a part's is wrapped on ``cls``, the part left as written
         if not getattr(method, _MARK, False):
             setattr(cls, name, _traced(method, f"{repository}.{name}"))
 

@@ -21,6 +21,10 @@ DST = ROOT / "pgmem" / "_sync"
 REPLACEMENTS = {
     "AsyncClient": "Client",
     "AsyncMessageRepository": "MessageRepository",
+    "AsyncMessageBase": "MessageBase",
+    "AsyncMessageWrites": "MessageWrites",
+    "AsyncMessageRemovals": "MessageRemovals",
+    "AsyncMessageReads": "MessageReads",
     "AsyncQueueRepository": "QueueRepository",
     "AsyncRepository": "Repository",
     "AsyncExecutor": "Executor",

@@ -42,7 +42,7 @@ sys.meta_path.insert(0, _NoOpenTelemetry())
 """
 
 _PROBE = """
-import importlib, inspect, json, sys
+import importlib, inspect, json, os, sys
 import pgmem
 from pgmem import tracing
 found = {"enabled": tracing.enabled(), "wrapped": [], "methods": 0}
@@ -50,10 +50,12 @@ for name, module in MODULES.items():
     for flavour, prefix in (("_sync", ""), ("_async", "Async")):
         cls = getattr(importlib.import_module(f"pgmem.{flavour}.{module}"), prefix + name)
         for method in tracing.traced_methods(cls):
-            function = vars(cls)[method]
+            function = inspect.getattr_static(cls, method)
             found["methods"] += 1
-            # The function written: no wrapper, its code in the repository's own module.
-            if hasattr(function, "__wrapped__") or not function.__code__.co_filename.endswith(f"{module}.py"):
+            # The function written: no wrapper, its code in the core's modules (the repository's, or those of
+            # the parts it is composed of), not in pgmem/tracing.py.
+            home = os.path.basename(os.path.dirname(function.__code__.co_filename))
+            if hasattr(function, "__wrapped__") or home != flavour:
                 found["wrapped"].append(f"{cls.__name__}.{method}")
 found["otel_loaded"] = sorted(m for m in sys.modules if m.split(".")[0] == "opentelemetry")
 if BLOCKED:
@@ -112,7 +114,7 @@ def test_the_twins_have_the_same_calls_and_the_async_ones_are_coroutines(name: s
     calls = tracing.traced_methods(asynchronous)
     assert calls and sorted(calls) == sorted(tracing.traced_methods(synchronous))
     for method in calls:
-        function = inspect.unwrap(vars(asynchronous)[method])
+        function = inspect.unwrap(inspect.getattr_static(asynchronous, method))
         # A public plain function in a repository runs no statement: name it in tracing.NOT_CALLS.
         assert inspect.iscoroutinefunction(function), f"{asynchronous.__name__}.{method} is not a coroutine"
 
