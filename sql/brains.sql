@@ -78,6 +78,16 @@ SELECT coalesce(max(x.seq), 0) AS seq FROM {{lineage}} CROSS JOIN LATERAL (
     WHERE namespace = %(ns)s AND memory = l.memory AND seq <= l.upto
     ORDER BY seq DESC LIMIT 1) AS x;
 
+-- name: settle_memories
+-- The writers' settle lock (28781: the fragment settle_lock_key) of each of %(keys)s, shared, in a
+-- statement of its own before a brain's memories are emptied and dropped: a fork of one of them that is
+-- being taken holds it exclusively until it commits, and the removal's statements then run in snapshots
+-- that see the fork (`clear` keeps the messages it inherits, the trigger copies them into it); a fork
+-- taken after waits for the removal and finds no parent (NotFound). Without it, `clear` deleted the
+-- messages of an in-flight fork as orphans, and the fork lost them.
+SELECT pg_advisory_xact_lock_shared(28781, hashtext(%(ns)s || '/' || k.key))::text
+FROM (SELECT DISTINCT unnest(%(keys)s::text[]) AS key ORDER BY 1) AS k;
+
 -- name: delete_memories
 -- Drop memories (their entries, summaries and brain rows cascade). Returns how many were dropped.
 WITH gone AS (

@@ -89,6 +89,21 @@ WITH gone AS (
 )
 SELECT count(*) FROM gone;
 
+-- fragment: path_matches
+-- A condition on the path `p.path` of list_paths and list_paths_as_of: it starts with %(prefix)s and ends
+-- with %(suffix)s (whole labels; a "*" label matches any one label; NULL: any).
+(%(prefix)s::text[] IS NULL OR (
+    cardinality(p.path) >= cardinality(%(prefix)s::text[])
+    AND NOT EXISTS (
+        SELECT 1 FROM unnest(%(prefix)s::text[]) WITH ORDINALITY AS c(label, n)
+        WHERE c.label <> '*' AND c.label <> p.path[c.n::int])))
+AND (%(suffix)s::text[] IS NULL OR (
+    cardinality(p.path) >= cardinality(%(suffix)s::text[])
+    AND NOT EXISTS (
+        SELECT 1 FROM unnest(%(suffix)s::text[]) WITH ORDINALITY AS c(label, n)
+        WHERE c.label <> '*'
+          AND c.label <> p.path[cardinality(p.path) - cardinality(%(suffix)s::text[]) + c.n::int])))
+
 -- name: list_paths
 -- The namespace's distinct paths (one index probe per path, a loose index scan), those matching the
 -- prefix and suffix conditions (a "*" label matches any one label), truncated to %(max_depth)s labels,
@@ -102,20 +117,43 @@ WITH RECURSIVE paths AS (
 ), matching AS (
     SELECT p.path FROM paths AS p
     WHERE p.path IS NOT NULL
-      AND (%(prefix)s::text[] IS NULL OR (
-          cardinality(p.path) >= cardinality(%(prefix)s::text[])
-          AND NOT EXISTS (
-              SELECT 1 FROM unnest(%(prefix)s::text[]) WITH ORDINALITY AS c(label, n)
-              WHERE c.label <> '*' AND c.label <> p.path[c.n::int])))
-      AND (%(suffix)s::text[] IS NULL OR (
-          cardinality(p.path) >= cardinality(%(suffix)s::text[])
-          AND NOT EXISTS (
-              SELECT 1 FROM unnest(%(suffix)s::text[]) WITH ORDINALITY AS c(label, n)
-              WHERE c.label <> '*'
-                AND c.label <> p.path[cardinality(p.path) - cardinality(%(suffix)s::text[]) + c.n::int])))
+      AND {{path_matches}}
       AND (NOT %(omit_expired)s OR EXISTS (
           SELECT 1 FROM pgmem.items AS i
           WHERE i.namespace = %(ns)s AND i.path = p.path AND (i.expires_at IS NULL OR i.expires_at > now())))
+)
+SELECT DISTINCT CASE WHEN %(max_depth)s::int IS NULL THEN m.path ELSE m.path[1:%(max_depth)s::int] END AS path
+FROM matching AS m
+ORDER BY 1
+LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: list_paths_as_of
+-- list_paths as the store was at %(at)s (migration 0022): the paths that held an item then, by the rule of
+-- get_as_of (the current row written by then, else a version of pgmem.item_history valid then; one that
+-- had expired then does not count). The distinct paths of both tables (a loose index scan of each: a path
+-- whose items were all deleted since is only in the history), then the same conditions and cut.
+WITH RECURSIVE paths AS (
+    (SELECT i.path FROM pgmem.items AS i WHERE i.namespace = %(ns)s ORDER BY i.path LIMIT 1)
+    UNION ALL
+    SELECT (SELECT i.path FROM pgmem.items AS i WHERE i.namespace = %(ns)s AND i.path > paths.path
+            ORDER BY i.path LIMIT 1)
+    FROM paths WHERE paths.path IS NOT NULL
+), past AS (
+    (SELECT h.path FROM pgmem.item_history AS h WHERE h.namespace = %(ns)s ORDER BY h.path LIMIT 1)
+    UNION ALL
+    SELECT (SELECT h.path FROM pgmem.item_history AS h WHERE h.namespace = %(ns)s AND h.path > past.path
+            ORDER BY h.path LIMIT 1)
+    FROM past WHERE past.path IS NOT NULL
+), matching AS (
+    SELECT p.path FROM (SELECT path FROM paths UNION SELECT path FROM past) AS p
+    WHERE p.path IS NOT NULL
+      AND {{path_matches}}
+      AND (EXISTS (SELECT 1 FROM pgmem.items AS i
+                   WHERE i.namespace = %(ns)s AND i.path = p.path AND i.updated_at <= %(at)s
+                     AND (i.expires_at IS NULL OR i.expires_at > %(at)s))
+           OR EXISTS (SELECT 1 FROM pgmem.item_history AS h
+                      WHERE h.namespace = %(ns)s AND h.path = p.path AND h.valid_from <= %(at)s
+                        AND h.valid_to > %(at)s AND (h.expires_at IS NULL OR h.expires_at > %(at)s)))
 )
 SELECT DISTINCT CASE WHEN %(max_depth)s::int IS NULL THEN m.path ELSE m.path[1:%(max_depth)s::int] END AS path
 FROM matching AS m

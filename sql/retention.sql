@@ -183,6 +183,31 @@ WHERE namespace = %(ns)s AND metadata @> jsonb_build_object('subject', %(subject
 ORDER BY id
 FOR UPDATE;
 
+-- name: forget_lock_holders
+-- The writers' settle lock (28781: the fragment settle_lock_key), shared, of every memory that holds a
+-- forgotten message: each memory with an entry of it and each fork that inherits one (its parent's entry
+-- at or below its point, recursively). A fork takes its parent's lock exclusively (sql/forks.sql), so
+-- none can be taken of a locked memory until the forget commits; it then counts, and copies summaries,
+-- without the message. Run before anything of the forget reads the forks, until the memories it returns
+-- stop growing (pgmem._async.retention): each run's snapshot is taken after the previous run's locks, so a
+-- fork committed while they were taken is seen, and locked, by the next (a grandchild taken of a fork
+-- while its grandparent forgets: migration 0023 locked only the memories the entries leave, after the
+-- stale summaries were marked). Returns the memories locked.
+WITH RECURSIVE holder (memory, seq, depth) AS (
+    SELECT e.memory, e.seq, 0 FROM pgmem.memory_entries AS e
+    WHERE e.namespace = %(ns)s AND e.message_id = ANY(%(ids)s::text[])
+    UNION ALL
+    SELECT f.memory, h.seq, h.depth + 1
+    FROM holder AS h JOIN pgmem.memory_forks AS f
+      ON f.namespace = %(ns)s AND f.parent = h.memory AND f.materialized_at IS NULL AND h.seq <= f.upto_seq
+    WHERE h.depth < 64
+), held AS MATERIALIZED (
+    SELECT DISTINCT h.memory FROM holder AS h ORDER BY h.memory
+)
+SELECT held.memory, pg_advisory_xact_lock_shared(28781, hashtext(%(ns)s || '/' || held.memory))::text
+FROM held
+ORDER BY held.memory;
+
 -- name: forget_stale_summaries
 -- Summaries (every level) whose range of entries covers an entry of a forgotten message: marked stale, their
 -- content (which may quote the message) emptied. A level-n summary's range spans its children's, so a
@@ -215,10 +240,16 @@ SELECT count(*) FROM marked;
 -- A BrainMemory's historical summary (and last talk, when it is a forgotten message's text) is a copy
 -- too: a brain whose history (the memory b.key; knowledge is never summarised) held a forgotten message
 -- loses its summary, and its remaining history reads as unsummarised again (summarized_seq 0) until it is
--- compressed anew.
-WITH forgotten AS (
-    SELECT e.memory FROM pgmem.memory_entries AS e
+-- compressed anew. A brain whose history is a fork that inherits the message (its parent's entry at or
+-- below its point, recursively) held it too: `holder` follows the forks down, as forget_stale_summaries.
+WITH RECURSIVE holder (memory, seq, depth) AS (
+    SELECT e.memory, e.seq, 0 FROM pgmem.memory_entries AS e
     WHERE e.namespace = %(ns)s AND e.message_id = ANY(%(ids)s::text[])
+    UNION ALL
+    SELECT f.memory, h.seq, h.depth + 1
+    FROM holder AS h JOIN pgmem.memory_forks AS f
+      ON f.namespace = %(ns)s AND f.parent = h.memory AND f.materialized_at IS NULL AND h.seq <= f.upto_seq
+    WHERE h.depth < 64
 ), reset AS (
     UPDATE pgmem.brain_memories AS b
     SET historical_summary = '', summarized_seq = 0,
@@ -227,7 +258,7 @@ WITH forgotten AS (
                          THEN NULL ELSE b.last_talk END,
         updated_at = now()
     WHERE b.namespace = %(ns)s
-      AND b.key IN (SELECT memory FROM forgotten)
+      AND b.key IN (SELECT memory FROM holder)
       AND (b.historical_summary <> '' OR b.summarized_seq <> 0 OR b.last_talk IS NOT NULL)
     RETURNING 1
 )

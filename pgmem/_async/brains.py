@@ -261,6 +261,8 @@ class AsyncBrainRepository(AsyncRepository):
         key, knowledge_key = self.keys(redis_key)
         keys = [key, knowledge_key]
         async with self._client.executor.transaction(connection) as block:
+            # Forks of them being taken first, or after (sql/brains.sql settle_memories).
+            await block.command(Q["settle_memories"], {"ns": self.namespace, "keys": keys})
             for memory in keys:
                 # No materialisation for a fork: the memory itself goes (what it inherits stays its parent's).
                 await block.command(MQ["clear"], {"ns": self.namespace, "memory": memory})

@@ -350,17 +350,27 @@ class AsyncItemRepository(AsyncRepository):
         limit: int = 100,
         offset: int = 0,
         omit_expired: bool = False,
+        as_of: ItemsAsOf | None = None,
         connection: AsyncConnection[Any] | None = None,
     ) -> list[tuple[str, ...]]:
         """The distinct paths holding items, sorted: those starting with ``prefix`` and ending with
         ``suffix`` (whole labels; a ``"*"`` label matches any one label), each cut to ``max_depth``
-        labels (then distinct again)."""
+        labels (then distinct again).
+
+        ``as_of``: the paths that held an item then (:meth:`search`'s ``as_of``, :meth:`get_many`'s rule:
+        a path whose items were all deleted since is listed, one whose first item came later is not, and
+        an item that had expired then counts for nothing, whatever ``omit_expired`` says).
+
+        Example:
+            >>> await client.items.list_paths(prefix=("users",), as_of=mark)
+            [('users', 'u1')]
+        """
         plan.check_page(limit, offset)
         if max_depth is not None and (isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 1):
             raise InvalidInput(f"max_depth must be a positive integer, got {max_depth!r}")
         pre = plan.check_path(prefix, "prefix", empty=True) if prefix is not None else ()
         suf = plan.check_path(suffix, "suffix", empty=True) if suffix is not None else ()
-        params = {
+        params: dict[str, Any] = {
             "prefix": list(pre) or None,
             "suffix": list(suf) or None,
             "max_depth": max_depth,
@@ -368,7 +378,10 @@ class AsyncItemRepository(AsyncRepository):
             "offset": offset,
             "omit_expired": bool(omit_expired),
         }
-        return [tuple(path) for path in await self._column("list_paths", params, connection)]
+        name = "list_paths"
+        if as_of is not None:
+            name, params["at"] = "list_paths_as_of", await self._at(as_of, connection)
+        return [tuple(path) for path in await self._column(name, params, connection)]
 
     async def search(
         self,

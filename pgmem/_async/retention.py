@@ -316,6 +316,11 @@ class AsyncRetention(AsyncRepository):
         if not ids:
             return Forgotten(audit_id=0)
         p = {"ids": ids}
+        # Every memory holding them, forks included, locked against new forks before any statement below
+        # reads the forks (sql/retention.sql forget_lock_holders); again until no fork appeared meanwhile.
+        locked: set[str] = set()
+        while not (found := {str(row[0]) for row in await self._fetch(block, "forget_lock_holders", p)}) <= locked:
+            locked |= found
         counts: dict[str, int] = {}
         if stale:  # before the entries go: they say what each summary covered
             counts["summaries_stale"] = await self._count(block, "forget_stale_summaries", p)

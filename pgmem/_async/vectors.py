@@ -379,6 +379,15 @@ class AsyncVectorRepository(AsyncRepository):
         half_life)`` with a recency half-life (a timedelta or seconds). Each ranking is cut at ``max(4 k,
         40)`` candidates; the result's ``distance`` is None for text-only hits. ``label``: as in
         :meth:`search` (the log records the fused scores). See :mod:`pgmem.planning.search`.
+
+        Weights are numbers in [0, 1000]. A leg weighted 0 does not run and brings no message: with
+        ``w_vector=0`` no query is embedded (no model is needed) and only messages the keyword leg finds
+        come back; with ``w_text=0`` only the vector leg's. Both 0: :class:`pgmem.InvalidInput`.
+
+        Example:
+            >>> hits = await client.vectors.hybrid_search("payment timeout", memory="chat", w_vector=0)
+            >>> all(h.distance is None for h in hits)  # keyword hits only
+            True
         """
         return await self.searcher.hybrid_search(
             text,

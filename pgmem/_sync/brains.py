@@ -262,6 +262,8 @@ class BrainRepository(Repository):
         key, knowledge_key = self.keys(redis_key)
         keys = [key, knowledge_key]
         with self._client.executor.transaction(connection) as block:
+            # Forks of them being taken first, or after (sql/brains.sql settle_memories).
+            block.command(Q["settle_memories"], {"ns": self.namespace, "keys": keys})
             for memory in keys:
                 # No materialisation for a fork: the memory itself goes (what it inherits stays its parent's).
                 block.command(MQ["clear"], {"ns": self.namespace, "memory": memory})

@@ -33,7 +33,7 @@ from pgmem.errors import InvalidInput, PgmemError, redact
 from pgmem.planning import statements
 from pgmem.planning.recall import as_of, filters_doc, filters_from, options_of, recall_at, served_ids
 from pgmem.planning.retention import cutoff_params
-from pgmem.planning.search import EmbeddingModel, SearchFilters, statement
+from pgmem.planning.search import EmbeddingModel, SearchFilters, hybrid_legs, statement
 from pgmem.settings import get_settings
 
 if TYPE_CHECKING:
@@ -184,7 +184,9 @@ class SearchRecall(Repository):
         params: dict[str, Any] = {"ns": self.namespace, **sample.options, **filters.params(), "q": sample.query}
         if sample.kind == "hybrid":
             params["scope_n"] = self._planner.scope_size(filters.memory, block.connection)
-            text = statement("hybrid", model, filters, "exact")
+            # the legs the served search ran (a leg weighted 0 runs not at all)
+            legs = hybrid_legs(sample.options.get("w_vector", 1.0), sample.options.get("w_text", 1.0))
+            text = statement("hybrid", model, filters, "exact", legs=legs)
         else:  # a batch's query is a vector search of its own
             text = statement("vector", model, filters, "exact", sample.k, "max_distance" in sample.options)
         rows = block.rows(text, params)

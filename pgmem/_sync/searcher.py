@@ -35,6 +35,8 @@ from pgmem.planning.search import (
     check_mode,
     forked,
     hybrid_hit,
+    hybrid_legs,
+    hybrid_text_statement,
     keyword_statement,
     log_text,
     statement,
@@ -249,14 +251,12 @@ class Searcher(Repository):
             if value is not None:
                 check_query_text(value, name)
         keywords = keyword_query if keyword_query is not None else text
-        if keywords is None:
+        legs = hybrid_legs(w_vector, w_text)  # a leg weighted 0 does not run: it needs no input
+        if keywords is None and legs != "vector":
             raise InvalidInput("hybrid search needs a text (or a keyword_query) for its keyword half")
-        if text is None and vector is None:
+        if text is None and vector is None and legs != "text":
             raise InvalidInput("hybrid search needs a text (or a vector) for its vector half")
         check_k(k)
-        for name, weight in (("w_vector", w_vector), ("w_text", w_text)):
-            if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 <= weight <= 1000:
-                raise InvalidInput(f"{name} must be a number in [0, 1000], got {weight!r}")
         if isinstance(rrf_k, bool) or not isinstance(rrf_k, int) or not 0 <= rrf_k <= 10_000:
             raise InvalidInput(f"rrf_k must be an integer in [0, 10000], got {rrf_k!r}")
         check_fusion(fusion)
@@ -264,7 +264,23 @@ class Searcher(Repository):
         seconds = check_half_life(half_life)
         depth = max(4 * k, 40)
         logged = self._client.retrieval_log
-        scope_n = self._planner.scope_size(filters.memory, connection)
+        scope_n = self._planner.scope_size(filters.memory, connection) if legs != "vector" else 0
+        if legs == "text":
+            params = {
+                "ns": self.namespace,
+                "k": depth,
+                "limit": k,
+                "text": keywords,
+                "scope_n": scope_n,
+                "fusion": fusion,
+                "w_text": float(w_text),
+                "rrf_k": rrf_k,
+                "half_life": seconds,
+            }
+            if logged:
+                params["log_label"] = log_text(label)
+                params["log_query"] = log_text(text if text is not None else keywords)
+            return self._text_only(filters, params, logged, connection)
 
         def plan(model: EmbeddingModel, qs: Any, strategy: str, filters: SearchFilters) -> _Plan:
             params = {
@@ -286,7 +302,7 @@ class Searcher(Repository):
                 params["log_label"] = log_text(label)
                 params["log_query"] = log_text(text if text is not None else keywords)
             return _Plan(
-                statement("hybrid", model, filters, strategy, logged=logged),
+                statement("hybrid", model, filters, strategy, logged=logged, legs=legs),
                 [params],
                 self._planner.scan_settings(strategy, model.depth(depth)),
             )
@@ -295,6 +311,20 @@ class Searcher(Repository):
         vectors = None if vector is None else [vector]
         (rows,) = self._run(filters, texts, vectors, embedder, mode, None, plan, connection, sample=("hybrid", k))
         return [hybrid_hit(row) for row in rows]
+
+    def _text_only(
+        self, filters: SearchFilters, params: dict[str, Any], logged: bool, connection: Connection[Any] | None
+    ) -> list[SearchHit]:
+        """A hybrid search with ``w_vector=0``: its keyword leg alone, scored as hybrid search scores it
+        (no model, no query embedding); again through the lineage when its rows say the memory is a fork."""
+        self._planner.fresh_statistics(connection)
+        while True:
+            params = {**params, **filters.params()}
+            planned = _Plan(hybrid_text_statement(filters, logged=logged), [params], None)
+            (rows,) = self._execute(planned, connection)
+            if not self._inherits(rows, filters, connection):
+                return [hybrid_hit(row) for row in rows]
+            filters = self._client.forks._through_lineage(filters)
 
     def keyword_search(
         self,

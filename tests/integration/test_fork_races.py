@@ -146,3 +146,115 @@ def test_a_fork_taken_while_processes_add_holds_exactly_the_parent_up_to_its_poi
             want = {i for i, seq in parent.items() if seq <= fork.upto_seq}
             assert _held(dsn, fork.memory) == want, fork
             assert fork.size == client.messages.count(fork.memory) == len(want), fork
+
+
+def _summaries(dsn: str) -> dict[str, list[str]]:
+    """Each memory's summaries' contents ('' once stale: a forget empties what may quote the message)."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT memory, content FROM pgmem.summaries ORDER BY memory, level, first_seq").fetchall()
+    out: dict[str, list[str]] = {}
+    for memory, content in rows:
+        out.setdefault(str(memory), []).append(str(content))
+    return out
+
+
+def _summarised(client: pgmem.Client, memory: str) -> None:
+    """A level-1 summary of the whole memory, quoting every message (a fork copies it when forked)."""
+    entries = client.messages.last(memory, 0)
+    text = " ".join(m.content for m in entries)
+    client.summaries.add(
+        memory,
+        level=1,
+        first_seq=entries[0].seq or 1,
+        last_seq=entries[-1].seq or 1,
+        content=f"they said {text}",
+        source_chars=len(text),
+        source_tokens=len(entries),
+    )
+
+
+def _exists(dsn: str, memory: str) -> bool:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute("SELECT 1 FROM pgmem.memories WHERE key = %s", (memory,)).fetchone() is not None
+
+
+@pytest.mark.parametrize("first", ["delete", "fork"])
+def test_a_parent_deleted_while_a_fork_is_taken(dsn: str, client: pgmem.Client, first: str) -> None:
+    """The parent memory deleted (a brain's delete: its history and the memory) on one connection while
+    it is forked on another, each order: the fork holds the whole parent at its point, or fails with
+    NotFound and leaves no memory; never a fork that lost entries."""
+    history = [Message(id=f"m{i}", content=f"m{i}") for i in range(5)]
+    client.brains.dump("b", history=history)
+    parent = client.brains.keys("b")[0]
+    with psycopg.connect(dsn) as conn:
+        if first == "delete":
+            client.brains.delete("b", connection=conn)
+            thread, done, out = _in_thread(lambda: client.fork(parent, "f"))
+        else:
+            client.fork(parent, "f", connection=conn)
+            thread, done, out = _in_thread(lambda: client.brains.delete("b"))
+        _wait_for_a_waiter(dsn, done)
+        conn.commit()
+    thread.join(60)
+    assert not _exists(dsn, parent)
+    if first == "delete":
+        assert isinstance(out[0], pgmem.NotFound), out  # the fork found no parent
+        assert not _exists(dsn, "f")
+    else:
+        assert out == [True], out
+        assert _held(dsn, "f") == {m.id for m in history}
+        assert client.messages.count("f") == 5
+        assert [m.content for m in client.messages.last("f")] == [m.content for m in history]
+
+
+@pytest.mark.parametrize("first", ["forget", "fork"])
+def test_a_parent_forgotten_while_a_fork_is_taken(dsn: str, client: pgmem.Client, first: str) -> None:
+    """forget(memory=parent) and a fork of it, each order: forgetting erases everywhere, so the fork ends
+    empty either way (taken after: an empty parent; taken before: the forget reached it), its count exact
+    and the summary it copied emptied."""
+    client.messages.add_many("p", [Message(id=f"m{i}", content=f"m{i}") for i in range(5)])
+    _summarised(client, "p")
+    with psycopg.connect(dsn) as conn:
+        if first == "forget":
+            client.retention.forget(memory="p", actor="test", connection=conn)
+            thread, done, out = _in_thread(lambda: client.fork("p", "f"))
+        else:
+            client.fork("p", "f", connection=conn)
+            thread, done, out = _in_thread(lambda: client.retention.forget(memory="p", actor="test"))
+        _wait_for_a_waiter(dsn, done)
+        conn.commit()
+    thread.join(60)
+    assert not isinstance(out[0], BaseException), out[0]
+    assert _held(dsn, "f") == set() and client.messages.count("f") == 0
+    if first == "forget":  # forked at 0 (an empty parent): no summary ends there
+        assert out[0].size == 0 and out[0].upto_seq == 0
+        assert _summaries(dsn) == {"p": [""]}
+    else:  # the copy it took of the parent's summary is emptied too
+        assert _summaries(dsn) == {"f": [""], "p": [""]}
+
+
+@pytest.mark.parametrize("first", ["forget", "fork"])
+def test_a_grandparents_forget_while_its_grandchild_is_forked(dsn: str, client: pgmem.Client, first: str) -> None:
+    """A message of g forgotten while c (a fork of g) is forked into gc, each order: the message leaves gc
+    too, gc's size counts without it, and the summaries that quoted it are emptied in g, c and gc."""
+    client.messages.add_many("g", [Message(id=f"m{i}", content=f"m{i}") for i in range(5)])
+    _summarised(client, "g")
+    client.fork("g", "c")
+    with psycopg.connect(dsn) as conn:
+        if first == "forget":
+            client.retention.forget(["m2"], actor="test", connection=conn)
+            thread, done, out = _in_thread(lambda: client.fork("c", "gc"))
+        else:
+            client.fork("c", "gc", connection=conn)
+            thread, done, out = _in_thread(lambda: client.retention.forget(["m2"], actor="test"))
+        _wait_for_a_waiter(dsn, done)
+        conn.commit()
+    thread.join(60)
+    assert not isinstance(out[0], BaseException), out[0]
+    want = {"m0", "m1", "m3", "m4"}
+    for memory in ("g", "c", "gc"):
+        assert _held(dsn, memory) == want, memory
+        assert client.messages.count(memory) == len(want), memory
+    if first == "forget":
+        assert out[0].size == len(want)
+    assert _summaries(dsn) == {"c": [""], "g": [""], "gc": [""]}

@@ -139,6 +139,32 @@ def test_forget_reaches_every_fork_and_is_audited(client: pgmem.Client, dsn: str
     assert len(audits) == 1
 
 
+def test_forget_resets_the_brain_summaries_of_every_fork_that_inherits_the_message(
+    client: pgmem.Client, dsn: str
+) -> None:
+    """A brain whose history is a fork (or a fork of a fork) inherits the forgotten message: its summary
+    may quote it, so it is reset as the original brain's is; a fork taken before the message keeps its own."""
+    history = [Message(id=f"h{i}", content=f"talk {i}") for i in range(3)]
+    client.brains.dump("b1", history=history[:1], historical_summary="b1 summary")
+    early = client.fork(client.brains.keys("b1")[0], client.brains.keys("early")[0])  # before h1
+    client.brains.dump("b1", history=history[1:], historical_summary="b1 said talk 1")
+    client.fork(client.brains.keys("b1")[0], client.brains.keys("b2")[0])
+    client.fork(client.brains.keys("b2")[0], client.brains.keys("b3")[0])  # a fork of the fork
+    for brain in ("early", "b2", "b3"):
+        client.brains.dump(brain, historical_summary=f"{brain} said talk 1")
+    done = client.retention.forget(["h1"], actor="brains")
+    assert done.brain_summaries == 3  # b1, b2, b3
+    for brain in ("b1", "b2", "b3"):
+        state = client.brains.load(brain)
+        assert state is not None and state.historical_summary == "", brain
+        assert "talk 1" not in [m.content for m in state.history], brain
+    kept = client.brains.load("early")
+    assert kept is not None and kept.historical_summary == "early said talk 1" and early.size == 1
+    with psycopg.connect(dsn) as conn:
+        (counts,) = conn.execute("SELECT counts FROM pgmem.forget_audit WHERE label = 'brains'").fetchone() or [{}]
+    assert counts["brain_summaries"] == 3
+
+
 def test_retention_of_a_fork_trims_what_it_inherits(client: pgmem.Client) -> None:
     _fill(client, "p", 6)
     client.fork("p", "f")

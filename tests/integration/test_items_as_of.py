@@ -156,6 +156,40 @@ def test_search_lists_and_filters_as_of(client: pgmem.Client) -> None:
     assert client.items.search((), as_of=t0, limit=0) == []
 
 
+def test_list_paths_as_of(client: pgmem.Client, dsn: str) -> None:
+    """The paths that held an item then, by get's rule: a path emptied since is listed, one created later
+    is not, an item expired then counts for nothing; prefix, suffix, max_depth and paging as without as_of."""
+    client.items.put(("users", "a"), "p", {"v": 1})
+    client.items.put(("users", "b"), "p", {"v": 1})
+    client.items.put(("teams", "t", "x"), "p", {"v": 1})
+    client.items.put(("tmp", "gone"), "p", {"v": 1}, ttl=0.001)  # 60 ms
+    t0 = _updated(client, "p", ("tmp", "gone"))
+    t1 = t0 + timedelta(milliseconds=150)  # tmp expired then
+    time.sleep(0.2)  # the changes below come after t1 (ordering, not a timing assertion)
+    client.items.delete(("users", "b"), "p")  # users/b now only in the history
+    client.items.put(("users", "c"), "p", {"v": 1})  # after t0 and t1
+    client.items.put(("users", "a"), "p", {"v": 2})  # a new version: the path was there all along
+    assert client.items.list_paths(omit_expired=True) == [("teams", "t", "x"), ("users", "a"), ("users", "c")]
+    assert client.items.list_paths(as_of=t0) == [("teams", "t", "x"), ("tmp", "gone"), ("users", "a"), ("users", "b")]
+    assert client.items.list_paths(as_of=t1) == [("teams", "t", "x"), ("users", "a"), ("users", "b")]  # tmp expired
+    assert client.items.list_paths(prefix=("users",), as_of=t0) == [("users", "a"), ("users", "b")]
+    assert client.items.list_paths(suffix=("*", "b"), as_of=t0) == [("users", "b")]
+    assert client.items.list_paths(max_depth=1, as_of=t0) == [("teams",), ("tmp",), ("users",)]
+    assert client.items.list_paths(as_of=t0, limit=2, offset=1) == [("tmp", "gone"), ("users", "a")]
+    before = t0 - timedelta(days=1)
+    assert client.items.list_paths(as_of=before) == []
+    # A mark's time, as get and search take it.
+    client.messages.add("chat", Message(content="hello"))
+    client.mark("chat", "now")
+    client.items.forget(("users", "b"))  # gone for good, history included
+    assert client.items.list_paths(prefix=("users",), as_of=("chat", "now")) == [("users", "a"), ("users", "c")]
+    for bad in (5, datetime(2026, 1, 1)):  # noqa: DTZ001 - naive on purpose
+        with pytest.raises(InvalidInput):
+            client.items.list_paths(as_of=bad)  # type: ignore[arg-type]
+    with pytest.raises(NotFound):
+        client.items.list_paths(as_of=("chat", "nope"))
+
+
 def test_as_of_a_mark(client: pgmem.Client) -> None:
     """A Mark (its marked_at) or (memory, name): the mark's time; an unknown mark is NotFound."""
     client.messages.add("chat", Message(content="hello"))

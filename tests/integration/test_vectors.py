@@ -263,6 +263,66 @@ def test_hybrid_search(client: pgmem.Client) -> None:
     assert decayed[0].score == pytest.approx(fresh, rel=1e-2) and decayed[0].score < fresh
 
 
+class _Counting(HashingEmbedder):
+    """The offline embedder, counting the texts it embeds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts = 0
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        self.texts += len(texts)
+        return super().embed(texts)
+
+
+def test_a_leg_weighted_zero_does_not_run_and_brings_no_message(client: pgmem.Client) -> None:
+    """w_vector=0: no query embedded, only the keyword leg's messages (they were joined by the vector
+    leg's candidates at score 0); w_text=0: only the vector leg's; both 0 or a negative weight: refused."""
+    client.vectors.enable("m")
+    client.messages.add_many("m", [Message(id=f"f{i}", content=f"filler{i} note") for i in range(60)])
+    client.vectors.flush()
+    embedder = _Counting()
+    text_only = client.vectors.hybrid_search("filler7", memory="m", w_vector=0, k=10, embedder=embedder)
+    assert [h.message.id for h in text_only] == ["f7"]  # was f7 then 9 vector candidates at score 0
+    assert text_only[0].distance is None and text_only[0].score == pytest.approx(1.0)
+    assert embedder.texts == 0  # the vector leg did not run: nothing embedded
+    rrf = client.vectors.hybrid_search("filler7", memory="m", w_vector=0, fusion="rrf", embedder=embedder)
+    assert [h.message.id for h in rrf] == ["f7"] and rrf[0].score == pytest.approx(1 / 61)
+    assert embedder.texts == 0
+    client.vectors.hybrid_search("filler7", memory="m", k=10, embedder=embedder)
+    assert embedder.texts == 1  # both legs: the query is embedded once
+    # A memory without vectors has no vector leg to run: keywords alone work there.
+    client.messages.add("plain", Message(id="p1", content="filler7 without vectors"))
+    assert [h.message.id for h in client.vectors.hybrid_search("filler7", memory="plain", w_vector=0)] == ["p1"]
+
+    # w_text=0: a message outside the vector leg's 40 candidates (k=10) that the keyword leg finds.
+    query = client.vectors.search("filler0 note", memory="m", k=1)[0].message.content
+    candidates = {h.message.id for h in client.vectors.search(query, memory="m", k=40)}
+    outside = next(f"f{i}" for i in range(60) if f"f{i}" not in candidates)
+    word = f"filler{outside[1:]}"
+    both = client.vectors.hybrid_search(query, keyword_query=word, memory="m", k=10)
+    assert outside in {h.message.id for h in both}  # the FULL JOIN of both legs (coverage 1)
+    vector_only = client.vectors.hybrid_search(query, keyword_query=word, memory="m", k=10, w_text=0)
+    nearest = [h.message.id for h in client.vectors.search(query, memory="m", k=10)]
+    assert [h.message.id for h in vector_only] == nearest and outside not in nearest
+    assert all(h.distance is not None for h in vector_only) and vector_only[0].score == pytest.approx(1.0)
+    # The keyword half is not needed then: a vector alone does.
+    vector = HashingEmbedder().embed([query])[0]
+    assert [h.message.id for h in client.vectors.hybrid_search(vector=vector, memory="m", w_text=0)] == nearest
+
+    for weights in ({"w_vector": 0, "w_text": 0}, {"w_vector": -1}, {"w_text": -0.5}, {"w_text": float("nan")}):
+        with pytest.raises(pgmem.InvalidInput):
+            client.vectors.hybrid_search("filler7", memory="m", **weights)
+
+
+def test_a_text_only_hybrid_search_reads_a_fork_through_its_lineage(client: pgmem.Client) -> None:
+    client.messages.add_many("p", [Message(id="a", content="payment timeout"), Message(id="b", content="lunch")])
+    client.fork("p", "f")
+    client.forks.known.clear()  # a fork this client does not know: its statement says so, it runs again
+    assert [h.message.id for h in client.vectors.hybrid_search("payment", memory="f", w_vector=0)] == ["a"]
+    assert "f" in client.forks.known
+
+
 def test_bad_input(client: pgmem.Client, dsn: str) -> None:
     client.vectors.enable("m")
     client.messages.add("m", Message(content="hello"))

@@ -47,12 +47,13 @@ Hybrid search ranks each message by both legs, the vector search and the keyword
 * ``rrf``: reciprocal rank fusion, ``w_vector / (rrf_k + rank_vector) + w_text / (rrf_k + rank_text)``
   (``rrf_k = 60``, the constant of Cormack et al., 2009), the default before revision 0014.
 
-Either is multiplied by ``0.5 ** (age / half_life)`` when a recency half-life is given.
+Either is multiplied by ``0.5 ** (age / half_life)`` when a recency half-life is given. A leg weighted 0
+is left out of the statement: it does not run (``w_vector=0`` embeds no query) and brings no candidates.
 """
 
 from __future__ import annotations
 
-from pgmem.planning.search.compose import keyword_statement, logged_sql, statement
+from pgmem.planning.search.compose import hybrid_text_statement, keyword_statement, logged_sql, statement
 from pgmem.planning.search.filters import MAX_K, Mode, SearchFilters, check_exact_limit, check_k, check_mode
 from pgmem.planning.search.hits import (
     MESSAGE_WIDTH,
@@ -70,7 +71,7 @@ from pgmem.planning.search.hits import (
     vector_hit,
     vector_hits,
 )
-from pgmem.planning.search.hybrid import FUSIONS, check_fusion, check_half_life, hybrid_search_sql
+from pgmem.planning.search.hybrid import FUSIONS, LEGS, check_fusion, check_half_life, hybrid_legs, hybrid_search_sql
 from pgmem.planning.search.keyword import keyword_search_sql
 from pgmem.planning.search.metadata import MetadataFilter
 from pgmem.planning.search.model import (
@@ -94,6 +95,7 @@ __all__ = [
     "BINARY_ABOVE",
     "FUSIONS",
     "HALFVEC_ABOVE",
+    "LEGS",
     "MAX_K",
     "MESSAGE_COLUMNS",
     "MESSAGE_WIDTH",
@@ -117,7 +119,9 @@ __all__ = [
     "check_mode",
     "count_sql",
     "hybrid_hit",
+    "hybrid_legs",
     "hybrid_search_sql",
+    "hybrid_text_statement",
     "keyword_search_sql",
     "keyword_statement",
     "log_text",

@@ -17,7 +17,7 @@ from pgmem.planning.search.metadata import MetadataFilter
 from pgmem.planning.search.model import EmbeddingModel
 from pgmem.planning.search.vector import batch_search_sql, count_sql, vector_search_sql
 
-__all__ = ["keyword_statement", "logged_sql", "statement"]
+__all__ = ["hybrid_text_statement", "keyword_statement", "logged_sql", "statement"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -104,6 +104,22 @@ def keyword_statement(filters: SearchFilters, *, logged: bool = False) -> Litera
     return _keyword_statement(filters.shape, logged)
 
 
+@functools.lru_cache(maxsize=256)
+def _hybrid_text_statement(shape: tuple[Any, ...], logged: bool) -> LiteralString:
+    composed = hybrid_search_sql(None, _placeholder(shape), "exact", "text")
+    if logged:
+        composed = logged_sql("hybrid", composed)
+    text: LiteralString = composed.as_string(None)
+    return text
+
+
+def hybrid_text_statement(filters: SearchFilters, *, logged: bool = False) -> LiteralString:
+    """The SQL text of a hybrid search whose vector leg is weighted 0 (``w_vector=0``): its keyword leg
+    only, scored as hybrid search scores it (:func:`~pgmem.planning.search.hybrid.hybrid_search_sql`,
+    ``legs="text"``); no model. ``logged`` as in :func:`statement`."""
+    return _hybrid_text_statement(filters.shape, logged)
+
+
 @functools.lru_cache(maxsize=1024)
 def _statement(
     kind: str,
@@ -114,6 +130,7 @@ def _statement(
     bounded: bool,
     logged: bool = False,
     memory: str | None = None,
+    legs: str = "both",
 ) -> LiteralString:
     filters = _placeholder(shape, memory)
     if kind == "count":
@@ -123,7 +140,7 @@ def _statement(
     elif kind == "batch":
         composed = batch_search_sql(model, filters, strategy, k)
     else:
-        composed = hybrid_search_sql(model, filters, strategy)
+        composed = hybrid_search_sql(model, filters, strategy, legs)
     if logged:
         composed = logged_sql(kind, composed, k, model.distance)
     # Only integers (model id, dimension) and memory keys (letters, digits and _.:@/+=#-, checked) are
@@ -141,11 +158,13 @@ def statement(
     bounded: bool = True,
     *,
     logged: bool = False,
+    legs: str = "both",
 ) -> LiteralString:
     """The SQL text of a search (``kind``: vector, batch, hybrid, or count), composed once per model,
     set of filters in use, strategy, ``k`` (vector and batch searches) and threshold use (``bounded``,
     vector searches), then reused: the same text lets psycopg prepare it on the server. ``logged``: the
-    variant that also writes ``pgmem.retrieval_log`` (:func:`logged_sql`).
+    variant that also writes ``pgmem.retrieval_log`` (:func:`logged_sql`). ``legs``: a hybrid search's
+    (:func:`~pgmem.planning.search.hybrid.hybrid_search_sql`; ``text`` is :func:`hybrid_text_statement`).
 
     An exact search of a memory has the memory in its text, as a literal: one statement per memory. With
     the memory a parameter Postgres planned it on every call (0.15 ms at 342 candidates), because the
@@ -154,4 +173,4 @@ def statement(
     memories small enough for the exact strategy."""
     shape = filters.shape
     literal = filters.memory if kind == "vector" and strategy == "exact" and not filters.lineage else None
-    return _statement(kind, model, shape, strategy, k, bounded, logged, literal)
+    return _statement(kind, model, shape, strategy, k, bounded, logged, literal, legs)
