@@ -23,6 +23,9 @@ Operations (one per run; every process loops it for ``--seconds`` after a common
   ``embeddings_added`` trigger), not from the add's.
 * ``claim``: ``items = client.queues.claim("work", n=1, ack=items)`` on a prefilled queue (no statement of
   the loop rings or notifies: the control).
+* ``put``: LangGraph's store (``pgmem.integrations.langgraph.PgmemStore``, index on the field ``text``, the
+  lookup embedder) ``store.put(("team", "notes"), key, {"text": ...})``, a new key per call: one item and
+  its vector per call, all under one namespace path (issue 38). Contenders ``pgmem`` and ``spread``.
 
 Contenders, interleaved within each process count and round (the order alternates):
 
@@ -49,9 +52,11 @@ Contenders, interleaved within each process count and round (the order alternate
   ``hand``; ``add``: the pgmem API in a database where a ``BEFORE INSERT`` row trigger on
   ``pgmem.doorbell`` sends the notification the pre-0012 ``log_vector_changes`` sent, and drops the row,
   compared with ``floor``. A process listens as for pgmem (``--listen``). None for ``claim``.
-* ``spread`` (``add`` only): the pgmem API, each process adding to a memory of its own (``team-<i>``, vectors
-  on), against which one shared memory is measured: what writers of one memory wait for that writers of
-  different memories do not (issue 38; pgmem / spread, target >= 0.8 at 32 processes).
+* ``spread`` (``add``, ``push``, ``claim``, ``put``): the pgmem API, each process adding to a memory of its
+  own (``team-<i>``, vectors on), pushing to a queue of its own (``jobs-<i>``), claiming from one
+  (``work-<i>``, prefilled) or putting under a namespace path of its own (``("team", "agent<i>")``),
+  against which one shared memory, queue or path is measured: what writers of one target wait for that
+  writers of different ones do not (issue 38; pgmem / spread, target >= 0.8 at 32 processes).
 
 Data and state: each run gets a fresh database cloned from a template (schema, the embedding model, the
 memory ``team`` with vectors on, one subscriber per process; for ``claim`` the queue prefilled with
@@ -104,18 +109,20 @@ from pgmem.planning import statements
 from pgmem.planning.rows import INSERT_COLUMNS, encode
 
 NS = "bench"
-OPS = ("push", "publish", "add", "claim")
+OPS = ("push", "publish", "add", "claim", "put")
 CONTENDERS = ("pgmem", "floor", "hand", "notify", "spread")
 #: The contenders each operation has. claim never rang nor notified: pgmem's path against the statement by
 #: hand is its control (what the client path costs where notifications play no part). add's ring is in a
 #: trigger of the embedder's transaction: no statement by hand.
 OP_CONTENDERS = {
-    "push": CONTENDERS[:4],
+    "push": CONTENDERS,
     "publish": CONTENDERS[:4],
     "add": ("pgmem", "floor", "notify", "spread"),
-    "claim": ("pgmem", "hand"),
+    "claim": ("pgmem", "hand", "spread"),
+    "put": ("pgmem", "spread"),
 }
 PUSH_QUEUE, CLAIM_QUEUE, IDLE_QUEUE, MEMORY = "jobs", "work", "idle", "team"
+STORE_PATH = ("team", "notes")  # the put op's LangGraph namespace (spread: ("team", "agent<i>"))
 WARM = 10  # untimed operations of each process before the start signal
 SAMPLE_S = 0.005
 #: Issue 32's targets: the Lock/object share at these process counts, and pgmem's ops/s against the floor's.
@@ -252,10 +259,15 @@ def writer_step(
     """The operation one process loops (``step(i)`` returns False when the claim queue ran dry) and its close."""
     tag = uuid.uuid4().hex[:8]
     worker = f"bench-{os.getpid()}"
-    api = contender in ("pgmem", "floor") or op == "add"
-    # spread: each process adds to a memory of its own (all with vectors on), what one shared memory is
-    # measured against (issue 38: no row every writer of one memory waits for)
-    memory = f"{MEMORY}-{index}" if contender == "spread" else MEMORY
+    api = contender in ("pgmem", "floor", "spread") or op == "add"
+    # spread: each process adds to a memory (pushes to, claims from a queue) of its own, what one shared
+    # memory (queue) is measured against (issue 38: no row every writer of one memory or queue waits for)
+    spread = contender == "spread"
+    memory = f"{MEMORY}-{index}" if spread else MEMORY
+    push_queue = f"{PUSH_QUEUE}-{index}" if spread else PUSH_QUEUE
+    claim_queue = f"{CLAIM_QUEUE}-{index}" if spread else CLAIM_QUEUE
+    if op == "put":
+        return _store_step(dsn, index, texts, embedder, ("team", f"agent{index}") if spread else STORE_PATH, tag)
     if api:
         client = pgmem.connect(
             dsn, namespace=NS, max_size=2 if op == "add" else 1, migrate=False,
@@ -270,13 +282,13 @@ def writer_step(
         def step(i: int) -> bool:
             nonlocal held
             if op == "push":
-                client.queues.push(PUSH_QUEUE, _message(texts, index, i, n, tag))
+                client.queues.push(push_queue, _message(texts, index, i, n, tag))
             elif op == "publish":
                 client.queues.publish(MEMORY, _message(texts, index, i, n, tag))
             elif op == "add":
                 client.messages.add(memory, _message(texts, index, i, n, tag))
             else:
-                held = client.queues.claim(CLAIM_QUEUE, n=1, worker=worker, ack=held or None)
+                held = client.queues.claim(claim_queue, n=1, worker=worker, ack=held or None)
                 return bool(held)
             return True
 
@@ -293,6 +305,26 @@ def writer_step(
         return True
 
     return hand_step, hand.close
+
+
+def _langgraph_index(embedder: LookupEmbedder) -> Any:
+    return {"dims": embedder.dimension, "embed": embedder, "fields": ["text"], "model": embedder.model}
+
+
+def _store_step(
+    dsn: str, index: int, texts: list[str], embedder: LookupEmbedder, path: tuple[str, ...], tag: str
+) -> tuple[Callable[[int], bool], Callable[[], None]]:
+    """The put op: LangGraph's store on a client of one connection, a new key (one item, one vector) a call."""
+    from pgmem.integrations.langgraph import PgmemStore
+
+    client = pgmem.connect(dsn, namespace=NS, max_size=1, migrate=False)
+    store = PgmemStore(client, index=_langgraph_index(embedder))
+
+    def step(i: int) -> bool:
+        store.put(path, f"{tag}-{index}-{i}", {"text": line(texts, (index * 4_999 + i * 7) % len(texts))})
+        return True
+
+    return step, client.close
 
 
 def writer_process(
@@ -392,10 +424,13 @@ def _create(admin_dsn: str, name: str, template: str | None = None) -> str:
 
 
 def prepare_templates(
-    admin_dsn: str, ops: list[str], processes: int, claim_items: int, texts: list[str], embedder: LookupEmbedder
+    admin_dsn: str, ops: list[str], counts: list[int], claim_items: int, texts: list[str], embedder: LookupEmbedder
 ) -> dict[str, str]:
     """``{op: template database}``: the schema, the memory with its model, the subscribers; and for claim
-    the queue prefilled (a template of its own, so that the other runs do not copy its items)."""
+    the queue prefilled (a template of its own, so that the other runs do not copy its items), and the
+    spread contender's queues: queue ``work-<i>`` holds ``claim_items`` / the fewest processes that use it,
+    so that every run's processes share at least ``claim_items``."""
+    processes = max(counts)
     base = f"pgmem_writers_{os.getpid()}"
     dsn = _create(admin_dsn, base)
     migrate.upgrade(dsn)
@@ -407,19 +442,27 @@ def prepare_templates(
         for a in range(processes):
             client.queues.subscribe(f"agent{a}")
         client.vectors.flush()
+        if "put" in ops:  # the item vectors' model and HNSW index, built once here rather than by every run
+            from pgmem.integrations.langgraph import PgmemStore
+
+            PgmemStore(client, index=_langgraph_index(embedder)).setup()
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE")
     out = {op: base for op in ops if op != "claim"}
     if "claim" in ops:
         name = f"{base}_claim"
         claim_dsn = _create(admin_dsn, name, base)
+        fills = {CLAIM_QUEUE: claim_items}
+        for a in range(processes):
+            fills[f"{CLAIM_QUEUE}-{a}"] = claim_items // min(k for k in counts if k > a)
         with pgmem.connect(claim_dsn, namespace=NS, max_size=1, migrate=False) as client:
-            for lo in range(0, claim_items, 5_000):
-                batch = [
-                    pgmem.Message(content=line(texts, i % len(texts)), role="bench")
-                    for i in range(lo, min(claim_items, lo + 5_000))
-                ]
-                client.queues.push_many(CLAIM_QUEUE, batch)
+            for queue, items in fills.items():
+                for lo in range(0, items, 5_000):
+                    batch = [
+                        pgmem.Message(content=line(texts, i % len(texts)), role="bench")
+                        for i in range(lo, min(items, lo + 5_000))
+                    ]
+                    client.queues.push_many(queue, batch)
         with psycopg.connect(claim_dsn, autocommit=True) as conn:
             conn.execute("DELETE FROM pgmem.doorbell")  # the fill's rings: nobody was listening
             conn.execute("VACUUM ANALYZE")
@@ -569,9 +612,10 @@ def targets(points: list[dict[str, Any]]) -> list[str]:
             out.append(f"{where}: Lock/object share {_pct(pg['lock_object_share'])} (target <= 5%): {verdict}")
         if p["processes"] == TARGET_SPREAD_AT and p.get("pgmem/spread") is not None:
             verdict = "met" if p["pgmem/spread"] >= TARGET_SPREAD else "MISSED"
+            what, whats = {"add": ("memory", "memories"), "put": ("path", "paths")}.get(p["op"], ("queue", "queues"))
             out.append(
-                f"{where}: one memory {pg['ops_per_s']:.0f} adds/s, {p['pgmem/spread']:.2f}x spread over "
-                f"{p['processes']} memories ({p['spread']['ops_per_s']:.0f}) (target >= 0.8x): {verdict}"
+                f"{where}: one {what} {pg['ops_per_s']:.0f} ops/s, {p['pgmem/spread']:.2f}x spread over "
+                f"{p['processes']} {whats} ({p['spread']['ops_per_s']:.0f}) (target >= 0.8x): {verdict}"
             )
         if p["op"] == "add" and p["processes"] >= 64:
             worst = next(((w, v) for w, v in pg["waits"].items() if w not in WAL_WAITS), None)
@@ -617,13 +661,14 @@ def print_report(console: Console, results: dict[str, Any]) -> None:
         title="busy client backends waiting: on Lock/object / on any Lock (sampled every "
         f"{results['sample_interval_ms']:g} ms), and the commonest waits of pgmem's"
     )
-    for col in ("op", "processes", *shown, "busy (pgmem)", "pgmem's commonest waits"):
-        table.add_column(col, justify="left" if col in ("op", "pgmem's commonest waits") else "right")
+    waits = tuple(f"{c}'s commonest waits" for c in ("pgmem", "spread") if c in shown)
+    for col in ("op", "processes", *shown, "busy (pgmem)", *waits):
+        table.add_column(col, justify="left" if col == "op" or col in waits else "right")
     for p in points:
         cells = [p["op"], str(p["processes"])]
         cells += [f"{_pct(p[c]['lock_object_share'])} / {_pct(p[c]['lock_share'])}" if c in p else "" for c in shown]
         cells.append(f"{p['pgmem']['busy_per_sample']:.1f}" if "pgmem" in p else "")
-        cells.append(_top_waits(p["pgmem"]["waits"], 4) if "pgmem" in p else "")
+        cells += [_top_waits(p[c]["waits"], 4) if c in p else "" for c in ("pgmem", "spread") if c in shown]
         table.add_row(*cells)
     console.print(table)
     for verdict in results["targets"]:
@@ -683,7 +728,7 @@ def main() -> None:
                 ).fetchall()
             )
         t0 = time.perf_counter()
-        templates = prepare_templates(admin_dsn, ops, max(counts), claim_items, texts, embedder)
+        templates = prepare_templates(admin_dsn, ops, counts, claim_items, texts, embedder)
         console.print(f"templates ready in {time.perf_counter() - t0:.1f} s ({claim_items:,} claim items)")
         try:
             for op in ops:

@@ -15,7 +15,7 @@ from typing import Any, Final
 from pgmem.errors import InvalidInput
 from pgmem.planning.distances import check_threshold
 
-__all__ = ["MERGES", "Remembered", "check_merge"]
+__all__ = ["MERGES", "Remembered", "RememberedBatch", "check_merge"]
 
 #: What ``merge=`` takes: None or ``"exact"`` (the default: a message stored once, by id, or by content
 #: for MetaGPT's ignored id) and ``"near"``.
@@ -56,3 +56,26 @@ class Remembered:
     added: bool
     merged: bool = False
     pending: bool = False
+
+
+class RememberedBatch(int):
+    """What :meth:`pgmem.MessageRepository.add_many` with ``merge="near"`` did: the number of new entries
+    (this ``int``, as ``add_many`` returns without a merge) and what became of each message.
+
+    Attributes:
+        remembered: one :class:`Remembered` per message of the batch, in batch order (a message the batch
+            repeats: ``added`` False, the first occurrence's ``id``).
+    """
+
+    remembered: tuple[Remembered, ...]
+
+    def __new__(cls, added: int, remembered: tuple[Remembered, ...]) -> RememberedBatch:
+        self = super().__new__(cls, added)
+        self.remembered = remembered
+        return self
+
+    def __repr__(self) -> str:
+        return f"RememberedBatch({int(self)}, remembered={self.remembered!r})"
+
+    def __str__(self) -> str:
+        return str(int(self))

@@ -13,6 +13,11 @@
 SELECT pg_advisory_xact_lock(28782, hashtext(%(ns)s || '/' || %(memory)s))::text AS locked,
        current_setting('transaction_isolation') AS isolation;
 
+-- name: merge_try_lock
+-- merge_lock without waiting (the background embedder, which holds rows an adder holding the lock may
+-- wait for: pgmem._async.merging.lock_or_retry). Returns whether it was taken.
+SELECT pg_try_advisory_xact_lock(28782, hashtext(%(ns)s || '/' || %(memory)s)) AS locked;
+
 -- name: merge_near
 -- Decide the merge of the entry of message %(id)s in memory %(memory)s (under merge_lock). With the
 -- message's vector of model %(model)s (distance %(distance)s): the nearest other entry of the memory whose

@@ -60,10 +60,10 @@ FROM entry;
     ON CONFLICT (namespace, id) DO NOTHING
     RETURNING id
 ), {{batch_clash}}, entry AS (
-    INSERT INTO pgmem.memory_entries (namespace, memory, message_id, cause_by, seq)
-    SELECT %(ns)s, %(memory)s, id, cause_by, seq FROM numbered ORDER BY id
+    INSERT INTO pgmem.memory_entries (namespace, memory, message_id, cause_by, seq, merge_within)
+    SELECT %(ns)s, %(memory)s, id, cause_by, seq, %(merge_within)s::float8 FROM numbered ORDER BY id
     ON CONFLICT DO NOTHING
-    RETURNING 1
+    RETURNING message_id, seq
 )
 
 -- name: add_one_vector
@@ -96,6 +96,25 @@ WITH {{add_many_entries}}, given AS (
     ORDER BY g.id, g.ord
 ), {{store_given}}
 SELECT count(*) AS added, {{other_models}} AS embeds
+FROM entry;
+
+-- name: add_many_merging
+-- add_many for a near-duplicate merge (messages.add_many(merge="near"), under the memory's merge lock):
+-- the new entries are stored waiting for their merge (merge_within = %(merge_within)s: no look-up takes
+-- them for neighbours until decided), then sql/merging.sql merge_near decides each, in batch order.
+-- Returns the new entries' message ids in batch order and whether the memory has embedding models.
+WITH {{add_many_entries}}
+SELECT coalesce(array_agg(message_id ORDER BY seq), '{}'::text[]) AS added, {{memory_embeds}} AS embeds
+FROM entry;
+
+-- name: add_many_merging_vector
+-- add_many_merging with the caller's vectors (or the client's embedder's), stored as add_many_vector does.
+WITH {{add_many_entries}}, given AS (
+    SELECT DISTINCT ON (g.id) g.id, g.embedding
+    FROM unnest(%(id)b::text[], %(vectors)b::vector[]) WITH ORDINALITY AS g(id, embedding, ord)
+    ORDER BY g.id, g.ord
+), {{store_given}}
+SELECT coalesce(array_agg(message_id ORDER BY seq), '{}'::text[]) AS added, {{other_models}} AS embeds
 FROM entry;
 
 -- name: append

@@ -204,7 +204,7 @@ WITH RECURSIVE holder (memory, seq, depth) AS (
 ), held AS MATERIALIZED (
     SELECT DISTINCT h.memory FROM holder AS h ORDER BY h.memory
 )
-SELECT held.memory, pg_advisory_xact_lock_shared(28781, hashtext(%(ns)s || '/' || held.memory))::text
+SELECT held.memory, pg_advisory_xact_lock_shared(28781, hashtext(%(ns)s || '/' || held.memory))::text AS locked
 FROM held
 ORDER BY held.memory;
 

@@ -80,7 +80,13 @@ ORDER BY mm.status = 'active' DESC, mm.created_at;
 -- moment it was queued).
 -- Each row's message is a primary-key probe (a locking subquery is never flattened into a join that
 -- stale statistics could turn into a scan of the namespace's messages).
-SELECT o.message_id, m.content
+-- `merging`: an entry of the message waits for its vector to decide a near-duplicate merge (a probe of
+-- the partial index memory_entries_merging_idx, almost always empty): the embedder then decides those
+-- merges before it commits; a batch without one sends its store with its COMMIT (pgmem._async.outbox).
+SELECT o.message_id, m.content,
+       EXISTS (SELECT 1 FROM pgmem.memory_entries AS me
+               WHERE me.namespace = %(ns)s AND me.message_id = o.message_id AND me.merge_within IS NOT NULL)
+           AS merging
 FROM pgmem.embedding_outbox o
 CROSS JOIN LATERAL (
     SELECT m.content FROM pgmem.messages m

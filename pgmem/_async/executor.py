@@ -32,12 +32,12 @@ index build on the owner's connection, a replica's replay position.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager, nullcontext
+from contextlib import AsyncExitStack, asynccontextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, LiteralString, TypeVar
 
 import psycopg
-from psycopg import AsyncConnection, sql
-from psycopg.pq import ExecStatus
+from psycopg import AsyncConnection, AsyncCursor, sql
+from psycopg.pq import ExecStatus, PipelineStatus
 
 from pgmem._acompat import AOnConnection
 from pgmem._async import scope
@@ -169,12 +169,19 @@ class AsyncExecutor:
         reads: bool = False,
         pipeline: bool = False,
         vectors: bool = False,
+        commit_pipelined: bool = False,
     ) -> AsyncIterator[AsyncBlock]:
         """A transaction block in the client's namespace (:func:`pgmem._async.scope.block`: BEGIN, or a
         savepoint in the caller's transaction; ``pipeline``: its statements in one pipeline, on an idle
         autocommit connection one implicit transaction and one round trip), under the call's deadline,
         its errors translated. Never run again (see the module's docstring); ``reads``: the block only
-        reads, so a COMMIT lost on the way changed nothing."""
+        reads, so a COMMIT lost on the way changed nothing.
+
+        ``commit_pipelined``: in a block that is its own transaction (``BEGIN … COMMIT``), the statement
+        given to :meth:`AsyncBlock.send_with_commit` goes to the server with the COMMIT, in one round trip.
+        For a transaction whose last statement takes a lock every other writer waits for (the embedder's,
+        on the memory's revision): it is held from that statement through the commit, never across a
+        round trip to the client and the client's own delays (issue 38)."""
         client = self._client
         with deadline(client.timeout), translate():
             async with client._connection(connection) as conn:
@@ -183,9 +190,11 @@ class AsyncExecutor:
                 ours = scope.idle(conn)  # the block is its own transaction, which its end commits
                 done = False
                 try:
-                    async with scope.block(conn, client.namespace, pipeline=pipeline):
-                        yield AsyncBlock(conn, client.namespace)
-                        done = True
+                    # What must end after the block: a pipeline send_with_commit began holds its COMMIT.
+                    async with AsyncExitStack() as tail:
+                        async with scope.block(conn, client.namespace, pipeline=pipeline):
+                            yield AsyncBlock(conn, client.namespace, tail if commit_pipelined and ours else None)
+                            done = True
                 except (psycopg.Error, PgmemError) as exc:
                     if done and ours:
                         _at_commit(exc, reads)
@@ -222,11 +231,14 @@ class AsyncBlock:
         namespace: the namespace its statements run in, or None.
     """
 
-    __slots__ = ("connection", "namespace")
+    __slots__ = ("_tail", "connection", "namespace")
 
-    def __init__(self, connection: AsyncConnection[Any], namespace: str | None = None) -> None:
+    def __init__(
+        self, connection: AsyncConnection[Any], namespace: str | None = None, tail: AsyncExitStack | None = None
+    ) -> None:
         self.connection = connection
         self.namespace = namespace
+        self._tail = tail  # a commit_pipelined transaction's: what ends after its COMMIT
 
     async def rows(
         self,
@@ -253,6 +265,21 @@ class AsyncBlock:
         """The first value of ``query``'s first row, None without one."""
         found = await self.rows(query, params)
         return found[0][0] if found else None
+
+    async def send_with_commit(self, query: Statement, params: dict[str, Any] | None = None) -> AsyncCursor[Any]:
+        """The block's last statement, sent with its COMMIT in one round trip (a block of
+        ``transaction(commit_pipelined=True)``: a pipeline begins here and ends after the COMMIT): read its
+        rows from the cursor after the block; its errors are raised as the block ends. In any other block
+        it runs at once."""
+        if self._tail is not None and self.connection.pgconn.pipeline_status == PipelineStatus.OFF:
+            await self._tail.enter_async_context(self.connection.pipeline())
+        try:
+            with translate():
+                if self.namespace is None:
+                    return await self.connection.execute(query, params, binary=True)
+                return await scope.execute(self.connection, self.namespace, query, params or {}, binary=True)
+        except UnicodeEncodeError:
+            raise unencodable(params or {}) from None
 
     async def command(self, query: Statement, params: dict[str, Any] | None = None) -> None:
         """Run a statement whose rows are not wanted (DDL, a savepoint, a write): in a pipeline its result

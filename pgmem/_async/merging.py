@@ -17,7 +17,7 @@ from pgmem.planning.rows import PendingMergeRow
 from pgmem.planning.search import MAX_K, EmbeddingModel, SearchHit
 from pgmem.planning.search.filters import check_k
 
-__all__ = ["boost", "check_boost", "decide", "lock", "merge_waiting"]
+__all__ = ["MergeBusy", "boost", "check_boost", "decide", "lock", "merge_waiting"]
 
 M = statements.load("merging")
 
@@ -56,15 +56,36 @@ async def decide(
     return (None if row[0] is None else str(row[0])), bool(row[1])
 
 
-async def merge_waiting(block: AsyncBlock, model: EmbeddingModel, waiting: Sequence[PendingMergeRow]) -> list[str]:
+class MergeBusy(Exception):  # noqa: N818 - a signal to the embedder, never raised to a caller
+    """The embedder could not take these memories' merge locks without waiting: roll back and run the batch
+    again with them taken first (:func:`merge_waiting`)."""
+
+    def __init__(self, memories: Sequence[str]) -> None:
+        super().__init__(f"merge locks held elsewhere: {len(memories)} memories")
+        self.memories = tuple(memories)
+
+
+async def merge_waiting(
+    block: AsyncBlock, model: EmbeddingModel, waiting: Sequence[PendingMergeRow], *, wait: bool = True
+) -> list[str]:
     """The embedder's merges: decide the entries whose merge waited for the vectors of ``model`` the block
     just stored (``waiting``: by memory, in memory order), each memory's under its merge lock, memories in
-    key order (two embedders lock them in the same order). Returns the memories an entry left."""
+    key order (two embedders lock them in the same order). Returns the memories an entry left.
+
+    ``wait=False``: the block holds rows a merging adder may wait for while it holds a merge lock (the
+    memory's row its vector store took, the outbox rows it claimed), so a lock held elsewhere is not waited
+    for (that would deadlock): :class:`MergeBusy` instead, before anything is decided. A lock the block
+    took already (the batch's second run takes them first) is taken again at once."""
+    memories = list(dict.fromkeys(row.memory for row in waiting))
+    if not wait:
+        for memory in memories:
+            if not await block.scalar(M["merge_try_lock"], {"ns": block.namespace, "memory": memory}):
+                raise MergeBusy(memories)
     left: list[str] = []
     locked: str | None = None
     for row in waiting:
         if row.memory != locked:
-            await lock(block, row.memory)
+            await lock(block, row.memory)  # held already when not waiting: re-entrant, and checks isolation
             locked = row.memory
         survivor, _ = await decide(block, row.memory, row.message_id, model, row.merge_within, pending=True)
         if survivor is not None and row.memory not in left:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from psycopg import AsyncConnection
 from psycopg import errors as pg_errors
@@ -14,7 +14,7 @@ from pgmem._async.message_base import AsyncMessageBase, Q
 from pgmem.checks import MAX_BATCH, check_key
 from pgmem.embeddings import Precomputed, given_vectors
 from pgmem.errors import Conflict, EmbeddingError, InvalidInput, NotFound, redact
-from pgmem.merging import Remembered, check_merge
+from pgmem.merging import Remembered, RememberedBatch, check_merge
 from pgmem.models import Message
 from pgmem.planning.clashes import APPEND_KEYS, MAX_RACES, listed_ids, message_clash
 from pgmem.planning.distances import max_distance
@@ -194,6 +194,8 @@ class AsyncMessageWrites(AsyncMessageBase):
                         survivor, embedded = await merging.decide(
                             block, memory, row["id"], chosen, within, pending=False
                         )
+                    elif given is not None:  # held, maybe waiting for its merge: this vector decides it
+                        survivor, _ = await merging.decide(block, memory, row["id"], chosen, within, pending=True)
                 break
             except InvalidInput as exc:
                 registry.lost_model(exc, memory, given)
@@ -208,23 +210,30 @@ class AsyncMessageWrites(AsyncMessageBase):
                     ) from exc.__cause__
         if given is not None or survivor is not None:
             self._client.vectors.changed(memory, connection)
-        if entry is None or entry.seq is None:
-            return Remembered(row["id"], added=False)
         if survivor is not None:
             return Remembered(survivor, added=False, merged=True)
+        if entry is None or entry.seq is None:
+            return Remembered(row["id"], added=False)
         message._seq = entry.seq
         if entry.embeds:
             self._client.vectors.written(connection)
         return Remembered(row["id"], added=True, pending=not embedded)
 
     async def _merge_model(
-        self, memory: str, embedding: Any, model: str | None, connection: AsyncConnection[Any] | None
+        self,
+        memory: str,
+        embedding: Any,
+        model: str | None,
+        connection: AsyncConnection[Any] | None,
+        count: int | None = None,
     ) -> EmbeddingModel:
         """The model a merge add of ``memory`` compares vectors of: the one ``embedding`` is given for
-        (named ``model``, else the active one), else the active one (or the one named ``model``)."""
+        (named ``model``, else the active one), else the active one (or the one named ``model``).
+        ``count``: ``embedding`` holds that many vectors (a batch's), else one."""
         registry = self._client.vectors.registry
         if embedding is not None:
-            dimension = int(given_vectors(embedding, 1, single=True).shape[1])
+            vectors = given_vectors(embedding, 1, single=True) if count is None else given_vectors(embedding, count)
+            dimension = int(vectors.shape[1])
             return await registry.given_model(memory, model, dimension, connection)
         models = [m for status, m in await registry.memory_models(memory, connection) if model in (None, m.name)]
         if not models:
@@ -235,6 +244,7 @@ class AsyncMessageWrites(AsyncMessageBase):
             )
         return models[0]
 
+    @overload
     async def add_many(
         self,
         memory: str,
@@ -242,6 +252,31 @@ class AsyncMessageWrites(AsyncMessageBase):
         *,
         embeddings: Any = None,
         model: str | None = None,
+        merge: Literal["near"],
+        threshold: float,
+        connection: AsyncConnection[Any] | None = None,
+    ) -> RememberedBatch: ...
+    @overload
+    async def add_many(
+        self,
+        memory: str,
+        messages: Iterable[Message],
+        *,
+        embeddings: Any = None,
+        model: str | None = None,
+        merge: str | None = None,
+        threshold: float | None = None,
+        connection: AsyncConnection[Any] | None = None,
+    ) -> int: ...
+    async def add_many(
+        self,
+        memory: str,
+        messages: Iterable[Message],
+        *,
+        embeddings: Any = None,
+        model: str | None = None,
+        merge: str | None = None,
+        threshold: float | None = None,
         connection: AsyncConnection[Any] | None = None,
     ) -> int:
         """Add messages in order, all or nothing, in one statement; return how many were new to the memory.
@@ -254,16 +289,34 @@ class AsyncMessageWrites(AsyncMessageBase):
         for the memory's model named ``model`` (default: its active one), stored in the same statement as
         :meth:`add` stores its ``embedding`` (of a message the batch repeats, the first one's). Another
         number of vectors than of messages is an :class:`pgmem.EmbeddingError` too; nothing is written.
+
+        ``merge="near"`` with ``threshold``: each message is merged as :meth:`add` with ``merge="near"``
+        merges it, in batch order, against the memory and the messages of the batch before it (two
+        near-duplicates in one batch: one entry, ``seen_count`` 2). Returns a
+        :class:`pgmem.merging.RememberedBatch`: the number of new entries (an ``int``, as without a merge),
+        and ``.remembered``: a :class:`pgmem.merging.Remembered` per message, in batch order (the survivor's
+        id of a merged one). The vectors: ``embeddings``, else this client's embedder embeds the batch in
+        one call before the transaction, else the embedder decides the merges when it stores them. One
+        transaction under the memory's merge lock: the add, then one look-up per new entry.
+
+        Example:
+            >>> told = await client.messages.add_many("facts", [a, b], merge="near", threshold=0.9)
+            >>> int(told), [r.id for r in told.remembered]
+            (1, [a.id, a.id])
         """
         check_key(memory)
+        near = check_merge(merge, threshold) and threshold is not None
         batch = list(messages)
         if len(batch) > MAX_BATCH:
             raise InvalidInput(f"a batch holds at most {MAX_BATCH} messages, got {len(batch)}")
         if not batch:
             if embeddings is not None:
                 given_vectors(embeddings, 0)  # no messages: no vectors either
-            return 0
+            return RememberedBatch(0, ()) if near else 0
+        if near and threshold is not None:
+            return await self._remember_many(memory, batch, threshold, embeddings, model, connection)
         columns: dict[str, Any] = {"ns": self.namespace, "memory": memory, **batch_columns(batch)}
+        columns["merge_within"] = None
         given = None
         if embeddings is not None or model is not None:
             given = await self._client.vectors.registry.given(memory, embeddings, len(batch), model, connection)
@@ -294,6 +347,88 @@ class AsyncMessageWrites(AsyncMessageBase):
         if result.added and result.embeds:
             self._client.vectors.written(connection)
         return int(result.added)
+
+    async def _remember_many(
+        self,
+        memory: str,
+        batch: list[Message],
+        threshold: float,
+        embeddings: Any,
+        model: str | None,
+        connection: AsyncConnection[Any] | None,
+    ) -> RememberedBatch:
+        """add_many with ``merge="near"``: the batch stored in one statement under the memory's merge lock,
+        its new entries waiting for their merge (no look-up takes them for neighbours), then decided one by
+        one in batch order, as :meth:`remember` decides its one (each look-up sees the decisions before it)."""
+        from pgmem._async import merging  # the vector wing, as in remember
+
+        registry = self._client.vectors.registry
+        chosen = await self._merge_model(memory, embeddings, model, connection, count=len(batch))
+        within = max_distance(chosen.distance, threshold)
+        columns: dict[str, Any] = {"ns": self.namespace, "memory": memory, **batch_columns(batch)}
+        columns["merge_within"] = within
+        if embeddings is None:
+            embedder = registry.embedder_for(chosen.name, chosen.dimension)
+            if embedder is not None and not isinstance(embedder, Precomputed):
+                try:  # the whole batch in one call to the provider, before the transaction
+                    embeddings = await registry.embed(chosen, [m.content for m in batch], embedder)
+                    model = chosen.name
+                except Exception as exc:  # noqa: BLE001 - as in remember: the embedder decides later
+                    log.warning("near-duplicate merge left to the embedder: %s", redact(f"{type(exc).__name__}: {exc}"))
+        given = None
+        if embeddings is not None:
+            given = await registry.given(memory, embeddings, len(batch), model, connection)
+            columns.update(given)
+        statement = Q["add_many_merging"] if given is None else Q["add_many_merging_vector"]
+        for attempt in range(1, MAX_RACES + 1):
+            try:
+                async with self._client.executor.transaction(connection, vectors=given is not None) as block:
+                    await merging.lock(block, memory)
+                    found = await block.one(statement, columns)
+                    assert found is not None  # an aggregate: always one row
+                    added, embeds = [str(i) for i in found[0]], bool(found[1])
+                    decided = {i: await merging.decide(block, memory, i, chosen, within, pending=True) for i in added}
+                    if given is not None:  # held entries waiting for their merge: the vectors given decide them
+                        for held in dict.fromkeys(i for i in columns["id"] if i not in decided):
+                            survivor, _ = await merging.decide(block, memory, held, chosen, within, pending=True)
+                            if survivor is not None:
+                                decided[held] = (survivor, True)
+                break
+            except InvalidInput as exc:
+                registry.lost_model(exc, memory, given)
+                raise
+            except Conflict as exc:  # as in add_many
+                if message_clash(exc) is None:
+                    raise
+                ids = await self._clashing_ids(columns, connection)
+                if ids or connection is not None or attempt == MAX_RACES:
+                    raise Conflict(
+                        f"message ids stored with other content, or repeated in the batch with other contents: "
+                        f"{listed_ids(ids)}; nothing was written"
+                    ) from exc.__cause__
+        new = set(added)
+        told: list[Remembered] = []
+        seen: dict[str, Remembered] = {}
+        for message_id in columns["id"]:
+            if message_id in seen:  # repeated in the batch: the first occurrence counts, this one changes nothing
+                first = seen[message_id]
+                told.append(Remembered(first.id, added=False))
+                continue
+            survivor, embedded = decided.get(message_id, (None, True))
+            if survivor is not None:
+                one = Remembered(survivor, added=False, merged=True)
+            elif message_id in new:
+                one = Remembered(message_id, added=True, pending=not embedded)
+            else:
+                one = Remembered(message_id, added=False)
+            seen[message_id] = one
+            told.append(one)
+        stored = sum(1 for r in seen.values() if r.added)
+        if given is not None or any(r.merged for r in told):
+            self._client.vectors.changed(memory, connection)
+        if stored and embeds:
+            self._client.vectors.written(connection)
+        return RememberedBatch(stored, tuple(told))
 
     async def append(
         self, memory: str, messages: Iterable[Message], *, connection: AsyncConnection[Any] | None = None

@@ -9,12 +9,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from psycopg import Connection
+from psycopg import Connection, Cursor
 
 from pgmem._sync.background import Background
 from pgmem._sync.base import Repository
 from pgmem._sync.embedding_models import ModelRegistry
-from pgmem._sync.merging import merge_waiting
+from pgmem._sync.merging import MergeBusy, lock, merge_waiting
 from pgmem._sync.sessions import Sessions
 from pgmem.checks import check_key
 from pgmem.embeddings import Embedder, Precomputed, check_vectors
@@ -38,6 +38,8 @@ __all__ = ["EmbeddingOutbox", "EmbedReport"]
 
 Q = statements.load("vectors")
 log = logging.getLogger("pgmem.vectors")
+#: How many times a batch runs while merging adders hold merge locks it needs (_embed_locking).
+MERGE_RUNS = 4
 
 
 @dataclass(slots=True)
@@ -133,7 +135,7 @@ class EmbeddingOutbox(Repository):
                 self._rows("outbox_retry_now", {"model": model.id}, None)
             while limit is None or report.embedded + report.failed < limit:
                 n = batch_size if limit is None else min(batch_size, limit - report.embedded - report.failed)
-                done, error = self._embed_batch(model, chosen, n)
+                done, error = self._embed_locking(model, chosen, n)
                 if error is not None:
                     report.failed += done
                     report.errors.append(error)
@@ -158,10 +160,40 @@ class EmbeddingOutbox(Repository):
             report.remaining = sum((self.pending()).values())
         return report
 
-    def _embed_batch(self, model: EmbeddingModel, embedder: Embedder, n: int) -> tuple[int, str | None]:
-        """Claim, embed and store one batch. Returns (messages, error or None)."""
+    def _embed_locking(self, model: EmbeddingModel, embedder: Embedder, n: int) -> tuple[int, str | None]:
+        """:meth:`_embed_batch`; while a merging adder holds the merge lock of a memory whose merge the batch
+        decides (:class:`pgmem._async.merging.MergeBusy`: the batch rolled back), once more with those locks
+        taken first, before the claim (as an adder takes its lock before it writes: one order, no deadlock;
+        the provider embeds the batch again). A memory busy every time: raised, the batch stays queued."""
+        first: tuple[str, ...] = ()
+        for attempt in range(1, MERGE_RUNS + 1):
+            try:
+                return self._embed_batch(model, embedder, n, first)
+            except MergeBusy as busy:
+                if attempt == MERGE_RUNS:
+                    raise
+                first = tuple(sorted({*first, *busy.memories}))
+        raise AssertionError("unreachable: the last run returns or raises")
+
+    def _embed_batch(
+        self, model: EmbeddingModel, embedder: Embedder, n: int, first: tuple[str, ...] = ()
+    ) -> tuple[int, str | None]:
+        """Claim, embed and store one batch. Returns (messages, error or None).
+
+        The store's trigger takes the row of each memory the vectors join (its revision, ``vec_rev``:
+        ``pgmem.log_vector_changes``), which every other embedder of that memory then waits for until this
+        transaction has committed. So the store goes to the server with the COMMIT, in one round trip
+        (``commit_pipelined``): the row is held from the statement through the commit, never while this
+        process reads the result and sends COMMIT (on a busy machine, or behind this process's other
+        threads, that wait was most of it: issue 38). A batch with an entry waiting to decide a merge
+        (``merging``) reads the store's rows first and decides the merges in the same transaction; an entry
+        that began waiting after the claim comes back from the store and is decided right after the commit.
+        """
         failure: str | None = None
-        with self._client.executor.transaction() as block:
+        stored: Cursor[Any] | None = None
+        with self._client.executor.transaction(vectors=True, commit_pipelined=True) as block:
+            for memory in first:  # the merge locks a run before could not take: before any row is locked
+                lock(block, memory)
             params = {"ns": self.namespace, "model": model.id, "n": n}
             claimed = [OutboxItemRow._make(row) for row in block.rows(Q["claim_outbox"], params)]
             if not claimed:
@@ -175,13 +207,18 @@ class EmbeddingOutbox(Repository):
                 failure = redact(f"{type(exc).__name__}: {exc}")  # logged and stored: no API key
             else:
                 # The database's own errors are raised (the batch stays queued as it was, no backoff).
-                self._sessions.ready(block.connection)
                 query = Q["store_vectors"] if model.kind == "vector" else Q["store_halfvecs"]
-                waiting = block.rows(
-                    query, {"ns": self.namespace, "model": model.id, "ids": ids, "vectors": list(vectors)}
-                )
-                if waiting:
-                    merge_waiting(block, model, [PendingMergeRow._make(row) for row in waiting])
+                store = {"ns": self.namespace, "model": model.id, "ids": ids, "vectors": list(vectors)}
+                if any(r.merging for r in claimed):
+                    waiting = block.rows(query, store)
+                    if waiting:  # an adder holding a merge lock may wait for this block's rows: no waiting
+                        merge_waiting(block, model, [PendingMergeRow._make(r) for r in waiting], wait=False)
+                else:
+                    stored = block.send_with_commit(query, store)
+        late = [] if stored is None else [PendingMergeRow._make(row) for row in stored.fetchall()]
+        if late:  # entries that began waiting for these vectors between the claim and the store
+            with self._client.executor.transaction() as block:
+                merge_waiting(block, model, late)
         if failure is not None:
             log.warning("embedding %d messages with %s failed: %s", len(ids), model.name, failure)
             self._rows("outbox_failed", {"model": model.id, "ids": ids, "error": failure}, None)

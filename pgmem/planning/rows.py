@@ -467,10 +467,12 @@ class MemoryModelRow(NamedTuple):
 
 
 class OutboxItemRow(NamedTuple):
-    """``claim_outbox``: a queued message to embed."""
+    """``claim_outbox``: a queued message to embed, and whether an entry of it waits for its vector to
+    decide a near-duplicate merge."""
 
     message_id: str
     content: str
+    merging: bool
 
 
 class PendingMergeRow(NamedTuple):

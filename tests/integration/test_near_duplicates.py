@@ -245,3 +245,116 @@ def test_eight_processes_store_one(dsn: str, given: bool) -> None:
         ).fetchall()
         assert rows == [(s, processes) for s in survivors]
         assert conn.execute("SELECT count(*) FROM pgmem.messages WHERE namespace = 'test'").fetchone() == (ROUNDS,)
+
+
+# -- add_many(merge="near") ------------------------------------------------------------------------------
+
+
+def test_a_batch_merges_against_the_memory_and_itself(client: pgmem.Client, dsn: str) -> None:
+    client.vectors.enable("facts")
+    first = pgmem.Message(content=VARIANTS[0])
+    held = pgmem.Message(content="Bob drives a red car")
+    assert client.messages.add_many("facts", [first, held]) == 2  # no merge: a plain int, as ever
+    bob, carol = pgmem.Message(content="Carol speaks Portuguese"), pgmem.Message(content="Dave runs marathons")
+    batch = [
+        pgmem.Message(content=VARIANTS[1]),  # near the memory's first: merged into it
+        bob,
+        pgmem.Message(content="Carol speaks Portuguese"),  # near (equal to) the batch's bob: merged into it
+        held,  # the memory holds it: an exact duplicate, nothing counted
+        carol,
+        carol,  # repeated in the batch: the first counts
+    ]
+    told = client.messages.add_many("facts", batch, merge="near", threshold=0.9)
+    assert told == 2 and isinstance(told, int)
+    assert told.remembered == (
+        Remembered(first.id, added=False, merged=True),
+        Remembered(bob.id, added=True),
+        Remembered(bob.id, added=False, merged=True),
+        Remembered(held.id, added=False),
+        Remembered(carol.id, added=True),
+        Remembered(carol.id, added=False),
+    )
+    assert _entries(dsn, "facts") == [
+        (VARIANTS[0], 2, True),
+        ("Bob drives a red car", 1, False),
+        ("Carol speaks Portuguese", 2, True),
+        ("Dave runs marathons", 1, False),
+    ]
+    with psycopg.connect(dsn) as conn:  # merged messages are not stored, nor their vectors; none waits
+        assert conn.execute("SELECT count(*) FROM pgmem.messages").fetchone() == (4,)
+        assert conn.execute("SELECT count(*) FROM pgmem.embeddings").fetchone() == (4,)
+        assert conn.execute("SELECT count(*) FROM pgmem.memory_entries WHERE merge_within IS NOT NULL").fetchone() == (
+            0,
+        )
+    # The batch's order decides among its own: the later near-duplicates merge into the first of them.
+    again = client.messages.add_many(
+        "facts", [pgmem.Message(content=v) for v in VARIANTS[2:5]], merge="near", threshold=0.99
+    )
+    assert again == 3  # 0.99: none is near another
+    assert client.messages.add_many("facts", [], merge="near", threshold=0.9).remembered == ()
+
+
+def test_a_batch_of_given_vectors(client: pgmem.Client, dsn: str) -> None:
+    client.vectors.enable("v", Precomputed("mine", 3), distance="l2")
+    base = np.array([1.0, 0.0, 0.0])
+    a, b, c = (pgmem.Message(content=x) for x in "abc")
+    told = client.messages.add_many(
+        "v", [a, b, c], embeddings=[base, base + [0, 0.05, 0], base + [0, 0.5, 0]], merge="near", threshold=-0.1
+    )
+    assert [(r.id, r.added, r.merged) for r in told.remembered] == [
+        (a.id, True, False),
+        (a.id, False, True),
+        (c.id, True, False),
+    ]
+    assert _entries(dsn, "v") == [("a", 2, True), ("c", 1, False)]
+
+
+def test_a_bad_batch_writes_nothing(client: pgmem.Client, dsn: str) -> None:
+    client.vectors.enable("facts")
+    client.messages.add("empty", pgmem.Message(content="no model here"))
+    stored = pgmem.Message(content="stored once")
+    client.messages.add("facts", stored)
+    before = table_counts(dsn)
+    batch = [pgmem.Message(content=v) for v in VARIANTS[:3]]
+    for merge, threshold in [("fuzzy", 0.9), ("near", None), (None, 0.9), ("near", 1.5), ("near", float("nan"))]:
+        with pytest.raises(InvalidInput):
+            client.messages.add_many("facts", batch, merge=merge, threshold=threshold)
+    with pytest.raises(EmbeddingError):  # nothing to compare: the memory has no model
+        client.messages.add_many("empty", batch, merge="near", threshold=0.9)
+    with pytest.raises(EmbeddingError):  # two vectors for three messages
+        client.messages.add_many("facts", batch, embeddings=np.ones((2, 384)), merge="near", threshold=0.9)
+    with pytest.raises(pgmem.Conflict):  # one message of the batch clashes with a stored one: none is written
+        client.messages.add_many(
+            "facts", [*batch, pgmem.Message(id=stored.id, content="other")], merge="near", threshold=0.9
+        )
+    assert table_counts(dsn) == before
+
+
+def test_the_embedder_merges_a_batch_when_the_vectors_come_later(dsn: str) -> None:
+    hashing = HashingEmbedder()
+    with (
+        pgmem.connect(dsn, namespace="test", max_size=2) as embedding,
+        pgmem.connect(dsn, namespace="test", max_size=2, embedder=Precomputed(hashing.model, 384)) as writer,
+    ):
+        embedding.vectors.enable("facts")
+        told = writer.messages.add_many(
+            "facts", [pgmem.Message(content=v) for v in VARIANTS[:3]], merge="near", threshold=0.9
+        )
+        assert told == 3 and all(r.pending for r in told.remembered)
+        embedding.vectors.kick()
+        embedding.vectors.wait()
+        assert _entries(dsn, "facts") == [(VARIANTS[0], 3, True)]
+
+
+def test_metagpt_long_term_storage_merges_a_batch(client: pgmem.Client, dsn: str) -> None:
+    from pgmem.metagpt import MemoryStorage
+
+    storage = MemoryStorage(client=client, merge="near")
+    storage.recover_memory("Bob")
+    storage.add(pgmem.Message(content="the deploy runs on Fridays"))
+    batch = ["the deploy runs on Fridays!", "lunch is at one", "lunch is at one!"]
+    assert storage.add_batch([pgmem.Message(content=c) for c in batch]) == 1
+    assert [(c, n) for c, n, _ in _entries(dsn, storage.key)] == [
+        ("the deploy runs on Fridays", 2),
+        ("lunch is at one", 2),
+    ]

@@ -64,6 +64,9 @@ ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("messages", "add_one_vector"): AddedRow._fields,
     ("messages", "add_many_vector"): AddedManyRow._fields,
     ("messages", "append"): AddedManyRow._fields,
+    # near-duplicate batches: the new entries' message ids (not a count) and whether the memory embeds
+    ("messages", "add_many_merging"): AddedManyRow._fields,
+    ("messages", "add_many_merging_vector"): AddedManyRow._fields,
     **{
         ("messages", name): MESSAGE
         for name in (
@@ -104,6 +107,7 @@ ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("summaries", "stale"): (*SUMMARY, "stale_at"),
     ("summaries", "range_messages"): MESSAGE,
     ("retention", "forget_entries"): ("memory", "count"),
+    ("retention", "forget_lock_holders"): ("memory", "locked"),
     **{("retention", name): POLICY for name in ("set_policy", "policies")},
     ("brains", "load"): BrainRow._fields,
     ("brains", "lock"): BrainLockRow._fields,

@@ -128,6 +128,18 @@ class MemoryStorage:
         log.info("Agent %s's memory_storage add a message", self.role_id)
         return added
 
+    def add_batch(self, messages: Iterable[Any]) -> int:
+        """Store ``messages`` in one call, all or nothing, each as :meth:`add` would (``merge="near"``: merged
+        against the storage and the batch's earlier messages); return how many were stored."""
+        batch = [self._codec.to_core(m) for m in messages]
+        if self.merge == "near":
+            added = int(self.client.messages.add_many(self.key, batch, merge="near", threshold=self._min_similarity))
+        else:
+            added = self.client.messages.add_many(self.key, batch)
+        self._initialized = True
+        log.info("Agent %s's memory_storage add %d messages", self.role_id, len(batch))
+        return added
+
     def _wait_for_own_writes(self) -> None:
         self.client.vectors.wait()
 
@@ -231,9 +243,9 @@ class LongTermMemory(Memory):
         if self.rc is None or self.msg_from_recover:
             return
         watched = self._watched()
-        for message in batch:
-            if any_to_str(getattr(message, "cause_by", "")) in watched:
-                self.memory_storage.add(message)
+        kept = [m for m in batch if any_to_str(getattr(m, "cause_by", "")) in watched]
+        if kept:  # one call: merged against each other too under merge="near"
+            self.memory_storage.add_batch(kept)
 
     async def find_news(self, observed: list[Any], k: int = 0) -> list[Any]:  # type: ignore[override]
         """Short-term news (see :meth:`Memory.find_news`) minus those similar to a long-term message,
