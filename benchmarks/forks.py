@@ -15,8 +15,10 @@ Both parts run quiet and beside ``--busy`` CPU-bound processes (under load).
 Part 3 (``--plain``, quiet only): what forks cost a memory that is no fork (1,000 messages with vectors,
 k=10), interleaved. Search: the first pass asked whether the memory is a fork in a statement before every
 search (emulated here by running that statement, ``inherits``, then the search) against now (the question
-is a column of the search's own statement). Delete of one message: the statement alone (no fork check)
-against ``messages.delete`` (which asks ``materialize_fork`` first).
+is a column of the search's own statement). Delete of one message: the statement alone (no fork check),
+``materialize_fork`` then the statement, each its own round trip (before the fork race's fix), and
+``messages.delete`` now (the parent's settle lock, shared, and ``materialize_fork`` in one statement, then the
+delete, in one pipeline: sql/forks.sql ``removing``). Up to ``--iterations`` 330 (1,000 messages).
 """
 
 from __future__ import annotations
@@ -73,6 +75,10 @@ def _plain(client: pgmem.Client, iterations: int) -> dict[str, Any]:
     def delete_bare() -> None:  # the delete statement alone: no fork check
         client.messages._scalar("delete", {"memory": "plain", "id": next(ids)}, None)
 
+    def delete_two_trips() -> None:  # before the fork race's fix: materialize_fork, then the delete, apart
+        client.forks.materialize("plain", None)
+        client.messages._scalar("delete", {"memory": "plain", "id": next(ids)}, None)
+
     searches = timed_together(
         {
             "search, fork asked first (first pass)": asked_first,
@@ -84,7 +90,10 @@ def _plain(client: pgmem.Client, iterations: int) -> dict[str, Any]:
     deletes = timed_together(
         {
             "delete, statement alone": delete_bare,
-            "delete, materialize_fork first (now)": lambda: client.messages.delete("plain", next(ids)),
+            "delete, materialize_fork then delete (two round trips, before)": delete_two_trips,
+            "delete, settle lock + materialize_fork, delete (one pipeline, now)": lambda: client.messages.delete(
+                "plain", next(ids)
+            ),
         },
         iterations=iterations,
         warmup=5,

@@ -69,6 +69,19 @@ SELECT head.upto, size.n FROM made, head, size;
 -- memory that is no fork, or no longer inherits). Returns the entries copied.
 SELECT pgmem.materialize_fork(%(ns)s, %(memory)s);
 
+-- name: removing
+-- The first statement of a removal from %(memory)s (sql/messages.sql delete, clear, ...; retention.sql
+-- trim), in the removal's transaction: the memory's writers' settle lock, shared, held until that
+-- transaction ends, then `materialize` (what a fork inherits copied in: its removal statement then finds
+-- every entry among the fork's own). A fork of %(memory)s being taken holds the lock exclusively until it
+-- commits, so the removal's statement, which comes after this one, runs in a snapshot that sees it: the
+-- fragment delete_orphans keeps a message the fork inherits, and the trigger fork_entries_left copies the
+-- entry into it. In the removal's statement itself the lock came too late: its snapshot predated the fork,
+-- the message was deleted as nobody else's, and the trigger then took it out of the committed fork (README,
+-- "Concurrency"). A fork taken after waits for the removal to commit and counts without what it removed.
+WITH {{settle_shared}}
+SELECT pgmem.materialize_fork(%(ns)s, %(memory)s) FROM settle;
+
 -- name: inherits
 -- Whether %(memory)s is a fork that still reads its parent's entries (a removal then materialises it first).
 SELECT EXISTS (SELECT 1 FROM pgmem.memory_forks

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from psycopg import AsyncConnection
 
 from pgmem._async.base import AsyncRepository
+from pgmem._async.executor import AsyncBlock
 from pgmem.checks import check_key
 from pgmem.errors import Conflict, InvalidInput, NotFound
 from pgmem.planning import statements as queries
@@ -171,3 +172,10 @@ class AsyncForkRepository(AsyncRepository):
     async def materialize(self, memory: str, connection: AsyncConnection[Any] | None) -> None:
         """Before a removal in a fork: copy what it inherits into it (once; nothing for other memories)."""
         await self._scalar("materialize", {"memory": memory}, connection)
+
+    async def removing(self, block: AsyncBlock, memory: str, *, settle: bool = True) -> None:
+        """The statement before a removal from ``memory``, in the removal's transaction ``block``: its
+        settle lock, shared (``settle``), held to the end of that transaction, and what it inherits as a
+        fork copied in (sql/forks.sql ``removing``: a fork of it being taken is then seen by the removal).
+        ``settle=False``: only the copy (``move_oldest``'s destination, which loses nothing)."""
+        await block.command(Q["removing" if settle else "materialize"], {"ns": self.namespace, "memory": memory})

@@ -12,6 +12,7 @@ from pgmem._async.message_base import AsyncMessageBase, _positive
 from pgmem.checks import check_key, check_message_id
 from pgmem.errors import InvalidInput
 from pgmem.models import Message, storage_id
+from pgmem.planning.rows import decode
 
 __all__ = ["AsyncMessageRemovals"]
 
@@ -27,8 +28,7 @@ class AsyncMessageRemovals(AsyncMessageBase):
         The message row itself is deleted when no other memory refers to it."""
         check_key(memory)
         message_id = storage_id(message) if isinstance(message, Message) else check_message_id(message)
-        await self._unfork(memory, connection)
-        removed = bool(await self._scalar("delete", {"memory": memory, "id": message_id}, connection))
+        removed = bool((await self._removal("delete", {"memory": memory, "id": message_id}, connection))[0][0])
         if removed:
             self._client.vectors.changed(memory, connection)
         return removed
@@ -42,8 +42,7 @@ class AsyncMessageRemovals(AsyncMessageBase):
         ids = [storage_id(m) if isinstance(m, Message) else check_message_id(m) for m in messages]
         if not ids:
             return 0
-        await self._unfork(memory, connection)
-        removed = int(await self._scalar("delete_many", {"memory": memory, "ids": ids}, connection) or 0)
+        removed = int((await self._removal("delete_many", {"memory": memory, "ids": ids}, connection))[0][0])
         if removed:
             self._client.vectors.changed(memory, connection)
         return removed
@@ -51,8 +50,7 @@ class AsyncMessageRemovals(AsyncMessageBase):
     async def delete_newest(self, memory: str, *, connection: AsyncConnection[Any] | None = None) -> Message | None:
         """Remove and return the newest message of ``memory`` (None when it is empty)."""
         check_key(memory)
-        await self._unfork(memory, connection)
-        found = await self._messages("delete_newest", {"memory": memory}, connection)
+        found = [decode(row) for row in await self._removal("delete_newest", {"memory": memory}, connection)]
         if found:
             self._client.vectors.changed(memory, connection)
         return found[0] if found else None
@@ -65,13 +63,13 @@ class AsyncMessageRemovals(AsyncMessageBase):
         check_key(memory)
         if not isinstance(position, int) or isinstance(position, bool):
             raise InvalidInput(f"position must be an integer, got {position!r}")
-        await self._unfork(memory, connection)
         if position >= 0:
-            found = await self._messages("delete_at_position", {"memory": memory, "offset": position}, connection)
+            rows = await self._removal("delete_at_position", {"memory": memory, "offset": position}, connection)
         else:
-            found = await self._messages(
+            rows = await self._removal(
                 "delete_at_position_from_end", {"memory": memory, "offset": -position - 1}, connection
             )
+        found = [decode(row) for row in rows]
         if found:
             self._client.vectors.changed(memory, connection)
         return found[0] if found else None
@@ -85,8 +83,7 @@ class AsyncMessageRemovals(AsyncMessageBase):
         _positive(n, "n")
         if n == 0:
             return []
-        await self._unfork(memory, connection)
-        found = await self._messages("delete_oldest", {"memory": memory, "n": n}, connection)
+        found = [decode(row) for row in await self._removal("delete_oldest", {"memory": memory, "n": n}, connection)]
         if found:
             self._client.vectors.changed(memory, connection)
         return found
@@ -106,9 +103,8 @@ class AsyncMessageRemovals(AsyncMessageBase):
             return []
         if to == memory:
             raise InvalidInput("move_oldest needs two different memories")
-        await self._unfork(memory, connection)
-        await self._unfork(to, connection)
-        found = await self._messages("move_oldest", {"memory": memory, "to": to, "n": n}, connection)
+        rows = await self._removal("move_oldest", {"memory": memory, "to": to, "n": n}, connection, to=to)
+        found = [decode(row) for row in rows]
         if found:
             self._client.vectors.changed(memory, connection)
             self._client.vectors.changed(to, connection)
@@ -117,8 +113,7 @@ class AsyncMessageRemovals(AsyncMessageBase):
     async def clear(self, memory: str, *, connection: AsyncConnection[Any] | None = None) -> int:
         """Empty ``memory``; return how many messages it held."""
         check_key(memory)
-        await self._unfork(memory, connection)
-        removed = int(await self._scalar("clear", {"memory": memory}, connection) or 0)
+        removed = int((await self._removal("clear", {"memory": memory}, connection))[0][0])
         if removed:
             self._client.vectors.changed(memory, connection)
         return removed

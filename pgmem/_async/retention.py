@@ -50,8 +50,9 @@ from psycopg import AsyncConnection
 
 from pgmem._async.base import AsyncRepository
 from pgmem._async.executor import AsyncBlock
+from pgmem._async.retrying import retry_or_raise
 from pgmem.checks import check_key
-from pgmem.errors import InvalidInput
+from pgmem.errors import CommitUnknown, ConnectionFailed, InvalidInput
 from pgmem.planning import statements as queries
 from pgmem.planning.queues import check_queue, integer
 from pgmem.planning.retention import (
@@ -207,15 +208,25 @@ class AsyncRetention(AsyncRepository):
             raise InvalidInput("trim needs keep_last, older_than or both (it never empties a memory by default)")
         keep = None if keep_last is None else integer(keep_last, "keep_last", 0, MAX_KEEP)
         cutoff = None if older_than is None else cutoff_params(older_than)
-        await self._client.forks.materialize(memory, connection)  # a fork's inherited entries are trimmed too
-        if cutoff is None:  # one statement: no transaction block around it (no extra round trip)
-            removed = await self._removed("trim", {"memory": memory, "keep": keep}, connection)
-        elif keep is None:
-            removed = await self._removed("trim_before", {"memory": memory, **cutoff}, connection)
+        # Each after forks.removing, in its transaction: a fork's inherited entries are trimmed too, and a
+        # fork being taken keeps what it inherits (sql/forks.sql removing).
+        forks = self._client.forks
+        if cutoff is None or keep is None:  # one pipeline: no round trip more than the statements apart
+            name, params = ("trim", {"keep": keep}) if cutoff is None else ("trim_before", cutoff)
+            try:
+                async with self._client.executor.transaction(connection, pipeline=True) as block:
+                    await forks.removing(block, memory)
+                    removed = await self._count(block, name, {"memory": memory, **params})
+            except CommitUnknown:
+                raise
+            except ConnectionFailed as exc:  # lost with the Sync that commits (as messages' removals)
+                retry_or_raise(exc, connection, self._client.owns_transactions, harmless=False)
+                raise
         else:
             async with self._client.executor.transaction(connection) as block:
-                removed = await self._removed("trim", {"memory": memory, "keep": keep}, block.connection)
-                removed += await self._removed("trim_before", {"memory": memory, **cutoff}, block.connection)
+                await forks.removing(block, memory)
+                removed = await self._count(block, "trim", {"memory": memory, "keep": keep})
+                removed += await self._count(block, "trim_before", {"memory": memory, **cutoff})
         if removed:
             self._client.vectors.changed(memory, connection)
         return removed

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from psycopg import Connection
 
 from pgmem._sync.base import Repository
+from pgmem._sync.executor import Block
 from pgmem.checks import check_key
 from pgmem.errors import Conflict, InvalidInput, NotFound
 from pgmem.planning import statements as queries
@@ -172,3 +173,10 @@ class ForkRepository(Repository):
     def materialize(self, memory: str, connection: Connection[Any] | None) -> None:
         """Before a removal in a fork: copy what it inherits into it (once; nothing for other memories)."""
         self._scalar("materialize", {"memory": memory}, connection)
+
+    def removing(self, block: Block, memory: str, *, settle: bool = True) -> None:
+        """The statement before a removal from ``memory``, in the removal's transaction ``block``: its
+        settle lock, shared (``settle``), held to the end of that transaction, and what it inherits as a
+        fork copied in (sql/forks.sql ``removing``: a fork of it being taken is then seen by the removal).
+        ``settle=False``: only the copy (``move_oldest``'s destination, which loses nothing)."""
+        block.command(Q["removing" if settle else "materialize"], {"ns": self.namespace, "memory": memory})

@@ -1,7 +1,7 @@
 # Generated from pgmem/_async by tools/gen_sync.py: edit the async source, then regenerate.
 """What the parts of the message repository (:mod:`pgmem._async.messages`) share: its named statements
 (``sql/messages.sql``), messages decoded from their rows, and where a read as of a point stops and a
-removal from a fork starts."""
+removal starts (a fork's inherited entries copied in, a fork of the memory being taken waited for)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from typing import Any
 from psycopg import Connection
 
 from pgmem._sync.base import Repository
+from pgmem._sync.retrying import retry_or_raise
 from pgmem.checks import load_json
-from pgmem.errors import InvalidInput
+from pgmem.errors import CommitUnknown, ConnectionFailed, InvalidInput
 from pgmem.models import Message
 from pgmem.planning import statements as queries
 from pgmem.planning.forks import AsOf
@@ -45,7 +46,25 @@ class MessageBase(Repository):
             return None
         return self._client.forks.upto(memory, as_of, connection)
 
-    def _unfork(self, memory: str, connection: Connection[Any] | None) -> None:
-        """Before a removal: a fork that still reads its parent's entries gets them copied in (once), so the
-        removal's statement finds every entry the fork holds among its own (pgmem.materialize_fork)."""
-        self._client.forks.materialize(memory, connection)
+    def _removal(
+        self, name: str, params: dict[str, Any], connection: Connection[Any] | None, *, to: str | None = None
+    ) -> list[tuple[Any, ...]]:
+        """The rows of the removal statement ``name`` from ``params["memory"]``, after
+        :meth:`AsyncForkRepository.removing <pgmem._async.forks.AsyncForkRepository.removing>` in the same
+        transaction: a fork gets what it inherits copied in first (its removal statement then finds every
+        entry among its own), and a fork of the memory being taken is seen by the removal statement (its
+        messages kept and its entries copied into it), or waits for it. One pipeline: no round trip more
+        than the two statements took apart. ``to``: a memory entries move to (``move_oldest``), copied in
+        too when it is a fork."""
+        forks = self._client.forks
+        try:
+            with self._client.executor.transaction(connection, pipeline=True) as block:
+                forks.removing(block, params["memory"])
+                if to is not None:
+                    forks.removing(block, to, settle=False)
+                return block.rows(self.queries[name], {"ns": self.namespace, **params})
+        except CommitUnknown:
+            raise
+        except ConnectionFailed as exc:  # lost as the rows came, with the Sync that commits: CommitUnknown
+            retry_or_raise(exc, connection, self._client.owns_transactions, harmless=False)
+            raise

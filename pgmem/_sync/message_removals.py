@@ -13,6 +13,7 @@ from pgmem._sync.message_base import MessageBase, _positive
 from pgmem.checks import check_key, check_message_id
 from pgmem.errors import InvalidInput
 from pgmem.models import Message, storage_id
+from pgmem.planning.rows import decode
 
 __all__ = ["MessageRemovals"]
 
@@ -28,8 +29,7 @@ class MessageRemovals(MessageBase):
         The message row itself is deleted when no other memory refers to it."""
         check_key(memory)
         message_id = storage_id(message) if isinstance(message, Message) else check_message_id(message)
-        self._unfork(memory, connection)
-        removed = bool(self._scalar("delete", {"memory": memory, "id": message_id}, connection))
+        removed = bool((self._removal("delete", {"memory": memory, "id": message_id}, connection))[0][0])
         if removed:
             self._client.vectors.changed(memory, connection)
         return removed
@@ -43,8 +43,7 @@ class MessageRemovals(MessageBase):
         ids = [storage_id(m) if isinstance(m, Message) else check_message_id(m) for m in messages]
         if not ids:
             return 0
-        self._unfork(memory, connection)
-        removed = int(self._scalar("delete_many", {"memory": memory, "ids": ids}, connection) or 0)
+        removed = int((self._removal("delete_many", {"memory": memory, "ids": ids}, connection))[0][0])
         if removed:
             self._client.vectors.changed(memory, connection)
         return removed
@@ -52,8 +51,7 @@ class MessageRemovals(MessageBase):
     def delete_newest(self, memory: str, *, connection: Connection[Any] | None = None) -> Message | None:
         """Remove and return the newest message of ``memory`` (None when it is empty)."""
         check_key(memory)
-        self._unfork(memory, connection)
-        found = self._messages("delete_newest", {"memory": memory}, connection)
+        found = [decode(row) for row in self._removal("delete_newest", {"memory": memory}, connection)]
         if found:
             self._client.vectors.changed(memory, connection)
         return found[0] if found else None
@@ -66,13 +64,13 @@ class MessageRemovals(MessageBase):
         check_key(memory)
         if not isinstance(position, int) or isinstance(position, bool):
             raise InvalidInput(f"position must be an integer, got {position!r}")
-        self._unfork(memory, connection)
         if position >= 0:
-            found = self._messages("delete_at_position", {"memory": memory, "offset": position}, connection)
+            rows = self._removal("delete_at_position", {"memory": memory, "offset": position}, connection)
         else:
-            found = self._messages(
+            rows = self._removal(
                 "delete_at_position_from_end", {"memory": memory, "offset": -position - 1}, connection
             )
+        found = [decode(row) for row in rows]
         if found:
             self._client.vectors.changed(memory, connection)
         return found[0] if found else None
@@ -86,8 +84,7 @@ class MessageRemovals(MessageBase):
         _positive(n, "n")
         if n == 0:
             return []
-        self._unfork(memory, connection)
-        found = self._messages("delete_oldest", {"memory": memory, "n": n}, connection)
+        found = [decode(row) for row in self._removal("delete_oldest", {"memory": memory, "n": n}, connection)]
         if found:
             self._client.vectors.changed(memory, connection)
         return found
@@ -107,9 +104,8 @@ class MessageRemovals(MessageBase):
             return []
         if to == memory:
             raise InvalidInput("move_oldest needs two different memories")
-        self._unfork(memory, connection)
-        self._unfork(to, connection)
-        found = self._messages("move_oldest", {"memory": memory, "to": to, "n": n}, connection)
+        rows = self._removal("move_oldest", {"memory": memory, "to": to, "n": n}, connection, to=to)
+        found = [decode(row) for row in rows]
         if found:
             self._client.vectors.changed(memory, connection)
             self._client.vectors.changed(to, connection)
@@ -118,8 +114,7 @@ class MessageRemovals(MessageBase):
     def clear(self, memory: str, *, connection: Connection[Any] | None = None) -> int:
         """Empty ``memory``; return how many messages it held."""
         check_key(memory)
-        self._unfork(memory, connection)
-        removed = int(self._scalar("clear", {"memory": memory}, connection) or 0)
+        removed = int((self._removal("clear", {"memory": memory}, connection))[0][0])
         if removed:
             self._client.vectors.changed(memory, connection)
         return removed

@@ -13,7 +13,10 @@ from pgmem.ops import schema
 
 __all__ = ["FORMAT", "NOT_EXPORTED", "plan"]
 
-#: The file format's version; an import refuses a newer one.
+#: The file format's version; an import refuses a newer one. Raised only when an importer of the older
+#: version would misread a newer file (take a line to mean what it does not); a line type or a field it does
+#: not know, or a field left out, it refuses by name (nothing imported), and an importer reads every older
+#: version (a field an older export wrote that is now derived is accepted and ignored: :attr:`_Kind.ignored`).
 FORMAT = 1
 
 #: Tables whose rows an export leaves out, and why (``pgmem export --help``, README).
@@ -32,8 +35,15 @@ NOT_EXPORTED: dict[str, str] = {
     "item_vectors": "items' vectors (model ids): items are put again to embed them",
 }
 
-#: Columns derived from other rows, left out: a memory's vector revision (the vector log's head).
-_DERIVED = {"memories": frozenset({"vec_rev"})}
+#: Columns derived from other rows, left out: a memory's vector revision (the vector log's head), an item
+#: version's item id (an identity of the items table, which the target draws afresh: the import gives each
+#: version the id of its item's lifetime there, pgmem.ops.importing ``_item_ids``). Files written before
+#: item_id was left out carry it: accepted and ignored.
+_DERIVED = {"memories": frozenset({"vec_rev"}), "item_history": frozenset({"item_id"})}
+
+#: Line types written after another one's (what they refer to), where the schema's table order differs:
+#: an item's versions after the items.
+_AFTER = {"item_history": "items"}
 
 
 @dataclass(frozen=True)
@@ -45,6 +55,7 @@ class _Kind:
     columns: tuple[Column[Any], ...]
     seqs: tuple[str, ...] = ()
     namespace_only: bool = False  # a whole-namespace export only (not with --memory)
+    ignored: frozenset[str] = frozenset()  # fields of older files, now derived: accepted, not imported
 
     @property
     def fields(self) -> frozenset[str]:
@@ -99,6 +110,9 @@ def plan() -> tuple[_Kind, ...]:
         and "namespace" in table.c
         and not _names_a_model(table)
     ]
+    for table in [t for t in rest if t.name in _AFTER]:
+        rest.remove(table)
+        rest.insert(next(i for i, t in enumerate(rest) if t.name == _AFTER[table.name]) + 1, table)
     types = {"summaries": "summary", "queue_items": "queue_item", "items": "item"}
     for table in rest:
         seqs = _seq_columns(table)
@@ -109,6 +123,7 @@ def plan() -> tuple[_Kind, ...]:
                 tuple(c for c in _exported_columns(table) if c.name not in seqs),
                 seqs,
                 namespace_only=not _memory_columns(table),
+                ignored=_DERIVED.get(table.name, frozenset()),
             )
         )
     return tuple(known)

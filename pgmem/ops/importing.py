@@ -84,7 +84,7 @@ def _parse(line: int, text: str, kinds: dict[str, _Kind]) -> tuple[_Kind, dict[s
         raise _bad(line, f'{kind.type}: no "row" object')
     if missing := sorted(kind.fields - row.keys()):
         raise _bad(line, f"{kind.type}: missing field(s) {', '.join(missing)}")
-    if unknown := sorted(row.keys() - kind.fields):
+    if unknown := sorted(row.keys() - kind.fields - kind.ignored):
         raise _bad(line, f"{kind.type}: unknown field(s) {', '.join(unknown)} (a column this schema lacks)")
     if kind.seqs:
         seqs = record.get("seqs")
@@ -141,6 +141,8 @@ class _Importer:
         self.models: dict[tuple[str, int, str], tuple[int, str]] = {}
         self.done = Imported()
         self.vectors_q = statements.load("vectors")
+        self.portability_q = statements.load("portability")
+        self.versions: list[int] = []  # the item_history ids inserted, given their item ids at the end
 
     def model(self, line: int, model: dict[str, Any]) -> tuple[int, str]:
         """The target's id and storage kind of a model (registered when the target lacks it)."""
@@ -205,6 +207,9 @@ class _Importer:
         if kind.table.name in ("embeddings", "memory_models"):
             names.append("model_id")
             values.append(sql.SQL("(j.extra ->> 'model')::smallint"))
+        if kind.table.name == "item_history":  # its item's id, given by item_ids once every item is in
+            names.append("item_id")
+            values.append(sql.SQL("0"))
         if kind.table.name == "embeddings":
             names += ["embedding", "embedding_half"]
             values += [
@@ -244,6 +249,8 @@ class _Importer:
             raise Conflict(self._conflict(kind, pending, returned, keys, identity_key, where))
         if kind.table.name == "memory_entries":
             self.entry_seqs.extend(sorted(int(r[-1]) for r in returned))
+        if kind.table.name == "item_history":
+            self.versions.extend(int(r[-1]) for r in returned)  # its key: (path, key, id)
         self.done.rows[kind.type] = self.done.rows.get(kind.type, 0) + len(returned)
         pending.rows.clear()
         pending.extra.clear()
@@ -267,6 +274,13 @@ class _Importer:
                     named = ", ".join(f"{c.name} {row[c.name]!r}" for c in keys)
                     return f"line {pending.first_line + i}: {kind.type} with {named} is {tail}"
         return f"{where}: {len(pending.rows) - len(returned)} {kind.type} row(s) {tail}"
+
+    def item_ids(self) -> None:
+        """The item id of each item version imported: its item's in the target (sql/portability.sql
+        ``item_history_ids``), once the file's items are in (a file of format 1 written before it left
+        item_id out has the versions first)."""
+        if self.versions:
+            self.conn.execute(self.portability_q["item_history_ids"], {"ns": self.namespace, "ids": self.versions})
 
 
 def _hashable(value: Any) -> Any:
@@ -353,6 +367,7 @@ def import_lines(
             importer.add(pending, number, record)
         if pending is not None:
             importer.flush(pending)
+        importer.item_ids()
     importer.done.lines = number
     return target, importer.done
 

@@ -15,11 +15,20 @@ a column added to a table is carried without a change here, and so is a new tabl
 * a memory entry's ``seq`` as its ``order`` (1, 2, ... over the namespace's entries), and every other column
   named ``*seq`` (a summary's range, a BrainMemory's cut, a fork's or a mark's point: ``memory_entries.seq``
   values) as a position among them, under ``"seqs"``: ``first_*`` columns as the position of the first entry
-  at or after the value, the others of the last entry at or before it (0: before every entry).
+  at or after the value, the others of the last entry at or before it (0: before every entry);
+* an item's past versions (``item_history``, which reads as of a time return) without their ``item_id`` (the
+  items' ids are identities the target draws): after the file's items, the import gives each version the id
+  of its item's lifetime in the target (the item of the same path, key and ``created_at``), or one new id per
+  lifetime of a deleted item. A file written before (the versions with the source's ids, before the items)
+  imports the same way, its ids ignored: the format stays 1 (an older importer refuses the new file by name,
+  "missing field item_id", and misreads nothing).
 
-Not exported (:data:`NOT_EXPORTED`): logs and audit trails, state derived from the rows (rebuilt by the
-import's triggers), secrets and keys of the namespace, and rows that name embedding models by id other than
-embeddings and memory models.
+Not exported (:data:`NOT_EXPORTED`): logs and audit trails (the vector log, searches, sampled searches,
+forgetting's audit, acknowledged queue items, retried writes' keys): a record of what happened in the source
+database, which no read of the copy uses, and which the copy keeps of its own from then on (the forget
+audit stays with the database where the forgetting was done); state derived from the rows (rebuilt by the
+import's triggers); secrets and keys of the namespace; and rows that name embedding models by id other than
+embeddings and memory models (items' vectors: derived, an item put again is embedded again).
 
 The file's line types are in :mod:`pgmem.ops.export_format`, the export in :mod:`pgmem.ops.export`, the
 import in :mod:`pgmem.ops.importing`; this module is what the CLI calls.

@@ -125,3 +125,20 @@ def test_statements_of_a_block_are_translated(client: pgmem.Client) -> None:
         assert block.scalar("SELECT current_setting('pgmem.namespace')") == "exec"
     with pytest.raises(pgmem.InvalidInput, match=r"\bt\b.*lone surrogate"):
         client.executor.rows("SELECT %(t)s::text", {"t": "x\ud800"})
+
+
+@pytest.mark.parametrize("removal", ["delete", "clear", "trim"])
+def test_a_removal_lost_on_the_way_may_have_committed(client: pgmem.Client, dsn: str, removal: str) -> None:
+    """A message removal (its fork statement and its own in one pipeline, whose Sync commits them) meeting a
+    lost connection: CommitUnknown, as a write of one statement, never a bare ConnectionFailed."""
+    client.messages.add("m", pgmem.Message(id="x", content="kept"))
+    _kill_pooled(client, dsn)
+    with pytest.raises(CommitUnknown) as info:
+        if removal == "delete":
+            client.messages.delete("m", "x")
+        elif removal == "clear":
+            client.messages.clear("m")
+        else:
+            client.messages.trim("m", 0)
+    assert isinstance(info.value.__cause__, ConnectionFailed)
+    assert client.messages.count("m") == 1  # the backend was gone before the statements: they never ran

@@ -4,6 +4,7 @@ bad file imports nothing."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 
 import psycopg
@@ -184,3 +185,103 @@ def test_a_newer_format_and_existing_rows_are_refused_whole(dsn: str, tmp_path: 
     said = " ".join(again.stderr.split())
     assert again.returncode == 1 and "Conflict" in said and "line 2: memory with key 'role:Alice' is already in" in said
     assert table_counts(dsn) == before
+
+
+def _item_ids(dsn: str, namespace: str) -> tuple[dict[tuple[str, ...], int], list[tuple[tuple[str, ...], int]]]:
+    """Each current item's id by (path, key), and each version's (path, key, created_at) with its item_id."""
+    with psycopg.connect(dsn) as conn:
+        conn.execute("SELECT set_config('pgmem.admin', 'on', false)")
+        items = conn.execute("SELECT path, key, id FROM pgmem.items WHERE namespace = %s", (namespace,)).fetchall()
+        versions = conn.execute(
+            "SELECT path, key, created_at, item_id FROM pgmem.item_history WHERE namespace = %s ORDER BY valid_from",
+            (namespace,),
+        ).fetchall()
+    return (
+        {(*p, k): int(i) for p, k, i in items},
+        [((*p, k, c.isoformat()), int(i)) for p, k, c, i in versions],
+    )
+
+
+def _item_versions(dsn: str) -> list[datetime]:
+    """Items of namespace src with versions: one replaced twice, one deleted (with a TTL), one deleted and
+    re-created; returns each version's time."""
+    times = []
+    with pgmem.connect(dsn, namespace="src") as client:
+        items = client.items
+
+        def put(path: tuple[str, ...], key: str, value: dict[str, object], ttl: float | None = None) -> None:
+            items.put(path, key, value, ttl=ttl)
+            times.append(items.get(path, key).updated_at)  # type: ignore[union-attr]
+
+        for lang in ("fr", "de", "it"):
+            put(("users", "u1"), "prefs", {"lang": lang, "n": 1.10})
+        put(("users", "u2"), "gone", {"was": "here"}, ttl=600)
+        items.delete(("users", "u2"), "gone")
+        put(("users", "u1"), "again", {"life": 1})
+        items.delete(("users", "u1"), "again")
+        put(("users", "u1"), "again", {"life": 2})
+    return times
+
+
+def _as_of(c: pgmem.Client, at: datetime) -> object:
+    """What items.get_many, get, search and list_paths answer as of ``at``."""
+    got = c.items.get_many(("users", "u1"), ["prefs", "again"], as_of=at)
+    gone = c.items.get(("users", "u2"), "gone", as_of=at)
+    hits = c.items.search(("users",), as_of=at)
+    return (
+        [(r.key, r.value, r.created_at, r.updated_at) if r else None for r in got],
+        gone and (gone.value, gone.created_at),
+        sorted((tuple(h.path), h.key, json.dumps(h.value, sort_keys=True)) for h in hits),
+        sorted(map(tuple, c.items.list_paths(as_of=at))),
+    )
+
+
+def _lifetimes_named(dsn: str, namespace: str) -> None:
+    """The imported versions name the target's item ids: a living item's own, and one new id per deleted
+    lifetime (of no current item)."""
+    current, versions = _item_ids(dsn, namespace)
+    assert [i for key, i in versions if key[:3] == ("users", "u1", "prefs")] == [current[("users", "u1", "prefs")]] * 2
+    lifetimes = {key: i for key, i in versions if key[:3] != ("users", "u1", "prefs")}  # gone, again (life 1)
+    assert len(lifetimes) == len(set(lifetimes.values())) == 2 and not set(lifetimes.values()) & set(current.values())
+
+
+def test_items_as_of_answer_after_an_import_as_before_the_export(dsn: str, empty_dsn: str, tmp_path: Path) -> None:
+    """An item's versions (pgmem.item_history) travel: items.get, get_many, search and list_paths as of each
+    version's time answer in the copy as in the original, a deleted item's versions included; the copy's
+    versions name the copy's item ids, and exported again the copy gives the same file."""
+    from pgmem.ops import migrate
+
+    times = _item_versions(dsn)
+    first = _export(dsn, tmp_path / "a.jsonl")
+    types = [json.loads(line)["type"] for line in first]
+    assert types.count("item_history") == 4 and types.index("item_history") > types.index("item")
+    migrate.upgrade(empty_dsn)
+    run_cli("import", "--dsn", empty_dsn, str(tmp_path / "a.jsonl"))
+    assert _no_time(_export(empty_dsn, tmp_path / "b.jsonl")) == _no_time(first)
+    with pgmem.connect(dsn, namespace="src") as one, pgmem.connect(empty_dsn, namespace="src") as two:
+        for at in times:
+            assert _as_of(one, at) == _as_of(two, at), at
+        assert two.items.get(("users", "u1"), "prefs", as_of=times[0]).value == {"lang": "fr", "n": 1.10}  # type: ignore[union-attr]
+        assert two.items.get(("users", "u2"), "gone", as_of=times[3]).value == {"was": "here"}  # type: ignore[union-attr]
+    _lifetimes_named(empty_dsn, "src")
+
+
+def test_a_file_of_the_older_layout_still_imports_its_item_versions(dsn: str, tmp_path: Path) -> None:
+    """A format-1 file written before item versions left out their item_id (the source's ids) and came after
+    the items: the ids are ignored, the versions imported, and named after the target's items all the same."""
+    times = _item_versions(dsn)
+    lines = _export(dsn, tmp_path / "a.jsonl")
+    records = [json.loads(line) for line in lines]
+    versions = [r for r in records if r["type"] == "item_history"]
+    for n, r in enumerate(versions):
+        r["row"]["item_id"] = 9_000_000 + n  # no such item anywhere
+    rest = [r for r in records if r["type"] != "item_history"]
+    items_from = next(i for i, r in enumerate(rest) if r["type"] == "item")
+    older = rest[:items_from] + versions + rest[items_from:]  # the versions before the items, as plan() had them
+    (tmp_path / "old.jsonl").write_text("".join(json.dumps(r) + "\n" for r in older), encoding="utf-8")
+    run_cli("import", "--dsn", dsn, "-n", "old", str(tmp_path / "old.jsonl"))
+    with pgmem.connect(dsn, namespace="src") as one:
+        two = one.with_namespace("old")
+        for at in times:
+            assert _as_of(one, at) == _as_of(two, at), at
+    _lifetimes_named(dsn, "old")

@@ -1,6 +1,7 @@
-"""Forks racing other writers (issue 36, item 2; migrations 0020, 0023): a fork and a removal (a forget, a
-delete) at the same moment, on two connections interleaved deterministically (one holds its transaction
-open until the other is seen waiting for it), and a fork taken while other processes add to its parent."""
+"""Forks racing other writers (issue 36, item 2; migrations 0020, 0023): a fork and a removal (a forget,
+each removal of the message repository, a brain's delete) at the same moment, on two connections
+interleaved deterministically (one holds its transaction open until the other is seen waiting for it), and
+a fork taken while other processes add to its parent."""
 
 from __future__ import annotations
 
@@ -97,13 +98,14 @@ def test_a_removal_while_a_fork_is_in_flight_reaches_the_fork(dsn: str, client: 
         conn.commit()
     thread.join(60)
     assert not isinstance(out[0], BaseException), out[0]
-    # A forget takes the message from every fork. The delete's statement ran before the fork committed: it
-    # saw no fork referring to the message and deleted its row too (a statement's snapshot is taken before
-    # any lock it takes), so its trigger, once the fork committed, took the message from the fork as a
-    # forget does, size included: the outcome of the delete first, then the fork.
-    want = {"m0", "m1", "m3", "m4"}
+    # A forget takes the message from every fork. A delete takes it from the parent only: it waited for
+    # the fork (the parent's settle lock, shared, in a statement before its own: sql/forks.sql removing),
+    # so its statement saw the fork, kept the message and copied the entry into it. (With the lock in the
+    # delete's statement, whose snapshot predates it, the message went, and the fork lost it.)
+    want = {"m0", "m1", "m3", "m4"} if removal == "forget" else {f"m{i}" for i in range(5)}
     assert _held(dsn, "f") == want
     assert client.messages.count("f") == len(want)
+    assert _held(dsn, "p") == {"m0", "m1", "m3", "m4"}
 
 
 @pytest.mark.slow
@@ -258,3 +260,51 @@ def test_a_grandparents_forget_while_its_grandchild_is_forked(dsn: str, client: 
     if first == "forget":
         assert out[0].size == len(want)
     assert _summaries(dsn) == {"c": [""], "g": [""], "gc": [""]}
+
+
+# Each removal of a message repository's: what it does to "p" (on the connection given, None: the client's
+# own) and the ids it takes out of it, of m0..m4.
+_REMOVALS: dict[str, tuple[Any, set[str]]] = {
+    "delete": (lambda c, conn: c.messages.delete("p", "m2", connection=conn), {"m2"}),
+    "delete_many": (lambda c, conn: c.messages.delete_many("p", ["m1", "m3"], connection=conn), {"m1", "m3"}),
+    "delete_at": (lambda c, conn: c.messages.delete_at("p", 1, connection=conn), {"m1"}),
+    "delete_newest": (lambda c, conn: c.messages.delete_newest("p", connection=conn), {"m4"}),
+    "delete_oldest": (lambda c, conn: c.messages.delete_oldest("p", 2, connection=conn), {"m0", "m1"}),
+    "move_oldest": (lambda c, conn: c.messages.move_oldest("p", "q", 2, connection=conn), {"m0", "m1"}),
+    "clear": (lambda c, conn: c.messages.clear("p", connection=conn), {f"m{i}" for i in range(5)}),
+    "trim": (lambda c, conn: c.messages.trim("p", 2, connection=conn), {"m0", "m1", "m2"}),
+}
+
+
+@pytest.mark.parametrize("first", ["removal", "fork"])
+@pytest.mark.parametrize("removal", sorted(_REMOVALS))
+def test_a_removal_in_the_parent_racing_a_fork(dsn: str, client: pgmem.Client, removal: str, first: str) -> None:
+    """A message removal in the parent on one connection and a fork of it on another, each holding its
+    transaction open until the other is seen waiting: the fork taken first holds every entry the parent
+    held at its point (messages readable, size exact) while the parent loses them; taken after, it holds
+    the parent without them. Never a committed fork that lost entries it inherited (a delete used to take
+    the message from the fork too: its statement's snapshot, taken before the fork committed, saw the
+    message as nobody else's and deleted it)."""
+    history = [Message(id=f"m{i}", content=f"m{i}") for i in range(5)]
+    client.messages.add_many("p", history)
+    remove, gone = _REMOVALS[removal]
+    with psycopg.connect(dsn) as conn:
+        if first == "removal":
+            remove(client, conn)
+            thread, done, out = _in_thread(lambda: client.fork("p", "f"))
+        else:
+            client.fork("p", "f", connection=conn)
+            thread, done, out = _in_thread(lambda: remove(client, None))
+        _wait_for_a_waiter(dsn, done)
+        conn.commit()
+    thread.join(60)
+    assert out and not isinstance(out[0], BaseException), out
+    everything = {m.id for m in history}
+    kept = everything if first == "fork" else everything - gone
+    assert _held(dsn, "f") == kept
+    assert client.messages.count("f") == len(kept)
+    assert [m.id for m in client.messages.last("f")] == [m.id for m in history if m.id in kept]
+    if first == "removal":
+        assert out[0].size == len(kept) and (out[0].upto_seq > 0) == bool(kept)
+    assert _held(dsn, "p") == everything - gone
+    assert client.messages.count("p") == len(everything - gone)
