@@ -3,6 +3,7 @@ rules: :mod:`pgmem.planning.context`; the statement: :mod:`pgmem.planning.contex
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +15,7 @@ from pgmem.embeddings import Embedder
 from pgmem.errors import InvalidInput
 from pgmem.models import Message
 from pgmem.planning.context import PARTS, Candidate, Context, check_context_args, choose, message_tokens
-from pgmem.planning.context_sql import CONTEXT_COLUMNS, WINDOW_MARGIN, context_statement
+from pgmem.planning.context_sql import CONTEXT_COLUMNS, context_statement, window_margin
 from pgmem.planning.forks import AsOf, check_as_of
 from pgmem.planning.rows import decode
 from pgmem.planning.search import MODEL_SWITCH_ATTEMPTS, EmbeddingModel, SearchFilters, still_switching
@@ -29,6 +30,11 @@ __all__ = ["AsyncContextBuilder"]
 WINDOW_MAX = 2_000
 PINNED_MAX = 200
 _WIDTH = len(CONTEXT_COLUMNS)
+#: Memories whose last context's window density (estimated tokens per message) a builder remembers.
+_DENSITIES = 1_024
+#: No query: the statement runs with a generic plan. Planning it for each call (Postgres kept choosing
+#: custom plans) cost about 1 ms, as much as running it; with a query the search decides the cost.
+_GENERIC = {"plan_cache_mode": "force_generic_plan"}
 
 
 class AsyncContextBuilder(AsyncRepository):
@@ -39,6 +45,10 @@ class AsyncContextBuilder(AsyncRepository):
     def __init__(self, client: Any, vectors: AsyncVectorRepository) -> None:
         super().__init__(client)
         self._vectors = vectors
+        # (namespace, memory) -> estimated tokens per window message in the memory's last context: the
+        # next window is read up to what that predicts its budget holds (plus a margin), not up to a message
+        # of 4 tokens each (a 4,000-token budget read 1,001 messages to keep 279).
+        self._density: OrderedDict[tuple[str, str], float] = OrderedDict()
 
     async def build(
         self,
@@ -67,20 +77,24 @@ class AsyncContextBuilder(AsyncRepository):
             chosen = tuple(p for p in chosen if p != "related")
         if related_k == 0:
             chosen = tuple(p for p in chosen if p != "related")
-        if isinstance(pinned_roles, str) or not all(isinstance(r, str) for r in pinned_roles):
+        if isinstance(pinned_roles, str) or not all(isinstance(r, str) and "\x00" not in r for r in pinned_roles):
             raise InvalidInput(f"pinned_roles must be a list of role names, got {pinned_roles!r}")
         available = budget - reserve
+        full = min(WINDOW_MAX, available // (1 + 3) + 1)  # a message costs at least 4 tokens
+        tokenizer = get_tokenizer()
+        approx = tokenizer.name.startswith("approx")
+        window_tokens = int(window_margin(approx) * available) + 1
+        key = (self.namespace, memory)
+        density = self._density.get(key)
         params: dict[str, Any] = {
             "ns": self.namespace,
             "memory": memory,
-            "window_max": min(WINDOW_MAX, available // (1 + 3) + 1),  # a message costs at least 4 tokens
-            "window_tokens": int(WINDOW_MARGIN * available) + 1,
-            "pinned_roles": list(pinned_roles),
+            "window_max": full if density is None else min(full, int(1.25 * window_tokens / density) + 16),
+            "window_tokens": window_tokens,
             "pinned_max": PINNED_MAX,
         }
         forks = self._client.forks
         params["upto"] = await forks.upto(memory, as_of, connection)
-        tokenizer = get_tokenizer()
         await self._vectors.planner.fresh_statistics(connection)  # the pinned part is planned from them
         # A fork this client knows is read through its lineage; any other memory by its own entries, and the
         # statement says when it is a fork after all (an ok column false; no row: one statement asks): then
@@ -94,9 +108,14 @@ class AsyncContextBuilder(AsyncRepository):
                 model, strategy, settings = await self._related(
                     memory, query or "", related_k, embedder, params, attempt
                 )
-            text = context_statement(chosen, model, strategy, lineage)
+            text = context_statement(chosen, model, strategy, lineage, tuple(pinned_roles), approx)
             rows = await self._client.executor.rows(
-                text, params, connection, settings=settings, reads=True, vectors=model is not None
+                text,
+                params,
+                connection,
+                settings=_GENERIC if "related" not in chosen else settings,
+                reads=True,
+                vectors=model is not None,
             )
             if any(row[-1] is None for row in rows):
                 self._vectors.forget_model(memory)  # the memory's model switched under the search: again
@@ -108,8 +127,18 @@ class AsyncContextBuilder(AsyncRepository):
             ):
                 forks._knows(memory)
                 lineage = True
+            elif (read := sum(1 for row in rows if row[0] == "window")) >= params["window_max"] and read < full:
+                # The window may hold more than the predicted cap let it read: read it as the budget allows
+                # (the result is what one read without the cap gives, so it never depends on the last call).
+                params["window_max"] = full
             else:
                 break
+        estimates = [row[2] for row in rows if row[0] == "window"]
+        if estimates:
+            self._density[key] = sum(estimates) / len(estimates)
+            self._density.move_to_end(key)
+            if len(self._density) > _DENSITIES:
+                self._density.popitem(last=False)
         candidates = [self._candidate(row, tokenizer.count) for row in rows]
         order = {p: i for i, p in enumerate(PARTS)}
         # pinned and window in conversation order, summaries in range order, related best first
@@ -174,4 +203,5 @@ class AsyncContextBuilder(AsyncRepository):
             )
             return Candidate(part, message, int(seq), message_tokens(message, count), None, (first_seq, last_seq))
         message = decode((seq, *columns))
-        return Candidate(part, message, int(seq), message_tokens(message, count), score)
+        # a window row's score is the server's estimate of its tokens (the cap of the next read), no score
+        return Candidate(part, message, int(seq), message_tokens(message, count), None if part == "window" else score)

@@ -107,6 +107,13 @@ messages = Table(
     ),
     # Analytics (pre-baseline migration 0006): time windows of one namespace (pgmem stats --since, the report).
     Index("messages_created_idx", "namespace", "created_at"),
+    # The context's pinned part (migration 0024): the few messages whose metadata pins them, for any
+    # migrating role, with no GIN pending list to read.
+    Index(
+        "messages_pinned_idx",
+        "namespace",
+        postgresql_where=text("""metadata OPERATOR(pgmem.@>) '{"pinned": true}'::jsonb"""),
+    ),
     comment="Every message, stored once per namespace; memories refer to it through memory_entries.",
 )
 

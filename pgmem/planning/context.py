@@ -169,31 +169,37 @@ def _units(window: Sequence[Candidate], dropped: dict[str, int]) -> list[list[Ca
     """The window's candidates (oldest first) grouped into units: a tool call with all its results, or one
     message. Incomplete calls and orphaned results are dropped (counted in ``dropped``)."""
     owner: dict[str, int] = {}
+    calls: dict[int, list[str]] = {}
     for i, c in enumerate(window):
-        for call_id in _call_ids(c.message):
-            owner[call_id] = i
+        if c.message.tool_calls:
+            ids = calls[i] = _call_ids(c.message)
+            for call_id in ids:
+                owner[call_id] = i
     members: dict[int, list[int]] = {}
     answered: dict[int, set[str]] = {}
-    orphans: set[int] = set()
+    skip: set[int] = set()  # results: in their call's unit, or orphaned
+    orphans = 0
     for i, c in enumerate(window):
         result_of = c.message.tool_call_id
         if c.message.role == "tool" or result_of:
-            if result_of and result_of in owner and owner[result_of] < i:
-                members.setdefault(owner[result_of], []).append(i)
-                answered.setdefault(owner[result_of], set()).add(result_of)
+            skip.add(i)
+            j = owner.get(result_of) if result_of is not None else None
+            if result_of is not None and j is not None and j < i:
+                members.setdefault(j, []).append(i)
+                answered.setdefault(j, set()).add(result_of)
             else:
-                orphans.add(i)
+                orphans += 1
     units: list[list[Candidate]] = []
     for i, c in enumerate(window):
-        if i in orphans or any(i in m for m in members.values()):
+        if i in skip:
             continue
-        ids = _call_ids(c.message)
-        if ids and set(ids) - answered.get(i, set()):
+        made = calls.get(i)
+        if made and set(made) - answered.get(i, set()):
             _count(dropped, "tool call without all its results", 1 + len(members.get(i, [])))
             continue
-        units.append([c, *(window[j] for j in members.get(i, []))])
+        units.append([c, *(window[j] for j in members.get(i, []))] if i in members else [c])
     if orphans:
-        _count(dropped, "tool result without its call", len(orphans))
+        _count(dropped, "tool result without its call", orphans)
     return units
 
 
@@ -260,14 +266,14 @@ def choose(
             else:
                 _count(dropped["related"], "budget" if len(related) < related_k else "related_k")
 
-    for unit in reversed(units[: len(units) - len(window)] if window else units):
-        if not window:
-            break  # not even the newest unit fitted: the window stays empty
+    older: list[list[Candidate]] = []
+    for unit in reversed(units[:-1]) if window else ():  # no window: not even the newest unit fitted
         cost = sum(c.tokens for c in unit)
         if cost > left:
             break
-        window.insert(0, unit)
+        older.append(unit)
         left -= cost
+    window[:0] = reversed(older)
 
     summaries: list[Candidate] = []
     if "summary" in parts:

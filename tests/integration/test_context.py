@@ -124,6 +124,65 @@ def test_one_statement_once_the_client_knows_the_memory(client: pgmem.Client, mo
     assert len(statements) == 1
 
 
+def _digest(ctx: pgmem.planning.context.Context) -> list[tuple[str, str, int, int]]:
+    return [(i.part, i.message.id, i.seq, i.tokens) for i in ctx.items] + [
+        (p, str(sorted(r.dropped.items())), r.kept, r.tokens) for p, r in sorted(ctx.parts.items())
+    ]
+
+
+def test_pinned_messages_are_found_either_way(client: pgmem.Client) -> None:
+    """The pinned part probes the namespace's pinned candidates when they are few against the memory, and
+    walks the memory's entries when they are many: the same messages either way, in order."""
+    _conversation(client, "small", turns=3)
+    for i in range(40):  # system prompts elsewhere in the namespace
+        client.messages.add(f"other{i}", Message(content=f"You are agent {i}.", role="system"))
+    client.messages.add("small", Message(content="Keep answers short.", role="system"))
+    # 43 candidates in the namespace, 9 entries in the memory: its entries are walked
+    ctx = client.context("small", budget=10_000, parts=("pinned",))
+    assert [m.content for m in ctx.messages] == [
+        "You are a careful assistant.",
+        "The user is called Ada.",
+        "Keep answers short.",
+    ]
+    _conversation(client, "big", turns=60)  # 45 candidates, 134 entries: the candidates are probed
+    ctx = client.context("big", budget=10_000, parts=("pinned",))
+    assert [m.content for m in ctx.messages] == ["You are a careful assistant.", "The user is called Ada."]
+    odd = ("it's", 'a "b"', "x,y", "{z}", "back\\slash")
+    for role in odd:
+        client.messages.add("roles", Message(content=f"as {role}", role=role))
+    client.messages.add("roles", Message(content="plain", role="user"))
+    ctx = client.context("roles", budget=1000, parts=("pinned",), pinned_roles=odd)
+    assert [m.content for m in ctx.messages] == [f"as {role}" for role in odd]
+
+
+def test_a_context_never_depends_on_the_last_one(client: pgmem.Client, dsn: str) -> None:
+    """The window is read up to what the memory's last context predicts the budget holds (long messages: a
+    few): when its messages turn short, the read that cap allows is not enough and the context reads on,
+    so it equals what a client that never saw the memory builds."""
+    for i in range(30):
+        client.messages.add("shape", Message(content="long " * 200 + str(i), role="user"))
+    client.context("shape", budget=2000)  # learns: about 250 tokens a message
+    for i in range(300):
+        client.messages.add("shape", Message(content=f"ok {i}", role="assistant"))
+    seen = client.context("shape", budget=2000)
+    with pgmem.connect(dsn, namespace=client.namespace) as fresh:
+        assert _digest(seen) == _digest(fresh.context("shape", budget=2000))
+    assert seen.parts["window"].kept > 150
+
+
+def test_a_window_of_cjk_text_fills_its_budget(client: pgmem.Client) -> None:
+    """The window is read by an estimate of each message's tokens; under pgmem's own tokenizer that is its
+    count, so text of 3-byte characters fills the budget (estimated for tiktoken, it filled two thirds)."""
+    from pgmem.summarizer import get_tokenizer
+
+    if not get_tokenizer().name.startswith("approx"):
+        pytest.skip("tiktoken counts these messages differently; the estimate's margin covers it")
+    for i in range(100):
+        client.messages.add("cjk", Message(content="漢字" * 30 + str(i % 10), role="user"))  # 181 bytes: 50 tokens
+    ctx = client.context("cjk", budget=1000, parts=("window",))
+    assert ctx.parts["window"].kept == 20 and ctx.tokens == 1000
+
+
 async def test_async_context(aclient: pgmem.AsyncClient) -> None:
     await aclient.messages.add("chat", Message(content="system prompt", role="system"))
     await aclient.messages.add("chat", Message(content="hello there", role="user"))
