@@ -113,7 +113,8 @@ class AsyncContextBuilder(AsyncRepository):
                 text,
                 params,
                 connection,
-                settings=_GENERIC if "related" not in chosen else settings,
+                # not on a caller's connection: the setting would last to the end of the caller's transaction
+                settings=_GENERIC if "related" not in chosen and connection is None else settings,
                 reads=True,
                 vectors=model is not None,
             )

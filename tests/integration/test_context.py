@@ -183,6 +183,16 @@ def test_a_window_of_cjk_text_fills_its_budget(client: pgmem.Client) -> None:
     assert ctx.parts["window"].kept == 20 and ctx.tokens == 1000
 
 
+def test_a_context_in_the_callers_transaction_leaves_its_settings(client: pgmem.Client) -> None:
+    """On its own connections a context without a query runs with a generic plan (a setting local to its
+    transaction); in the caller's transaction that setting would outlive the call, so it is not made."""
+    _conversation(client, turns=3)
+    with client.transaction() as conn:
+        ctx = client.context("chat", budget=200, connection=conn)
+        assert ctx.parts["window"].kept > 0
+        assert conn.execute("SHOW plan_cache_mode").fetchone() == ("auto",)
+
+
 async def test_async_context(aclient: pgmem.AsyncClient) -> None:
     await aclient.messages.add("chat", Message(content="system prompt", role="system"))
     await aclient.messages.add("chat", Message(content="hello there", role="user"))
