@@ -71,9 +71,10 @@ SELECT pgmem.materialize_fork(%(ns)s, %(memory)s);
 
 -- name: removing
 -- The first statement of a removal from %(memory)s (sql/messages.sql delete, clear, ...; retention.sql
--- trim), in the removal's transaction: the memory's writers' settle lock, shared, held until that
--- transaction ends, then `materialize` (what a fork inherits copied in: its removal statement then finds
--- every entry among the fork's own). A fork of %(memory)s being taken holds the lock exclusively until it
+-- trim, and each entries_batch of a memory's policy; move_oldest's two memories), in the removal's
+-- transaction: the memory's writers' settle lock, shared, held until that transaction ends, then
+-- `materialize` (what a fork inherits copied in: its removal statement then finds every entry among the
+-- fork's own). A fork of %(memory)s being taken holds the lock exclusively until it
 -- commits, so the removal's statement, which comes after this one, runs in a snapshot that sees it: the
 -- fragment delete_orphans keeps a message the fork inherits, and the trigger fork_entries_left copies the
 -- entry into it. In the removal's statement itself the lock came too late: its snapshot predated the fork,
@@ -81,6 +82,24 @@ SELECT pgmem.materialize_fork(%(ns)s, %(memory)s);
 -- "Concurrency"). A fork taken after waits for the removal to commit and counts without what it removed.
 WITH {{settle_shared}}
 SELECT pgmem.materialize_fork(%(ns)s, %(memory)s) FROM settle;
+
+-- name: arriving
+-- Before move_oldest (sql/messages.sql) moves the oldest entries of %(memory)s into %(to)s, after
+-- `removing` of both in its transaction (the two settle locks, shared, taken in key order: two moves in
+-- opposite directions, each beside a fork, cannot deadlock). The moved entries keep their sequence numbers,
+-- older than %(to)s's newest: a fork of %(to)s whose point is at or past the oldest of %(memory)s would
+-- inherit them through its lineage, though they arrived after it was taken (its size without them). Each
+-- such fork is materialised first (what it inherited copied in, cut from %(to)s: it holds %(to)s as it was
+-- when taken; a grandchild reads it through the copy). A statement of its own after the lock: a fork of
+-- %(to)s that committed while the lock waited is seen here; one taken after the move commits holds the
+-- moved entries, counted. One probe of memory_forks_parent_idx when %(to)s has no fork. Returns the entries
+-- copied.
+SELECT coalesce(sum(pgmem.materialize_fork(%(ns)s, f.memory)), 0)::bigint
+FROM (SELECT f.memory FROM pgmem.memory_forks AS f
+      WHERE f.namespace = %(ns)s AND f.parent = %(to)s AND f.materialized_at IS NULL
+        AND f.upto_seq >= (SELECT min(e.seq) FROM pgmem.memory_entries AS e
+                           WHERE e.namespace = %(ns)s AND e.memory = %(memory)s)
+      ORDER BY f.memory) AS f;
 
 -- name: inherits
 -- Whether %(memory)s is a fork that still reads its parent's entries (a removal then materialises it first).

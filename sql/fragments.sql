@@ -286,6 +286,14 @@ given_model AS (
     ON CONFLICT DO NOTHING
 )
 
+-- fragment: given_undecided
+-- Whether an entry of the messages given (in any memory of the namespace, there before this statement)
+-- waits for a near-duplicate merge that the vectors this statement stores may decide: the writer then
+-- decides it (pgmem._async.outbox decide_waiting). A probe of the partial index
+-- memory_entries_merging_idx, almost always empty.
+EXISTS (SELECT 1 FROM pgmem.memory_entries AS me
+        WHERE me.namespace = %(ns)s AND me.message_id IN (SELECT id FROM given) AND me.merge_within IS NOT NULL)
+
 -- fragment: other_models
 -- Whether the memory %(memory)s has models besides those of the caller's vectors (%(model)s with
 -- %(dimension)s dimensions): the writer's embedder then fills their vectors after commit.

@@ -10,13 +10,65 @@
 -- say "within a distance", hence a lock. 28782 marks these locks (the settle lock's is 28781; two 32-bit
 -- keys: a key space apart from one-key advisory locks). Also returns the transaction's isolation: under
 -- REPEATABLE READ or SERIALIZABLE the snapshot may predate the lock, and the caller is refused.
+-- `undecided`: whether an entry of the memory waits for a merge its vector could decide already (a process
+-- died between the embedder's commit and its merge, or a vector came by another way: undecided_memory),
+-- as this statement's snapshot saw it: taken before the lock's wait, which is enough for a probe (a
+-- leftover is old; one committed while this waited is decided by whoever stored its vector). A probe of
+-- memory_entries_merging_idx, almost always empty.
+-- `settled`: then the memory's writers' settle lock, shared (the fragment settle_lock_key), held to commit:
+-- a merge removes an entry, and a fork of the memory being taken holds that lock exclusively until it
+-- commits, so merge_near, a later statement, sees the fork and keeps the merged message for it (its trigger
+-- copies the entry in); a fork taken after waits for the merge. Taken in merge_near itself it came too late:
+-- that snapshot predated the fork, the message went as nobody else's, and the committed fork lost it
+-- (README, "Concurrency"). Always after the merge lock, in this one order.
 SELECT pg_advisory_xact_lock(28782, hashtext(%(ns)s || '/' || %(memory)s))::text AS locked,
-       current_setting('transaction_isolation') AS isolation;
+       current_setting('transaction_isolation') AS isolation,
+       EXISTS ({{undecided}} AND me.memory = %(memory)s) AS undecided,
+       pg_advisory_xact_lock_shared({{settle_lock_key}})::text AS settled;
 
 -- name: merge_try_lock
 -- merge_lock without waiting (the background embedder, which holds rows an adder holding the lock may
--- wait for: pgmem._async.merging.lock_or_retry). Returns whether it was taken.
-SELECT pg_try_advisory_xact_lock(28782, hashtext(%(ns)s || '/' || %(memory)s)) AS locked;
+-- wait for: pgmem._async.merging.merge_waiting; and the recovery, pgmem._async.merging.settle, in a
+-- caller's transaction). The settle lock, shared, as merge_lock's `settled`, also only tried (a fork of the
+-- memory being taken holds it: that merge waits, as for a busy merge lock). Returns whether both were taken.
+SELECT CASE WHEN pg_try_advisory_xact_lock(28782, hashtext(%(ns)s || '/' || %(memory)s))
+            THEN pg_try_advisory_xact_lock_shared({{settle_lock_key}}) ELSE false END AS locked;
+
+-- fragment: undecided
+-- Entries of the namespace waiting for their merge (merge_within set) whose message has a vector of the
+-- memory's active model already: nothing else will decide them (the embedder decides an entry when it
+-- stores the vector, or right after its commit for one that began waiting meanwhile; a plain add with the
+-- caller's vector decides right after its own). Left when a process died in between, or when the vector
+-- came with a write that could not take the merge lock. The partial index memory_entries_merging_idx
+-- holds only waiting entries. Rows: rows.UndecidedRow (the entry, its bound and the model to decide with).
+SELECT me.memory, me.message_id, me.merge_within, m.id, m.name, m.dimension, m.kind, m.distance
+FROM pgmem.memory_entries AS me
+JOIN pgmem.memory_models AS mm ON mm.namespace = %(ns)s AND mm.memory = me.memory AND mm.status = 'active'
+JOIN pgmem.embedding_models AS m ON m.id = mm.model_id
+WHERE me.namespace = %(ns)s AND me.merge_within IS NOT NULL
+  AND EXISTS (SELECT 1 FROM pgmem.embeddings AS e
+              WHERE e.namespace = %(ns)s AND e.model_id = mm.model_id AND e.message_id = me.message_id)
+
+-- name: undecided_memory
+-- The undecided entries of memory %(memory)s (a merging add's, under its merge lock), in memory order.
+{{undecided}}
+  AND me.memory = %(memory)s
+ORDER BY me.seq
+LIMIT %(n)s;
+
+-- name: undecided_namespace
+-- The undecided entries of the namespace (the embedder's run), by memory, in memory order.
+{{undecided}}
+ORDER BY me.memory, me.seq
+LIMIT %(n)s;
+
+-- name: undecided_of
+-- The undecided entries of the messages %(ids)s (whose vectors a write just stored), by memory, in memory
+-- order.
+{{undecided}}
+  AND me.message_id = ANY(%(ids)s::text[])
+ORDER BY me.memory, me.seq
+LIMIT %(n)s;
 
 -- name: merge_near
 -- Decide the merge of the entry of message %(id)s in memory %(memory)s (under merge_lock). With the

@@ -71,8 +71,9 @@ FROM entry;
 -- %(model)s of %(dimension)s dimensions in the same statement (the fragment store_given): the message, its
 -- entry and its vector are written all or nothing. A message the memory held already gets the vector too
 -- when it has none of that model (how messages queued for a model of your own get theirs). Returns an
--- AddedRow, whose seq is NULL when the memory held the message and whose embeds says whether the memory has
--- other models (other_models: then their embedder has work).
+-- AddedVectorRow, whose seq is NULL when the memory held the message, whose embeds says whether the memory
+-- has other models (other_models: then their embedder has work), and undecided whether an entry of the
+-- message waits for a near-duplicate merge this vector may decide (given_undecided).
 WITH {{settle_shared}}, memory AS (
     {{register_memory}}
 ), {{message_once}}, entry AS (
@@ -84,18 +85,18 @@ WITH {{settle_shared}}, memory AS (
 ), given AS (
     SELECT %(id)s::text AS id, %(vector)b::vector AS embedding
 ), {{store_given}}
-SELECT (SELECT seq FROM entry) AS seq, {{other_models}} AS embeds;
+SELECT (SELECT seq FROM entry) AS seq, {{other_models}} AS embeds, {{given_undecided}} AS undecided;
 
 -- name: add_many_vector
 -- add_many with the caller's own vectors (%(vectors)b: one per message, in batch order; of an id the
 -- batch repeats, the first occurrence's) stored as add_one_vector stores its one. Returns an
--- AddedManyRow (embeds: as add_one_vector's).
+-- AddedManyVectorRow (embeds, undecided: as add_one_vector's).
 WITH {{add_many_entries}}, given AS (
     SELECT DISTINCT ON (g.id) g.id, g.embedding
     FROM unnest(%(id)b::text[], %(vectors)b::vector[]) WITH ORDINALITY AS g(id, embedding, ord)
     ORDER BY g.id, g.ord
 ), {{store_given}}
-SELECT count(*) AS added, {{other_models}} AS embeds
+SELECT count(*) AS added, {{other_models}} AS embeds, {{given_undecided}} AS undecided
 FROM entry;
 
 -- name: add_many_merging
@@ -108,13 +109,15 @@ SELECT coalesce(array_agg(message_id ORDER BY seq), '{}'::text[]) AS added, {{me
 FROM entry;
 
 -- name: add_many_merging_vector
--- add_many_merging with the caller's vectors (or the client's embedder's), stored as add_many_vector does.
+-- add_many_merging with the caller's vectors (or the client's embedder's), stored as add_many_vector does;
+-- undecided: whether an entry of these messages held before (in any memory) waits for its merge.
 WITH {{add_many_entries}}, given AS (
     SELECT DISTINCT ON (g.id) g.id, g.embedding
     FROM unnest(%(id)b::text[], %(vectors)b::vector[]) WITH ORDINALITY AS g(id, embedding, ord)
     ORDER BY g.id, g.ord
 ), {{store_given}}
-SELECT coalesce(array_agg(message_id ORDER BY seq), '{}'::text[]) AS added, {{other_models}} AS embeds
+SELECT coalesce(array_agg(message_id ORDER BY seq), '{}'::text[]) AS added, {{other_models}} AS embeds,
+       {{given_undecided}} AS undecided
 FROM entry;
 
 -- name: append
@@ -517,7 +520,8 @@ FROM entry
 ORDER BY entry.seq;
 
 -- name: move_oldest
--- Own entries only: a removal from %(memory)s and an add to %(to)s (the caller materialises both first).
+-- Own entries only: a removal from %(memory)s and an add to %(to)s (the caller materialises both first,
+-- and the forks of %(to)s that would inherit the moved entries: sql/forks.sql removing, arriving).
 -- Move the oldest %(n)s entries of the memory %(memory)s to the memory %(to)s (registered when new) in
 -- one UPDATE: the message rows stay where they are and the entries keep their sequence numbers, so the
 -- two memories read together (payloads_page) keep the original order. Returns the moved messages,

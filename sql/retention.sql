@@ -452,7 +452,8 @@ SELECT seq FROM pgmem.memory_entries WHERE namespace = %(ns)s AND memory = %(mem
 ORDER BY seq DESC OFFSET %(keep)s LIMIT 1;
 
 -- name: entries_batch
--- Own entries only: a removal (the caller materialises a fork first: pgmem.materialize_fork).
+-- Own entries only: a removal (the caller materialises a fork first: pgmem.materialize_fork), after
+-- sql/forks.sql `removing` in its transaction (a fork of %(memory)s being taken keeps what it inherits).
 -- Up to %(limit)s entries of the memory %(memory)s added before the cutoff or at or below the bound,
 -- oldest first, taken out of it; their messages go too when nothing else refers to them. Returns the
 -- entries removed.

@@ -13,19 +13,25 @@ from psycopg import AsyncConnection
 from pgmem._async.executor import AsyncBlock, AsyncExecutor
 from pgmem.errors import InvalidInput
 from pgmem.planning import statements
-from pgmem.planning.rows import PendingMergeRow
-from pgmem.planning.search import MAX_K, EmbeddingModel, SearchHit
+from pgmem.planning.rows import PendingMergeRow, UndecidedRow
+from pgmem.planning.search import MAX_K, EmbeddingModel, SearchHit, model_of
 from pgmem.planning.search.filters import check_k
 
-__all__ = ["MergeBusy", "boost", "check_boost", "decide", "lock", "merge_waiting"]
+__all__ = ["MergeBusy", "boost", "check_boost", "decide", "lock", "merge_waiting", "settle", "settle_memory"]
 
 M = statements.load("merging")
+#: At most this many undecided entries are decided by one look-up (the rest by the next one).
+SETTLE_BATCH = 1000
 
 
-async def lock(block: AsyncBlock, memory: str) -> None:
+async def lock(block: AsyncBlock, memory: str) -> bool:
     """Take ``memory``'s merge lock (held to commit) in a statement of its own: the statements after it see
-    every merge committed before it. Raises :class:`InvalidInput` (before anything is written) in a
-    transaction whose snapshot may predate the lock (REPEATABLE READ or SERIALIZABLE: the caller's)."""
+    every merge committed before it, and a fork of the memory committed before it (its settle lock, shared,
+    taken after the merge lock: a merge then keeps what the fork inherits; sql/merging.sql merge_lock).
+    Raises :class:`InvalidInput` (before anything is written) in a transaction whose snapshot may predate
+    the lock (REPEATABLE READ or SERIALIZABLE: the caller's).
+    Returns whether an entry of the memory waits for a merge its vector could decide already (a leftover:
+    :func:`settle_memory` decides them)."""
     row = await block.one(M["merge_lock"], {"ns": block.namespace, "memory": memory})
     isolation = row[1] if row is not None else None
     if isolation != "read committed":
@@ -33,6 +39,7 @@ async def lock(block: AsyncBlock, memory: str) -> None:
             f"merge='near' needs a READ COMMITTED transaction (its look-up must see merges committed while it "
             f"waited for the memory's merge lock); this one is {isolation}; nothing was written"
         )
+    return bool(row is not None and row[2])
 
 
 async def decide(
@@ -76,6 +83,7 @@ async def merge_waiting(
     memory's row its vector store took, the outbox rows it claimed), so a lock held elsewhere is not waited
     for (that would deadlock): :class:`MergeBusy` instead, before anything is decided. A lock the block
     took already (the batch's second run takes them first) is taken again at once."""
+    waiting = sorted(waiting, key=lambda row: row.memory)  # one lock order for every process (settle's too)
     memories = list(dict.fromkeys(row.memory for row in waiting))
     if not wait:
         for memory in memories:
@@ -90,6 +98,47 @@ async def merge_waiting(
         survivor, _ = await decide(block, row.memory, row.message_id, model, row.merge_within, pending=True)
         if survivor is not None and row.memory not in left:
             left.append(row.memory)
+    return left
+
+
+async def settle(
+    block: AsyncBlock, undecided: Sequence[UndecidedRow], *, wait: bool, held: str | None = None
+) -> tuple[list[str], list[str]]:
+    """Decide ``undecided`` entries (waiting for a merge although their vector is stored: rows of
+    ``sql/merging.sql`` undecided_*) as the embedder decides them when it stores the vector, each memory's
+    under its merge lock, memories in one key order (as :func:`merge_waiting` takes them). Idempotent: an
+    entry decided meanwhile (by another process's recovery, or by the writer of its vector) is left as it
+    is. ``held``: the memory whose lock the block holds already (a merging add's).
+
+    ``wait=False`` (a caller's transaction, which may hold rows a merging adder waits for): a lock held
+    elsewhere is not waited for; that memory's entries are left for a later recovery. Returns (the
+    memories an entry left, the memories left busy)."""
+    left: list[str] = []
+    busy: list[str] = []
+    locked = held
+    for row in sorted(undecided, key=lambda r: r.memory):  # stable: memory order within each
+        if row.memory in busy:
+            continue
+        if row.memory != locked:
+            if wait:
+                await lock(block, row.memory)
+            elif not await block.scalar(M["merge_try_lock"], {"ns": block.namespace, "memory": row.memory}):
+                busy.append(row.memory)
+                continue
+            locked = row.memory
+        survivor, _ = await decide(block, row.memory, row.message_id, model_of(row), row.merge_within, pending=True)
+        if survivor is not None and row.memory not in left:
+            left.append(row.memory)
+    return left, busy
+
+
+async def settle_memory(block: AsyncBlock, memory: str) -> list[str]:
+    """Under ``memory``'s merge lock (a merging add's, before its look-up): decide the memory's entries
+    that wait for a merge although their vector is stored (:func:`lock` said there are). Returns
+    ``[memory]`` when an entry left it, else ``[]``."""
+    params = {"ns": block.namespace, "memory": memory, "n": SETTLE_BATCH}
+    rows = [UndecidedRow._make(r) for r in await block.rows(M["undecided_memory"], params)]
+    left, _ = await settle(block, rows, wait=True, held=memory)
     return left
 
 

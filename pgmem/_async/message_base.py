@@ -53,14 +53,16 @@ class AsyncMessageBase(AsyncRepository):
         transaction: a fork gets what it inherits copied in first (its removal statement then finds every
         entry among its own), and a fork of the memory being taken is seen by the removal statement (its
         messages kept and its entries copied into it), or waits for it. One pipeline: no round trip more
-        than the two statements took apart. ``to``: a memory entries move to (``move_oldest``), copied in
-        too when it is a fork."""
+        than the two statements took apart. ``to``: a memory entries move to (``move_oldest``), locked too,
+        copied in when it is a fork, its forks that would inherit the moved entries materialised
+        (:meth:`AsyncForkRepository.moving <pgmem._async.forks.AsyncForkRepository.moving>`)."""
         forks = self._client.forks
         try:
             async with self._client.executor.transaction(connection, pipeline=True) as block:
-                await forks.removing(block, params["memory"])
-                if to is not None:
-                    await forks.removing(block, to, settle=False)
+                if to is None:
+                    await forks.removing(block, params["memory"])
+                else:
+                    await forks.moving(block, params["memory"], to)
                 return await block.rows(self.queries[name], {"ns": self.namespace, **params})
         except CommitUnknown:
             raise

@@ -21,7 +21,9 @@ from pgmem.planning.distances import max_distance
 from pgmem.planning.rows import (
     INSERT_COLUMNS,
     AddedManyRow,
+    AddedManyVectorRow,
     AddedRow,
+    AddedVectorRow,
     batch_columns,
     encode,
     json_rows,
@@ -66,6 +68,9 @@ class AsyncMessageWrites(AsyncMessageBase):
         in the same statement (all or nothing) and searched as the embedder's, caches included. A message
         the memory held gets it when it has no vector of that model (one it has stays). Another dimension
         than the model's, NaN or a model the memory lacks: :class:`pgmem.EmbeddingError`, nothing written.
+        An entry of the message waiting for its near-duplicate merge (a merging add without a vector, in
+        any memory) is decided by this vector: right after the commit, or in your transaction when that
+        memory's merge lock is free (else by the next embedder run; README, "Near-duplicates").
 
         Example:
             >>> await client.vectors.enable("docs", Precomputed("e5-small-v2", 384))
@@ -112,6 +117,9 @@ class AsyncMessageWrites(AsyncMessageBase):
                     ) from exc.__cause__
         if given is not None:
             self._client.vectors.changed(memory, connection)  # the vector is the message's as soon as stored
+            if added is not None and AddedVectorRow._make(added).undecided:  # an entry waited for this vector
+                await self._client.vectors.outbox.decide_waiting([row["id"]], connection)
+            added = None if added is None else added[:2]
         if added is None or (entry := AddedRow._make(added)).seq is None:
             return False
         message._seq = entry.seq
@@ -186,9 +194,10 @@ class AsyncMessageWrites(AsyncMessageBase):
         for attempt in (1, 2):
             try:
                 async with self._client.executor.transaction(connection, vectors=given is not None) as block:
-                    await merging.lock(block, memory)
+                    settled = await merging.settle_memory(block, memory) if await merging.lock(block, memory) else []
                     found = await block.rows(statement, params)
-                    entry = AddedRow._make(found[0]) if found else None
+                    entry = AddedRow._make(found[0][:2]) if found else None
+                    undecided = given is not None and bool(found) and AddedVectorRow._make(found[0]).undecided
                     survivor, embedded = None, True
                     if entry is not None and entry.seq is not None:
                         survivor, embedded = await merging.decide(
@@ -208,7 +217,9 @@ class AsyncMessageWrites(AsyncMessageBase):
                         f"message id {message.id!r} is already stored with other content in namespace "
                         f"{self.namespace!r}; nothing was written (give the new message another id)"
                     ) from exc.__cause__
-        if given is not None or survivor is not None:
+        if undecided:  # entries of the message in other memories waited for this vector (this one's is decided)
+            await self._client.vectors.outbox.decide_waiting([row["id"]], connection)
+        if given is not None or survivor is not None or settled:
             self._client.vectors.changed(memory, connection)
         if survivor is not None:
             return Remembered(survivor, added=False, merged=True)
@@ -341,6 +352,9 @@ class AsyncMessageWrites(AsyncMessageBase):
                     ) from exc.__cause__
         if given is not None:
             self._client.vectors.changed(memory, connection)
+            if row is not None and AddedManyVectorRow._make(row).undecided:  # entries waited for these vectors
+                await self._client.vectors.outbox.decide_waiting(list(dict.fromkeys(columns["id"])), connection)
+            row = None if row is None else row[:2]
         if row is None:
             return 0
         result = AddedManyRow._make(row)
@@ -383,10 +397,11 @@ class AsyncMessageWrites(AsyncMessageBase):
         for attempt in range(1, MAX_RACES + 1):
             try:
                 async with self._client.executor.transaction(connection, vectors=given is not None) as block:
-                    await merging.lock(block, memory)
+                    settled = await merging.settle_memory(block, memory) if await merging.lock(block, memory) else []
                     found = await block.one(statement, columns)
                     assert found is not None  # an aggregate: always one row
                     added, embeds = [str(i) for i in found[0]], bool(found[1])
+                    undecided = given is not None and AddedManyVectorRow._make(found).undecided
                     decided = {i: await merging.decide(block, memory, i, chosen, within, pending=True) for i in added}
                     if given is not None:  # held entries waiting for their merge: the vectors given decide them
                         for held in dict.fromkeys(i for i in columns["id"] if i not in decided):
@@ -423,8 +438,10 @@ class AsyncMessageWrites(AsyncMessageBase):
                 one = Remembered(message_id, added=False)
             seen[message_id] = one
             told.append(one)
+        if undecided:  # held messages' entries in other memories waited for these vectors (this one's are decided)
+            await self._client.vectors.outbox.decide_waiting(list(dict.fromkeys(columns["id"])), connection)
         stored = sum(1 for r in seen.values() if r.added)
-        if given is not None or any(r.merged for r in told):
+        if given is not None or settled or any(r.merged for r in told):
             self._client.vectors.changed(memory, connection)
         if stored and embeds:
             self._client.vectors.written(connection)

@@ -4,7 +4,7 @@ embeds them after commit."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +13,7 @@ from psycopg import AsyncConnection, AsyncCursor
 from pgmem._async.background import AsyncBackground
 from pgmem._async.base import AsyncRepository
 from pgmem._async.embedding_models import AsyncModelRegistry
-from pgmem._async.merging import MergeBusy, lock, merge_waiting
+from pgmem._async.merging import SETTLE_BATCH, M, MergeBusy, lock, merge_waiting, settle
 from pgmem._async.sessions import AsyncSessions
 from pgmem.checks import check_key
 from pgmem.embeddings import Embedder, Precomputed, check_vectors
@@ -26,6 +26,7 @@ from pgmem.planning.rows import (
     PendingModelRow,
     PendingRow,
     PromotedRow,
+    UndecidedRow,
 )
 from pgmem.planning.search import EmbeddingModel, model_of
 from pgmem.resilience import paused
@@ -146,6 +147,7 @@ class AsyncEmbeddingOutbox(AsyncRepository):
                     break  # the queue is drained (for this model, as far as this transaction could see)
         if rows and report.embedded + report.failed == 0:
             await self._rows("purge_orphans", {}, None)  # queued rows none of which could be claimed
+        await self.decide_waiting()  # merges a process left undecided (it died after its commit)
         if switching or not rows:
             if switching or self._registry.deferred:
                 # A switch waits for its model's index: build any that is missing (never waiting for
@@ -216,14 +218,48 @@ class AsyncEmbeddingOutbox(AsyncRepository):
                     stored = await block.send_with_commit(query, store)
         late = [] if stored is None else [PendingMergeRow._make(row) for row in await stored.fetchall()]
         if late:  # entries that began waiting for these vectors between the claim and the store
-            async with self._client.executor.transaction() as block:
-                await merge_waiting(block, model, late)
+            await self._decide_late(model, late)
         if failure is not None:
             log.warning("embedding %d messages with %s failed: %s", len(ids), model.name, failure)
             await self._rows("outbox_failed", {"model": model.id, "ids": ids, "error": failure}, None)
             return len(ids), failure
         self._announce(None)
         return len(ids), None
+
+    async def _decide_late(self, model: EmbeddingModel, late: list[PendingMergeRow]) -> None:
+        """Decide the merges of entries that began waiting for a batch's vectors after its claim, right after
+        its commit. A process that dies before this leaves them undecided: :meth:`decide_waiting` finds them
+        (the next embedder run, the next merging add of their memory)."""
+        async with self._client.executor.transaction() as block:
+            await merge_waiting(block, model, late)
+
+    async def decide_waiting(
+        self, ids: Sequence[str] | None = None, connection: AsyncConnection[Any] | None = None
+    ) -> None:
+        """Decide the near-duplicate merges that wait although their vectors are stored (``sql/merging.sql``
+        undecided_*): of the messages ``ids`` (a write that just stored their vectors), else of the whole
+        namespace (the embedder's run: what a process left when it died between storing a vector and
+        deciding). One look-up, which finds nothing almost always; a transaction only when it finds some.
+
+        On this client's own connection each memory's merge lock is waited for (nothing else is held: the
+        order every merging add takes). In the caller's transaction (``connection``, or the one a client
+        built on the caller's connection works in), whose vector store holds the row of every memory
+        holding the message, which a merging adder may wait for, a lock is only tried: a memory busy with
+        a merging add is left for a later recovery. Idempotent, safe to run anywhere."""
+        if ids is None:
+            query, params = M["undecided_namespace"], {"ns": self.namespace, "n": SETTLE_BATCH}
+        else:
+            query, params = M["undecided_of"], {"ns": self.namespace, "ids": list(ids), "n": SETTLE_BATCH}
+        found = [UndecidedRow._make(row) for row in await self._client.executor.rows(query, params, connection)]
+        if not found:
+            return
+        ours = connection is None and self._client.owns_transactions  # else a caller's transaction holds rows
+        async with self._client.executor.transaction(connection) as block:
+            left, busy = await settle(block, found, wait=ours)  # each decided under its memory's merge lock
+        if busy:
+            log.info("near-duplicate merges of %d memories left for a later run: merging adds hold them", len(busy))
+        for memory in left:
+            self.changed(memory, connection)
 
     # -- after a write ------------------------------------------------------------------------------------
 

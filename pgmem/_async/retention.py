@@ -144,6 +144,22 @@ class AsyncRetention(AsyncRepository):
     async def _removed(self, name: str, params: dict[str, Any], connection: AsyncConnection[Any] | None) -> int:
         return int(await self._scalar(name, params, connection) or 0)
 
+    async def _removal(
+        self, memory: str, name: str, params: dict[str, Any], connection: AsyncConnection[Any] | None
+    ) -> int:
+        """The count of the removal statement ``name`` from ``memory``, after forks.removing in its
+        transaction (sql/forks.sql ``removing``: a fork of ``memory`` being taken keeps what it inherits),
+        in one pipeline: no round trip more than the statement alone."""
+        try:
+            async with self._client.executor.transaction(connection, pipeline=True) as block:
+                await self._client.forks.removing(block, memory)
+                return await self._count(block, name, params)
+        except CommitUnknown:
+            raise
+        except ConnectionFailed as exc:  # lost with the Sync that commits (as messages' removals)
+            retry_or_raise(exc, connection, self._client.owns_transactions, harmless=False)
+            raise
+
     # -- the purges ---------------------------------------------------------------------------------------
 
     async def purge_queue_archive(
@@ -210,21 +226,12 @@ class AsyncRetention(AsyncRepository):
         cutoff = None if older_than is None else cutoff_params(older_than)
         # Each after forks.removing, in its transaction: a fork's inherited entries are trimmed too, and a
         # fork being taken keeps what it inherits (sql/forks.sql removing).
-        forks = self._client.forks
-        if cutoff is None or keep is None:  # one pipeline: no round trip more than the statements apart
+        if cutoff is None or keep is None:
             name, params = ("trim", {"keep": keep}) if cutoff is None else ("trim_before", cutoff)
-            try:
-                async with self._client.executor.transaction(connection, pipeline=True) as block:
-                    await forks.removing(block, memory)
-                    removed = await self._count(block, name, {"memory": memory, **params})
-            except CommitUnknown:
-                raise
-            except ConnectionFailed as exc:  # lost with the Sync that commits (as messages' removals)
-                retry_or_raise(exc, connection, self._client.owns_transactions, harmless=False)
-                raise
+            removed = await self._removal(memory, name, {"memory": memory, **params}, connection)
         else:
             async with self._client.executor.transaction(connection) as block:
-                await forks.removing(block, memory)
+                await self._client.forks.removing(block, memory)
                 removed = await self._count(block, "trim", {"memory": memory, "keep": keep})
                 removed += await self._count(block, "trim_before", {"memory": memory, **cutoff})
         if removed:
@@ -450,24 +457,31 @@ class AsyncRetention(AsyncRepository):
             "retrieval_log": ("retrieval_log_batch", "retrieval_log_bound", {"memory": scoped}),
         }[policy.target]
         removed = 0
-        if policy.target == "messages" and scoped is not None:
-            await self._client.forks.materialize(scoped, None)  # a fork's inherited entries age and count too
+        memory = scoped if policy.target == "messages" else None  # a memory's entries: entries_batch
+        if memory is not None:
+            await self._client.forks.materialize(memory, None)  # a fork's inherited entries age and count too
         if age is not None:  # the age pass, then the count pass with the bound as it stands after it
-            removed += await self._batches(batch, {**params, "age": age, "bound": None, "limit": limit})
+            removed += await self._batches(batch, {**params, "age": age, "bound": None, "limit": limit}, memory)
         if keep is not None:
             upto = await self._scalar(bound, {**params, "keep": keep}, None)
             if upto is not None:
-                removed += await self._batches(batch, {**params, "age": None, "bound": upto, "limit": limit})
-        if removed and policy.target == "messages" and scoped is not None:
-            self._client.vectors.changed(scoped, None)
+                removed += await self._batches(batch, {**params, "age": None, "bound": upto, "limit": limit}, memory)
+        if removed and memory is not None:
+            self._client.vectors.changed(memory, None)
         return removed
 
-    async def _batches(self, name: str, params: dict[str, Any]) -> int:
+    async def _batches(self, name: str, params: dict[str, Any], memory: str | None = None) -> int:
         """Run the batch statement ``name`` (one statement: its own transaction) until a batch comes back
-        short."""
+        short. ``memory``: the batches remove entries of that memory (entries_batch), each after
+        forks.removing in its transaction, in one pipeline (one round trip, as the statement alone): a batch
+        alone read the memory in a snapshot taken before the lock its trigger waited on, so a fork being
+        taken meanwhile lost what it inherited (its messages deleted as nobody else's)."""
         removed = 0
         while True:
-            n = int(await self._scalar(name, params, None) or 0)
+            if memory is None:
+                n = int(await self._scalar(name, params, None) or 0)
+            else:
+                n = await self._removal(memory, name, params, None)
             removed += n
             if n < params["limit"]:
                 return removed

@@ -174,9 +174,17 @@ class ForkRepository(Repository):
         """Before a removal in a fork: copy what it inherits into it (once; nothing for other memories)."""
         self._scalar("materialize", {"memory": memory}, connection)
 
-    def removing(self, block: Block, memory: str, *, settle: bool = True) -> None:
+    def removing(self, block: Block, memory: str) -> None:
         """The statement before a removal from ``memory``, in the removal's transaction ``block``: its
-        settle lock, shared (``settle``), held to the end of that transaction, and what it inherits as a
-        fork copied in (sql/forks.sql ``removing``: a fork of it being taken is then seen by the removal).
-        ``settle=False``: only the copy (``move_oldest``'s destination, which loses nothing)."""
-        block.command(Q["removing" if settle else "materialize"], {"ns": self.namespace, "memory": memory})
+        settle lock, shared, held to the end of that transaction, and what it inherits as a fork copied in
+        (sql/forks.sql ``removing``: a fork of it being taken is then seen by the removal)."""
+        block.command(Q["removing"], {"ns": self.namespace, "memory": memory})
+
+    def moving(self, block: Block, memory: str, to: str) -> None:
+        """The statements before entries of ``memory`` move into ``to`` keeping their sequence numbers
+        (``move_oldest``), in its transaction ``block``: :meth:`removing` of both, in key order, then the
+        forks of ``to`` that would inherit the moved entries materialised (sql/forks.sql ``arriving``): a
+        fork of ``to`` holds the moved entries when it was taken after the move, never before."""
+        for one in sorted((memory, to)):
+            self.removing(block, one)
+        block.command(Q["arriving"], {"ns": self.namespace, "memory": memory, "to": to})

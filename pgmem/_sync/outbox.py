@@ -5,7 +5,7 @@ embeds them after commit."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +14,7 @@ from psycopg import Connection, Cursor
 from pgmem._sync.background import Background
 from pgmem._sync.base import Repository
 from pgmem._sync.embedding_models import ModelRegistry
-from pgmem._sync.merging import MergeBusy, lock, merge_waiting
+from pgmem._sync.merging import SETTLE_BATCH, M, MergeBusy, lock, merge_waiting, settle
 from pgmem._sync.sessions import Sessions
 from pgmem.checks import check_key
 from pgmem.embeddings import Embedder, Precomputed, check_vectors
@@ -27,6 +27,7 @@ from pgmem.planning.rows import (
     PendingModelRow,
     PendingRow,
     PromotedRow,
+    UndecidedRow,
 )
 from pgmem.planning.search import EmbeddingModel, model_of
 from pgmem.resilience import paused
@@ -147,6 +148,7 @@ class EmbeddingOutbox(Repository):
                     break  # the queue is drained (for this model, as far as this transaction could see)
         if rows and report.embedded + report.failed == 0:
             self._rows("purge_orphans", {}, None)  # queued rows none of which could be claimed
+        self.decide_waiting()  # merges a process left undecided (it died after its commit)
         if switching or not rows:
             if switching or self._registry.deferred:
                 # A switch waits for its model's index: build any that is missing (never waiting for
@@ -217,14 +219,48 @@ class EmbeddingOutbox(Repository):
                     stored = block.send_with_commit(query, store)
         late = [] if stored is None else [PendingMergeRow._make(row) for row in stored.fetchall()]
         if late:  # entries that began waiting for these vectors between the claim and the store
-            with self._client.executor.transaction() as block:
-                merge_waiting(block, model, late)
+            self._decide_late(model, late)
         if failure is not None:
             log.warning("embedding %d messages with %s failed: %s", len(ids), model.name, failure)
             self._rows("outbox_failed", {"model": model.id, "ids": ids, "error": failure}, None)
             return len(ids), failure
         self._announce(None)
         return len(ids), None
+
+    def _decide_late(self, model: EmbeddingModel, late: list[PendingMergeRow]) -> None:
+        """Decide the merges of entries that began waiting for a batch's vectors after its claim, right after
+        its commit. A process that dies before this leaves them undecided: :meth:`decide_waiting` finds them
+        (the next embedder run, the next merging add of their memory)."""
+        with self._client.executor.transaction() as block:
+            merge_waiting(block, model, late)
+
+    def decide_waiting(
+        self, ids: Sequence[str] | None = None, connection: Connection[Any] | None = None
+    ) -> None:
+        """Decide the near-duplicate merges that wait although their vectors are stored (``sql/merging.sql``
+        undecided_*): of the messages ``ids`` (a write that just stored their vectors), else of the whole
+        namespace (the embedder's run: what a process left when it died between storing a vector and
+        deciding). One look-up, which finds nothing almost always; a transaction only when it finds some.
+
+        On this client's own connection each memory's merge lock is waited for (nothing else is held: the
+        order every merging add takes). In the caller's transaction (``connection``, or the one a client
+        built on the caller's connection works in), whose vector store holds the row of every memory
+        holding the message, which a merging adder may wait for, a lock is only tried: a memory busy with
+        a merging add is left for a later recovery. Idempotent, safe to run anywhere."""
+        if ids is None:
+            query, params = M["undecided_namespace"], {"ns": self.namespace, "n": SETTLE_BATCH}
+        else:
+            query, params = M["undecided_of"], {"ns": self.namespace, "ids": list(ids), "n": SETTLE_BATCH}
+        found = [UndecidedRow._make(row) for row in self._client.executor.rows(query, params, connection)]
+        if not found:
+            return
+        ours = connection is None and self._client.owns_transactions  # else a caller's transaction holds rows
+        with self._client.executor.transaction(connection) as block:
+            left, busy = settle(block, found, wait=ours)  # each decided under its memory's merge lock
+        if busy:
+            log.info("near-duplicate merges of %d memories left for a later run: merging adds hold them", len(busy))
+        for memory in left:
+            self.changed(memory, connection)
 
     # -- after a write ------------------------------------------------------------------------------------
 

@@ -145,6 +145,22 @@ class Retention(Repository):
     def _removed(self, name: str, params: dict[str, Any], connection: Connection[Any] | None) -> int:
         return int(self._scalar(name, params, connection) or 0)
 
+    def _removal(
+        self, memory: str, name: str, params: dict[str, Any], connection: Connection[Any] | None
+    ) -> int:
+        """The count of the removal statement ``name`` from ``memory``, after forks.removing in its
+        transaction (sql/forks.sql ``removing``: a fork of ``memory`` being taken keeps what it inherits),
+        in one pipeline: no round trip more than the statement alone."""
+        try:
+            with self._client.executor.transaction(connection, pipeline=True) as block:
+                self._client.forks.removing(block, memory)
+                return self._count(block, name, params)
+        except CommitUnknown:
+            raise
+        except ConnectionFailed as exc:  # lost with the Sync that commits (as messages' removals)
+            retry_or_raise(exc, connection, self._client.owns_transactions, harmless=False)
+            raise
+
     # -- the purges ---------------------------------------------------------------------------------------
 
     def purge_queue_archive(
@@ -211,21 +227,12 @@ class Retention(Repository):
         cutoff = None if older_than is None else cutoff_params(older_than)
         # Each after forks.removing, in its transaction: a fork's inherited entries are trimmed too, and a
         # fork being taken keeps what it inherits (sql/forks.sql removing).
-        forks = self._client.forks
-        if cutoff is None or keep is None:  # one pipeline: no round trip more than the statements apart
+        if cutoff is None or keep is None:
             name, params = ("trim", {"keep": keep}) if cutoff is None else ("trim_before", cutoff)
-            try:
-                with self._client.executor.transaction(connection, pipeline=True) as block:
-                    forks.removing(block, memory)
-                    removed = self._count(block, name, {"memory": memory, **params})
-            except CommitUnknown:
-                raise
-            except ConnectionFailed as exc:  # lost with the Sync that commits (as messages' removals)
-                retry_or_raise(exc, connection, self._client.owns_transactions, harmless=False)
-                raise
+            removed = self._removal(memory, name, {"memory": memory, **params}, connection)
         else:
             with self._client.executor.transaction(connection) as block:
-                forks.removing(block, memory)
+                self._client.forks.removing(block, memory)
                 removed = self._count(block, "trim", {"memory": memory, "keep": keep})
                 removed += self._count(block, "trim_before", {"memory": memory, **cutoff})
         if removed:
@@ -451,24 +458,31 @@ class Retention(Repository):
             "retrieval_log": ("retrieval_log_batch", "retrieval_log_bound", {"memory": scoped}),
         }[policy.target]
         removed = 0
-        if policy.target == "messages" and scoped is not None:
-            self._client.forks.materialize(scoped, None)  # a fork's inherited entries age and count too
+        memory = scoped if policy.target == "messages" else None  # a memory's entries: entries_batch
+        if memory is not None:
+            self._client.forks.materialize(memory, None)  # a fork's inherited entries age and count too
         if age is not None:  # the age pass, then the count pass with the bound as it stands after it
-            removed += self._batches(batch, {**params, "age": age, "bound": None, "limit": limit})
+            removed += self._batches(batch, {**params, "age": age, "bound": None, "limit": limit}, memory)
         if keep is not None:
             upto = self._scalar(bound, {**params, "keep": keep}, None)
             if upto is not None:
-                removed += self._batches(batch, {**params, "age": None, "bound": upto, "limit": limit})
-        if removed and policy.target == "messages" and scoped is not None:
-            self._client.vectors.changed(scoped, None)
+                removed += self._batches(batch, {**params, "age": None, "bound": upto, "limit": limit}, memory)
+        if removed and memory is not None:
+            self._client.vectors.changed(memory, None)
         return removed
 
-    def _batches(self, name: str, params: dict[str, Any]) -> int:
+    def _batches(self, name: str, params: dict[str, Any], memory: str | None = None) -> int:
         """Run the batch statement ``name`` (one statement: its own transaction) until a batch comes back
-        short."""
+        short. ``memory``: the batches remove entries of that memory (entries_batch), each after
+        forks.removing in its transaction, in one pipeline (one round trip, as the statement alone): a batch
+        alone read the memory in a snapshot taken before the lock its trigger waited on, so a fork being
+        taken meanwhile lost what it inherited (its messages deleted as nobody else's)."""
         removed = 0
         while True:
-            n = int(self._scalar(name, params, None) or 0)
+            if memory is None:
+                n = int(self._scalar(name, params, None) or 0)
+            else:
+                n = self._removal(memory, name, params, None)
             removed += n
             if n < params["limit"]:
                 return removed

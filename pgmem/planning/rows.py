@@ -269,6 +269,24 @@ class AddedManyRow(NamedTuple):
     embeds: bool
 
 
+class AddedVectorRow(NamedTuple):
+    """``add_one_vector``: an :class:`AddedRow`, and whether an entry of the message (in any memory) waits
+    for a near-duplicate merge the vector just stored may decide."""
+
+    seq: int | None
+    embeds: bool
+    undecided: bool
+
+
+class AddedManyVectorRow(NamedTuple):
+    """``add_many_vector``: an :class:`AddedManyRow`, and undecided as :class:`AddedVectorRow`'s (of any
+    message of the batch). ``add_many_merging_vector``: the same columns, ``added`` the new entries' ids."""
+
+    added: Any
+    embeds: bool
+    undecided: bool
+
+
 class MessageStatsRow(NamedTuple):
     """``stats``: messages of a memory by role and action."""
 
@@ -481,6 +499,20 @@ class PendingMergeRow(NamedTuple):
     memory: str
     message_id: str
     merge_within: float
+
+
+class UndecidedRow(NamedTuple):
+    """``undecided_memory``, ``undecided_namespace``, ``undecided_of`` (sql/merging.sql): an entry waiting
+    for a merge its vector could decide already, and the memory's active model to decide it with."""
+
+    memory: str
+    message_id: str
+    merge_within: float
+    id: int
+    name: str
+    dimension: int
+    kind: str
+    distance: str
 
 
 class PendingRow(NamedTuple):

@@ -1,5 +1,6 @@
 """Forks racing other writers (issue 36, item 2; migrations 0020, 0023): a fork and a removal (a forget,
-each removal of the message repository, a brain's delete) at the same moment, on two connections
+each removal of the message repository, a brain's delete, a memory's retention policy, the embedder's
+near-duplicate merge) or a move into the forked memory at the same moment, on two connections
 interleaved deterministically (one holds its transaction open until the other is seen waiting for it), and
 a fork taken while other processes add to its parent."""
 
@@ -18,7 +19,9 @@ import pytest
 
 import pgmem
 from pgmem import Message
+from pgmem.embeddings import HashingEmbedder, Precomputed
 from pgmem.planning.forks import Fork
+from tests.integration.test_near_duplicates import VARIANTS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -308,3 +311,128 @@ def test_a_removal_in_the_parent_racing_a_fork(dsn: str, client: pgmem.Client, r
         assert out[0].size == len(kept) and (out[0].upto_seq > 0) == bool(kept)
     assert _held(dsn, "p") == everything - gone
     assert client.messages.count("p") == len(everything - gone)
+
+
+# -- the other writers that take entries out of a memory, or move them into one (the README's
+# -- "Concurrency" bullet): a memory's retention policy, the near-duplicate merge, move_oldest's destination
+
+
+@pytest.mark.parametrize("first", ["policy", "fork"])
+def test_a_memorys_retention_policy_racing_a_fork(dsn: str, client: pgmem.Client, first: str) -> None:
+    """A messages policy scoped to the parent (keep the newest 2) run on one connection while the parent is
+    forked on another, each order: the fork taken first keeps all 5 entries it inherited (their messages
+    too), taken after it holds the 2 the policy kept; its size exact either way. (Each batch of the run is
+    its own statement: its snapshot predated the fork, so it deleted the messages as nobody else's.)"""
+    history = [Message(id=f"m{i}", content=f"m{i}") for i in range(5)]
+    client.messages.add_many("p", history)
+    client.retention.set_policy("messages", scope="p", max_count=2)
+    with psycopg.connect(dsn) as conn:
+        if first == "policy":  # the run's batches inside this connection's transaction, left open
+            conn.execute("SELECT 1")
+            assert pgmem.connect(conn, namespace="test").retention.run(target="messages") == {"messages": 3}
+            thread, done, out = _in_thread(lambda: client.fork("p", "f"))
+        else:
+            client.fork("p", "f", connection=conn)
+            thread, done, out = _in_thread(lambda: client.retention.run(target="messages"))
+        _wait_for_a_waiter(dsn, done)
+        conn.commit()
+    thread.join(60)
+    assert out and not isinstance(out[0], BaseException), out
+    everything, newest = {m.id for m in history}, {"m3", "m4"}
+    kept = everything if first == "fork" else newest
+    assert _held(dsn, "f") == kept
+    assert client.messages.count("f") == len(kept)
+    assert [m.id for m in client.messages.last("f")] == [m.id for m in history if m.id in kept]
+    if first == "policy":
+        assert out[0].size == len(kept)
+    else:
+        assert out[0] == {"messages": 3}
+    assert _held(dsn, "p") == newest and client.messages.count("p") == 2
+
+
+@pytest.mark.parametrize("first", ["merge", "fork"])
+def test_the_embedders_merge_racing_a_fork(dsn: str, first: str) -> None:
+    """A near-duplicate left waiting for the embedder (no vector when it was remembered), merged by the
+    embedder into the fact the memory held while the memory is forked, each order: the fork taken first
+    keeps both entries it inherited (the merged message stays, it is the fork's), taken after it holds the
+    survivor only; its size exact either way. (The merge's statement deleted the message as nobody else's:
+    its snapshot predated the fork, whose lock only its trigger waited for.)"""
+    model = HashingEmbedder().model
+    with (
+        pgmem.connect(dsn, namespace="test", max_size=2) as client,
+        pgmem.connect(dsn, namespace="test", max_size=2, embedder=Precomputed(model, 384)) as deferred,
+    ):
+        client.vectors.enable("p")
+        fact = Message(id="fact", content=VARIANTS[1])
+        assert client.messages.remember("p", fact, threshold=0.9).added
+        again = Message(id="again", content=VARIANTS[0])
+        assert deferred.messages.remember("p", again, threshold=0.9).pending  # the embedder decides it
+        with psycopg.connect(dsn) as conn:
+            if first == "merge":  # the embedder's transaction inside this connection's, left open
+                conn.execute("SELECT 1")
+                assert pgmem.connect(conn, namespace="test").vectors.embed_pending().embedded == 1
+                assert _held(dsn, "p") == {"fact", "again"}  # not committed yet
+                thread, done, out = _in_thread(lambda: client.fork("p", "f"))
+            else:
+                client.fork("p", "f", connection=conn)
+                thread, done, out = _in_thread(client.vectors.embed_pending)
+            _wait_for_a_waiter(dsn, done)
+            conn.commit()
+        thread.join(60)
+        assert out and not isinstance(out[0], BaseException), out
+        kept = {"fact", "again"} if first == "fork" else {"fact"}
+        assert _held(dsn, "f") == kept
+        assert client.messages.count("f") == len(kept)
+        assert {m.id for m in client.messages.last("f")} == kept
+        if first == "merge":
+            assert out[0].size == 1
+        assert _held(dsn, "p") == {"fact"} and client.messages.count("p") == 1
+
+
+@pytest.mark.parametrize("first", ["move", "fork"])
+def test_a_move_into_a_memory_racing_its_fork(dsn: str, client: pgmem.Client, first: str) -> None:
+    """move_oldest(s, d) on one connection while d is forked on another, each order. The moved entries keep
+    their sequence numbers, below the fork's point: the fork taken first holds d as it was (the moved
+    entries arrived after it), taken after it holds them too, in d's order; never some of them, its size
+    exact. (The move did not lock d: a fork read d without them and inherited them when the move committed,
+    its size three for five entries.)"""
+    client.messages.add_many("s", [Message(id=f"s{i}", content=f"s{i}") for i in range(3)])
+    client.messages.add_many("d", [Message(id=f"d{i}", content=f"d{i}") for i in range(3)])
+    with psycopg.connect(dsn) as conn:
+        if first == "move":
+            client.messages.move_oldest("s", "d", 2, connection=conn)
+            thread, done, out = _in_thread(lambda: client.fork("d", "f"))
+        else:
+            client.fork("d", "f", connection=conn)
+            thread, done, out = _in_thread(lambda: client.messages.move_oldest("s", "d", 2))
+        _wait_for_a_waiter(dsn, done)
+        conn.commit()
+    thread.join(60)
+    assert out and not isinstance(out[0], BaseException), out
+    order = ["s0", "s1", "d0", "d1", "d2"]  # by sequence number: the moved entries kept theirs
+    kept = order if first == "move" else order[2:]
+    assert _held(dsn, "f") == set(kept)
+    assert client.messages.count("f") == len(kept)
+    assert [m.id for m in client.messages.last("f")] == kept
+    if first == "move":
+        assert out[0].size == len(kept)
+    assert [m.id for m in client.messages.last("d")] == order and client.messages.count("d") == 5
+    assert _held(dsn, "s") == {"s2"}
+
+
+def test_a_move_into_a_forked_memory_leaves_its_forks_as_they_were(client: pgmem.Client) -> None:
+    """Entries moved into a memory keep their (older) sequence numbers: its forks, and a fork of a fork, taken
+    before still hold the memory as it was when they were taken (they inherited every entry up to their
+    point, and the moved ones would have joined them), their sizes unchanged; a fork taken after holds them."""
+    client.messages.add_many("s", [Message(id=f"s{i}", content=f"s{i}") for i in range(3)])
+    client.messages.add_many("d", [Message(id=f"d{i}", content=f"d{i}") for i in range(3)])
+    client.fork("d", "f")
+    client.fork("f", "g")
+    client.fork("d", "early", at=client.messages.last("d")[0].seq or 0)  # d0 only
+    client.messages.move_oldest("s", "d", 2)
+    for memory, want in (("f", ["d0", "d1", "d2"]), ("g", ["d0", "d1", "d2"]), ("early", ["d0"])):
+        assert [m.id for m in client.messages.last(memory)] == want, memory
+        assert client.messages.count(memory) == len(want), memory
+    after = client.fork("d", "after")
+    assert [m.id for m in client.messages.last("after")] == ["s0", "s1", "d0", "d1", "d2"]
+    assert after.size == client.messages.count("after") == 5

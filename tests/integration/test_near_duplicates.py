@@ -255,6 +255,7 @@ def test_a_batch_merges_against_the_memory_and_itself(client: pgmem.Client, dsn:
     first = pgmem.Message(content=VARIANTS[0])
     held = pgmem.Message(content="Bob drives a red car")
     assert client.messages.add_many("facts", [first, held]) == 2  # no merge: a plain int, as ever
+    client.vectors.flush()  # their vectors stored (the background embedder's), as the merge compares them
     bob, carol = pgmem.Message(content="Carol speaks Portuguese"), pgmem.Message(content="Dave runs marathons")
     batch = [
         pgmem.Message(content=VARIANTS[1]),  # near the memory's first: merged into it
@@ -314,6 +315,7 @@ def test_a_bad_batch_writes_nothing(client: pgmem.Client, dsn: str) -> None:
     client.messages.add("empty", pgmem.Message(content="no model here"))
     stored = pgmem.Message(content="stored once")
     client.messages.add("facts", stored)
+    client.vectors.wait()  # its background embedding is done before counting (it raced the count)
     before = table_counts(dsn)
     batch = [pgmem.Message(content=v) for v in VARIANTS[:3]]
     for merge, threshold in [("fuzzy", 0.9), ("near", None), (None, 0.9), ("near", 1.5), ("near", float("nan"))]:

@@ -22,7 +22,9 @@ from pgmem.planning.rows import (
     QUEUE_ITEM_ROW,
     ActionFlowRow,
     AddedManyRow,
+    AddedManyVectorRow,
     AddedRow,
+    AddedVectorRow,
     AnalyzeLockRow,
     BrainLockRow,
     BrainRow,
@@ -49,6 +51,7 @@ from pgmem.planning.rows import (
     StoreFileRow,
     StoreRow,
     SummaryRow,
+    UndecidedRow,
     VectorChangeRow,
 )
 from pgmem.planning.search import MESSAGE_COLUMNS
@@ -61,12 +64,15 @@ POLICY = tuple(field.name for field in dataclasses.fields(RetentionPolicy))
 ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("messages", "add_one"): AddedRow._fields,
     ("messages", "add_many"): AddedManyRow._fields,
-    ("messages", "add_one_vector"): AddedRow._fields,
-    ("messages", "add_many_vector"): AddedManyRow._fields,
+    ("messages", "add_one_vector"): AddedVectorRow._fields,
+    ("messages", "add_many_vector"): AddedManyVectorRow._fields,
     ("messages", "append"): AddedManyRow._fields,
     # near-duplicate batches: the new entries' message ids (not a count) and whether the memory embeds
     ("messages", "add_many_merging"): AddedManyRow._fields,
-    ("messages", "add_many_merging_vector"): AddedManyRow._fields,
+    ("messages", "add_many_merging_vector"): AddedManyVectorRow._fields,
+    ("merging", "undecided_memory"): UndecidedRow._fields,
+    ("merging", "undecided_namespace"): UndecidedRow._fields,
+    ("merging", "undecided_of"): UndecidedRow._fields,
     **{
         ("messages", name): MESSAGE
         for name in (
