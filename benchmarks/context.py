@@ -10,6 +10,7 @@ prompt, a pinned profile, tool calls with their results every 25 turns, and hier
 an agent makes it (a fresh statement each time, the client's caches warm):
 
 * ``last 20`` — ``client.messages.last(memory, 20)``: the baseline of the target;
+* ``last N`` — ``last(memory, N)``, N the messages the largest budget's window holds: reading as many;
 * ``context <budget>`` — pinned, summary and window, no query;
 * ``context <budget> + keyword`` — the same with a query: related messages by keyword search (no model);
 * ``context <budget> + hybrid`` — with a model (the offline embedder, vectors of every message): related
@@ -74,7 +75,10 @@ def main() -> None:
     query = "how does the parser handle a syntax error in a string literal?"
     with bench_database(args.dsn, "_context") as dsn, pgmem.connect(dsn, namespace="bench") as client:
         load(client, args.messages, vectors=False)
-        keyword = {f"context {b}": (lambda b=b: client.context(MEMORY, budget=b)) for b in budgets}
+        # The same number of messages as the largest budget's window, read by last(): what reading them costs
+        window = client.context(MEMORY, budget=budgets[-1]).parts["window"].kept
+        keyword = {f"last {window}": lambda: client.messages.last(MEMORY, window)}
+        keyword |= {f"context {b}": (lambda b=b: client.context(MEMORY, budget=b)) for b in budgets}
         keyword["keyword_search k=5"] = lambda: client.vectors.keyword_search(query, memory=MEMORY, k=5)
         keyword |= {
             f"context {b} + keyword": (lambda b=b: client.context(MEMORY, budget=b, query=query)) for b in budgets

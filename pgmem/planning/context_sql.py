@@ -154,18 +154,24 @@ def _pinned(lineage: bool, roles: tuple[str, ...]) -> sql.Composable:
 
 # The frontier of the memory's summaries (sql/summaries.sql, frontier: what no live higher summary
 # covers) that may end before the window: the window's first message is chosen later, among the rows of w,
-# so the newest 32 (more never fit: each is a few hundred tokens) besides one per row of w. The
-# summaries of a level do not overlap, so a summary's parent is the one of the next level with the greatest
-# first_seq at or below its own: one probe of summaries_range_key each (the frontier's NOT EXISTS compared
-# every pair, 1 ms at 250 summaries).
+# so the newest 32 (more never fit: each is a few hundred tokens) besides one per row of w. The summaries
+# of a level do not overlap, so a summary is covered when the live summaries of the next level that start
+# at or before it reach it: one pass over the memory's summaries, each also as a parent of the level below
+# (its end, when live), a running maximum per level in start order. A probe of summaries_range_key per
+# summary cost 0.64 ms of a 0.97 ms statement at 100k messages (256 summaries).
 _SUMMARIES = sql.SQL(
-    "summ AS (SELECT s.id, s.level, s.first_seq, s.last_seq, s.content, s.created_at FROM pgmem.summaries AS s "
-    "WHERE s.namespace = %(ns)s AND s.memory = %(memory)s AND s.stale_at IS NULL "
-    "AND s.last_seq < (SELECT max(w.seq) FROM w) "
-    "AND NOT coalesce((SELECT p.last_seq >= s.first_seq AND p.stale_at IS NULL FROM pgmem.summaries AS p "
-    "WHERE p.namespace = %(ns)s AND p.memory = s.memory AND p.level = s.level + 1 AND p.first_seq <= s.first_seq "
-    "ORDER BY p.first_seq DESC LIMIT 1), false) "
-    "ORDER BY s.last_seq DESC LIMIT 32 + (SELECT count(*) FROM w))"
+    "summ AS (SELECT y.id, y.level, y.first_seq, y.last_seq, y.content, y.created_at FROM ("
+    "SELECT x.*, max(x.parent_end) OVER (PARTITION BY x.child_level ORDER BY x.first_seq, x.parent DESC "
+    "ROWS UNBOUNDED PRECEDING) AS covered_to FROM ("
+    "SELECT s.id, s.level, s.first_seq, s.last_seq, s.content, s.created_at, s.stale_at, s.level AS child_level, "
+    "false AS parent, NULL::bigint AS parent_end FROM pgmem.summaries AS s "
+    "WHERE s.namespace = %(ns)s AND s.memory = %(memory)s "
+    "UNION ALL SELECT p.id, p.level, p.first_seq, p.last_seq, NULL, NULL, p.stale_at, p.level - 1, true, "
+    "CASE WHEN p.stale_at IS NULL THEN p.last_seq END FROM pgmem.summaries AS p "
+    "WHERE p.namespace = %(ns)s AND p.memory = %(memory)s AND p.level > 1) AS x) AS y "
+    "WHERE NOT y.parent AND y.stale_at IS NULL AND coalesce(y.covered_to, -1) < y.first_seq "
+    "AND y.last_seq < (SELECT max(w.seq) FROM w) "
+    "ORDER BY y.last_seq DESC LIMIT 32 + (SELECT count(*) FROM w))"
 )
 # A summary as a row of message columns: its id, content and time; the rest empty.
 _SUMMARY_ROW = sql.SQL(

@@ -130,6 +130,36 @@ def _digest(ctx: pgmem.planning.context.Context) -> list[tuple[str, str, int, in
     ]
 
 
+def test_the_summary_part_is_the_newest_of_the_frontier_with_stale_summaries(client: pgmem.Client) -> None:
+    """The statement finds the frontier in one pass (a summary is covered when the live summaries of the
+    next level reach it); with summaries stale after a forget (their children take their place) and a
+    level built only in part, it is still the frontier ``client.summaries.frontier`` gives."""
+    client.messages.add_many("s", [Message(content=f"turn {i} of the long talk", role="user") for i in range(230)])
+    client.summaries.compress("s", OfflineSummarizer(), CompressionPolicy(chunk=5, fanout=3, max_level=4))
+    victim = client.messages.by_content("s", "turn 52 of the long talk")[0]
+    client.retention.forget([victim.id])  # stales the summaries over it at every level
+    assert client.summaries.stale("s")
+    frontier = [(f.first_seq, f.last_seq) for f in client.summaries.frontier("s")]
+    for budget in (60, 150, 400, 1500, 6000):
+        ctx = client.context("s", budget=budget, parts=("summary", "window"))
+        start = min(i.seq for i in ctx.items if i.part == "window")
+        got = [i.covers for i in ctx.items if i.part == "summary"]
+        usable = [f for f in frontier if f[1] < start]
+        assert got == usable[len(usable) - len(got) :], budget  # the newest of them, in order
+        assert len(got) == len(usable) or ctx.parts["summary"].dropped.get("budget"), budget
+    # What the statement reads: the frontier's summaries ending before the window's newest entry
+    from pgmem.planning.context_sql import context_statement
+
+    text = context_statement(("summary", "window"), None, "exact")
+    for window in (1, 20, 200):
+        params = {"ns": client.namespace, "memory": "s", "upto": None, "window_max": window, "window_tokens": 10**6}
+        rows = client.executor.rows(text, params)
+        newest = max(r[1] for r in rows if r[0] == "window")
+        read = sorted((r[3], r[4]) for r in rows if r[0] == "summary")
+        before = [f for f in frontier if f[1] < newest]
+        assert read == before[-(32 + window) :] and read, window
+
+
 def test_pinned_messages_are_found_either_way(client: pgmem.Client) -> None:
     """The pinned part probes the namespace's pinned candidates when they are few against the memory, and
     walks the memory's entries when they are many: the same messages either way, in order."""
