@@ -60,11 +60,25 @@ def admin_dsn() -> Iterator[str]:
     home = Path(tempfile.mkdtemp(prefix="pgmem-test-"))
     dsn = server.ensure_server(home)
     os.environ["PGMEM_TEST_HOME"] = str(home)
+    _no_flush(dsn)
     try:
         yield dsn
     finally:
         server.stop(home)
         shutil.rmtree(home, ignore_errors=True)
+
+
+def _no_flush(dsn: str) -> None:
+    """The suite's own embedded server does not flush its writes to disk (``fsync = off``): every commit
+    and every test's ``CREATE DATABASE … TEMPLATE`` (which writes the template's pages to the WAL) waited for
+    the disk, most of a default run's five minutes on 2 cores. Writes still reach the kernel, so a killed
+    server process (the fault tests) loses no committed transaction: only a crash of the machine would.
+    ``PGMEM_TEST_FSYNC=1`` keeps the flushes."""
+    if os.environ.get("PGMEM_TEST_FSYNC", "") not in ("", "0"):
+        return
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET fsync = off")
+        conn.execute("SELECT pg_reload_conf()")
 
 
 def _with_db(dsn: str, dbname: str) -> str:

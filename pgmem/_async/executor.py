@@ -197,8 +197,26 @@ class AsyncExecutor:
                             done = True
                 except (psycopg.Error, PgmemError) as exc:
                     if done and ours:
-                        _at_commit(exc, reads)
+                        first = statement_error(exc)
+                        _at_commit(first, reads)
+                        if first is not exc:
+                            raise first from None
                     raise
+
+
+def statement_error(exc: BaseException) -> Any:
+    """The error a pipeline's statement got, where psycopg raised the pipeline's "pipeline aborted" over it.
+
+    Leaving a pipeline, psycopg reads the results in two steps and raises the first error of each; the
+    second replaces the first (raised in a ``finally``), so a statement's error read in the first step (a
+    trigger's, a constraint's) came out as the ``PipelineAborted`` of the COMMIT queued behind it, which
+    looks like a lost connection: nothing committed, the server said why, and that is the error to raise.
+    """
+    context = exc.__context__
+    if isinstance(exc, psycopg.errors.PipelineAborted) and isinstance(context, psycopg.Error):
+        if not isinstance(context, psycopg.errors.PipelineAborted):
+            return context
+    return exc
 
 
 def _at_commit(exc: psycopg.Error | PgmemError, reads: bool) -> None:

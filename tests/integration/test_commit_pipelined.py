@@ -133,3 +133,22 @@ async def test_async_the_last_statement_goes_with_the_commit(aclient: pgmem.Asyn
         assert cur.pgresult is None
     assert await cur.fetchall() == [(2,)]
     assert _lockable(dsn)
+
+
+def test_a_statements_error_is_raised_over_the_pipelines_abort() -> None:
+    """psycopg, leaving a pipeline, may raise the COMMIT's "pipeline aborted" over the error the statement
+    before it got (the second of its two reads replaces the first): the block raises the statement's error,
+    which says why nothing committed, not a lost connection (a CI run of the suite saw that)."""
+    from pgmem._sync.executor import statement_error
+
+    refused = psycopg.errors.RaiseException("no space left on device (test)")
+    try:
+        try:
+            raise refused
+        finally:
+            raise psycopg.errors.PipelineAborted("pipeline aborted")
+    except psycopg.Error as exc:
+        assert statement_error(exc) is refused
+    alone = psycopg.errors.PipelineAborted("pipeline aborted")
+    assert statement_error(alone) is alone
+    assert statement_error(refused) is refused
