@@ -71,6 +71,23 @@ def test_a_fork_starts_as_its_parent_and_diverges_both_ways(client: pgmem.Client
     assert client.messages.count("f") == 6
 
 
+def test_a_fork_into_the_key_of_a_deleted_memory_counts_right(client: pgmem.Client, dsn: str) -> None:
+    """A deleted memory's count rows stay (their sum 0: its entries' deletions were counted, by whichever
+    backend's shard ran them); a fork into its key adds to them, whichever shard they are in."""
+    client.messages.add_many("p", [Message(content=f"p{i}") for i in range(3)])
+    client.messages.add_many("x", [Message(content=f"x{i}") for i in range(2)])
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM pgmem.memories WHERE namespace = 'test' AND key = 'x'")
+        # the rows a deletion in shard 0 leaves (1 time in 64 a backend's pid lands there)
+        conn.execute(
+            "INSERT INTO pgmem.memory_counts (namespace, memory, shard, n) VALUES ('test', 'x', 0, 0) "
+            "ON CONFLICT DO NOTHING"
+        )
+    fork = client.fork("p", "x")
+    assert fork.size == 3 and client.messages.count("x") == 3
+    assert [m.content for m in client.messages.last("x")] == ["p0", "p1", "p2"]
+
+
 def test_removals_in_the_parent_do_not_reach_the_fork(client: pgmem.Client, dsn: str) -> None:
     _fill(client, "p", 8)
     client.fork("p", "f")
