@@ -34,7 +34,12 @@ COMMANDS = (
 )
 
 
-@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize(
+    "form",
+    # one URL and one key=value form in the default run (each runs every command in a process of its own,
+    # 2-3 s); the other quoting cases in the slow leg
+    [f if i < 2 else pytest.param(f, marks=pytest.mark.slow) for i, f in enumerate(FORMS)],
+)
 def test_no_command_prints_the_password(form: str, tmp_path: Path) -> None:
     from pgmem.revision import SCHEMA_REVISION
 

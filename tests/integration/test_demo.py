@@ -249,6 +249,7 @@ def test_cli_demo_bad_report_path_fails_before_the_server_starts(tmp_path: Path)
     assert result.stdout == "" and not (tmp_path / "home").exists()
 
 
+@pytest.mark.slow  # two whole demos (3 s); test_cli_demo runs one in the default run
 def test_demo_twice_gives_the_same_report_and_follows_the_idea(dsn: str) -> None:
     outputs = []
     for _ in range(2):

@@ -236,6 +236,7 @@ def test_connecting_to_a_port_that_never_answers_fails_in_ten_seconds(silent_por
     _check_silent(raised.value, silent_port, time.monotonic() - started, 10)
 
 
+@pytest.mark.slow  # waits out a connect timeout by design (3 s)
 async def test_aconnect_to_a_port_that_never_answers_fails_within_its_timeout(silent_port: int) -> None:
     started = time.monotonic()
     with pytest.raises(ConnectionFailed) as raised:
