@@ -19,14 +19,13 @@ from pgmem.checks import check_key
 from pgmem.embeddings import Embedder, Precomputed, check_vectors
 from pgmem.errors import InvalidInput, redact
 from pgmem.planning import statements
+from pgmem.planning.merge_rows import PendingMergeRow, UndecidedRow
 from pgmem.planning.rows import (
     EmbeddingModelRow,
     OutboxItemRow,
-    PendingMergeRow,
     PendingModelRow,
     PendingRow,
     PromotedRow,
-    UndecidedRow,
 )
 from pgmem.planning.search import EmbeddingModel, model_of
 from pgmem.resilience import paused

@@ -14,7 +14,7 @@ from psycopg import Connection
 from pgmem._sync.executor import Block, Executor
 from pgmem.errors import InvalidInput
 from pgmem.planning import statements
-from pgmem.planning.rows import PendingMergeRow, UndecidedRow
+from pgmem.planning.merge_rows import PendingMergeRow, UndecidedRow
 from pgmem.planning.search import MAX_K, EmbeddingModel, SearchHit, model_of
 from pgmem.planning.search.filters import check_k
 

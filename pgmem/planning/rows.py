@@ -493,28 +493,6 @@ class OutboxItemRow(NamedTuple):
     merging: bool
 
 
-class PendingMergeRow(NamedTuple):
-    """``store_vectors``: an entry whose near-duplicate merge waited for the vector just stored."""
-
-    memory: str
-    message_id: str
-    merge_within: float
-
-
-class UndecidedRow(NamedTuple):
-    """``undecided_memory``, ``undecided_namespace``, ``undecided_of`` (sql/merging.sql): an entry waiting
-    for a merge its vector could decide already, and the memory's active model to decide it with."""
-
-    memory: str
-    message_id: str
-    merge_within: float
-    id: int
-    name: str
-    dimension: int
-    kind: str
-    distance: str
-
-
 class PendingRow(NamedTuple):
     """``pending``: messages queued for one model."""
 

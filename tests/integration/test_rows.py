@@ -18,6 +18,7 @@ from psycopg.pq import ExecStatus
 
 from pgmem._sync.retention import RetentionPolicy
 from pgmem.planning import statements
+from pgmem.planning.merge_rows import PendingMergeRow, UndecidedRow
 from pgmem.planning.rows import (
     QUEUE_ITEM_ROW,
     ActionFlowRow,
@@ -40,7 +41,6 @@ from pgmem.planning.rows import (
     MessageStatsRow,
     NackRow,
     OutboxItemRow,
-    PendingMergeRow,
     PendingModelRow,
     PendingRow,
     PromotedRow,
@@ -51,7 +51,6 @@ from pgmem.planning.rows import (
     StoreFileRow,
     StoreRow,
     SummaryRow,
-    UndecidedRow,
     VectorChangeRow,
 )
 from pgmem.planning.search import MESSAGE_COLUMNS
