@@ -93,8 +93,10 @@ def test_a_process_killed_after_the_embedders_commit(dsn: str, recovery: str) ->
         client.vectors.enable("facts")
         client.vectors.enable("notes")
         assert client.messages.remember("facts", pgmem.Message(content=VARIANTS[0]), threshold=0.9).added
-        writer.messages.add("notes", told)  # queued: the dying process's embedder claims it
+        # client's background run done first: running on, it could embed the next message itself (the
+        # dying process then found nothing to claim: a CI run saw it exit 3)
         client.vectors.wait()
+        writer.messages.add("notes", told)  # queued: the dying process's embedder claims it
         writer.vectors.wait()  # no background run of these clients is left to recover anything
     process = CTX.Process(target=_die_at_the_gap, args=(dsn, told.id, told.content), daemon=True)
     process.start()
