@@ -109,8 +109,9 @@ WHERE NOT EXISTS (SELECT 1 FROM pgmem.memories WHERE namespace = %(ns)s AND key 
 ON CONFLICT DO NOTHING
 
 -- fragment: memory_embeds
--- Whether the memory %(memory)s has embedding models (a writer then embeds the outbox after commit).
-EXISTS (SELECT 1 FROM pgmem.memory_models WHERE namespace = %(ns)s AND memory = %(memory)s)
+-- The embedding models of the memory %(memory)s (ids, smallint[]; empty: none), for which the write queued
+-- its messages: a writer with an embedder for one of them embeds the outbox after commit.
+ARRAY(SELECT model_id FROM pgmem.memory_models WHERE namespace = %(ns)s AND memory = %(memory)s ORDER BY 1)
 
 -- fragment: settle_lock_key
 -- The advisory lock of the memory %(memory)s that orders its writers and its summarisers: a writer holds
@@ -295,8 +296,9 @@ EXISTS (SELECT 1 FROM pgmem.memory_entries AS me
         WHERE me.namespace = %(ns)s AND me.message_id IN (SELECT id FROM given) AND me.merge_within IS NOT NULL)
 
 -- fragment: other_models
--- Whether the memory %(memory)s has models besides those of the caller's vectors (%(model)s with
--- %(dimension)s dimensions): the writer's embedder then fills their vectors after commit.
-EXISTS (SELECT 1 FROM pgmem.memory_models AS mm JOIN pgmem.embedding_models AS m ON m.id = mm.model_id
-        WHERE mm.namespace = %(ns)s AND mm.memory = %(memory)s
-          AND (m.name, m.dimension) <> (%(model)s::text, %(dimension)s::integer))
+-- The models of the memory %(memory)s besides that of the caller's vectors (%(model)s with %(dimension)s
+-- dimensions; ids, smallint[]): a writer with an embedder for one of them fills their vectors after commit.
+ARRAY(SELECT mm.model_id FROM pgmem.memory_models AS mm JOIN pgmem.embedding_models AS m ON m.id = mm.model_id
+      WHERE mm.namespace = %(ns)s AND mm.memory = %(memory)s
+        AND (m.name, m.dimension) <> (%(model)s::text, %(dimension)s::integer)
+      ORDER BY 1)

@@ -177,9 +177,11 @@ FROM pgmem.embedding_models m
 WHERE EXISTS (SELECT 1 FROM pgmem.embedding_outbox o WHERE o.namespace = %(ns)s AND o.model_id = m.id);
 
 -- name: purge_orphans
--- Outbox rows whose message was deleted before it was embedded (the outbox has no foreign key).
+-- Available outbox rows of the models whose message was deleted before it was embedded (the outbox has no
+-- foreign key): a range of embedding_outbox_claim_idx per model, the rows an embedder's claim found none
+-- of claimable. A row waiting out a backoff is purged once it is available again.
 DELETE FROM pgmem.embedding_outbox o
-WHERE o.namespace = %(ns)s
+WHERE o.namespace = %(ns)s AND o.model_id = ANY(%(models)s::smallint[]) AND o.available_at <= now()
   AND NOT EXISTS (SELECT 1 FROM pgmem.messages m WHERE m.namespace = %(ns)s AND m.id = o.message_id);
 
 -- name: outbox_namespaces

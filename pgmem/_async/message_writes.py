@@ -124,7 +124,7 @@ class AsyncMessageWrites(AsyncMessageBase):
             return False
         message._seq = entry.seq
         if entry.embeds:
-            self._client.vectors.written(connection)
+            self._client.vectors.written(connection, entry.embeds)
         return True
 
     async def remember(
@@ -227,7 +227,7 @@ class AsyncMessageWrites(AsyncMessageBase):
             return Remembered(row["id"], added=False)
         message._seq = entry.seq
         if entry.embeds:
-            self._client.vectors.written(connection)
+            self._client.vectors.written(connection, entry.embeds)
         return Remembered(row["id"], added=True, pending=not embedded)
 
     async def _merge_model(
@@ -359,7 +359,7 @@ class AsyncMessageWrites(AsyncMessageBase):
             return 0
         result = AddedManyRow._make(row)
         if result.added and result.embeds:
-            self._client.vectors.written(connection)
+            self._client.vectors.written(connection, result.embeds)
         return int(result.added)
 
     async def _remember_many(
@@ -400,7 +400,7 @@ class AsyncMessageWrites(AsyncMessageBase):
                     settled = await merging.settle_memory(block, memory) if await merging.lock(block, memory) else []
                     found = await block.one(statement, columns)
                     assert found is not None  # an aggregate: always one row
-                    added, embeds = [str(i) for i in found[0]], bool(found[1])
+                    added, embeds = [str(i) for i in found[0]], list(found[1])
                     undecided = given is not None and AddedManyVectorRow._make(found).undecided
                     decided = {i: await merging.decide(block, memory, i, chosen, within, pending=True) for i in added}
                     if given is not None:  # held entries waiting for their merge: the vectors given decide them
@@ -444,7 +444,7 @@ class AsyncMessageWrites(AsyncMessageBase):
         if given is not None or settled or any(r.merged for r in told):
             self._client.vectors.changed(memory, connection)
         if stored and embeds:
-            self._client.vectors.written(connection)
+            self._client.vectors.written(connection, embeds)
         return RememberedBatch(stored, tuple(told))
 
     async def append(
@@ -478,9 +478,9 @@ class AsyncMessageWrites(AsyncMessageBase):
                 f"append stores new messages only: a message id is already stored in namespace "
                 f"{self.namespace!r} or repeated in the batch; nothing was written (add_many adds stored ones)"
             ) from exc.__cause__
-        result = AddedManyRow._make(row) if row is not None else AddedManyRow(0, False)
+        result = AddedManyRow._make(row) if row is not None else AddedManyRow(0, [])
         if result.added and result.embeds:
-            self._client.vectors.written(connection)
+            self._client.vectors.written(connection, result.embeds)
         return int(result.added)
 
     async def _clashing_ids(self, columns: dict[str, list[Any]], connection: AsyncConnection[Any] | None) -> list[str]:

@@ -69,6 +69,8 @@ class AsyncEmbeddingOutbox(AsyncRepository):
         self._sessions = sessions
         self._background = AsyncBackground(self._drain, name="pgmem-embedder")
         self._listeners: list[Callable[[str | None], None]] = []
+        #: (name, dimension) of the models this client's runs found queued, by id (an id never changes model)
+        self._seen: dict[int, tuple[str, int]] = {}
 
     # -- listeners of this client's own changes ---------------------------------------------------------
 
@@ -125,13 +127,16 @@ class AsyncEmbeddingOutbox(AsyncRepository):
         report = EmbedReport()
         rows = [PendingModelRow._make(row) for row in await self._rows("pending_models", {}, None)]
         switching = any(row.switching for row in rows)
+        unclaimed: list[int] = []  # models tried whose queue had nothing claimable
         for row in rows:
             model = model_of(row)
+            self._seen[model.id] = (model.name, model.dimension)
             chosen = embedders.get((model.name, model.dimension))
             if chosen is None or isinstance(chosen, Precomputed):
                 continue  # a model of the caller's own vectors stays queued until they are given, untried
             if retry_now:
                 await self._rows("outbox_retry_now", {"model": model.id}, None)
+            tried = report.embedded + report.failed
             while limit is None or report.embedded + report.failed < limit:
                 n = batch_size if limit is None else min(batch_size, limit - report.embedded - report.failed)
                 done, error = await self._embed_locking(model, chosen, n)
@@ -144,8 +149,13 @@ class AsyncEmbeddingOutbox(AsyncRepository):
                     progress(done)
                 if done < n:
                     break  # the queue is drained (for this model, as far as this transaction could see)
-        if rows and report.embedded + report.failed == 0:
-            await self._rows("purge_orphans", {}, None)  # queued rows none of which could be claimed
+            if report.embedded + report.failed == tried:
+                unclaimed.append(model.id)
+        if unclaimed and report.embedded + report.failed == 0:
+            # Available rows none of which could be claimed: their messages may be gone (deleted before
+            # they were embedded). Only those rows are read, never a backlog waiting out a backoff nor
+            # the queue of a model this client cannot embed: a writer's every kick would scan it.
+            await self._rows("purge_orphans", {"models": unclaimed}, None)
         await self.decide_waiting()  # merges a process left undecided (it died after its commit)
         if switching or not rows:
             if switching or self._registry.deferred:
@@ -262,13 +272,32 @@ class AsyncEmbeddingOutbox(AsyncRepository):
 
     # -- after a write ------------------------------------------------------------------------------------
 
-    def written(self, connection: AsyncConnection[Any] | None) -> None:
-        """Messages were added to a memory with models: embed them after commit, in the background.
+    def written(self, connection: AsyncConnection[Any] | None, models: Sequence[int] = ()) -> None:
+        """Messages were added to a memory with models (``models``: their ids, when the write knows them):
+        embed them after commit, in the background.
 
         Within the caller's transaction nothing is committed yet; the outbox keeps them for the next run.
+        A write queued only for models this client has no embedder for wakes no run: each would read the
+        outbox for nothing, on the connection the writer waits for (a publisher beside a process that
+        embeds); the process with their embedder, or ``pgmem embed``, embeds them.
         """
-        if connection is None:
+        if connection is None and self._embeddable(models):
             self.kick()
+
+    def _embeddable(self, models: Sequence[int]) -> bool:
+        """Whether this client may have an embedder for one of ``models`` (ids; none given, or a model no
+        run of this client has seen yet: it may)."""
+        if not models:
+            return True
+        embedders = self._registry.embedders()
+        for model in models:
+            key = self._seen.get(model)
+            if key is None:
+                return True
+            chosen = embedders.get(key)
+            if chosen is not None and not isinstance(chosen, Precomputed):
+                return True
+        return False
 
     def changed(self, memory: str, connection: AsyncConnection[Any] | None) -> None:
         """Entries left ``memory``, or vectors the caller gave were stored with its messages: tell the

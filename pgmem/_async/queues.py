@@ -565,7 +565,7 @@ class AsyncQueueRepository(AsyncRepository):
         if given is not None:
             self._client.vectors.changed(memory, connection)
         if published.seq is not None and published.embeds:
-            self._client.vectors.written(connection)  # its embedder embeds it after commit
+            self._client.vectors.written(connection, published.embeds)  # embedded after commit
         return Delivery(published.seq, list(published.inboxes or []))
 
     async def inbox(

@@ -186,9 +186,10 @@ class AsyncVectorRepository(AsyncRepository):
             count_remaining=count_remaining,
         )
 
-    def written(self, connection: AsyncConnection[Any] | None) -> None:
-        """Messages were added to a memory with models: embed them after commit, in the background."""
-        self.outbox.written(connection)
+    def written(self, connection: AsyncConnection[Any] | None, models: Sequence[int] = ()) -> None:
+        """Messages were added to a memory with models (``models``: their ids, when known): embed them after
+        commit, in the background (:meth:`pgmem._async.outbox.AsyncEmbeddingOutbox.written`)."""
+        self.outbox.written(connection, models)
 
     def changed(self, memory: str, connection: AsyncConnection[Any] | None) -> None:
         """Entries left ``memory``, or the caller's own vectors were stored with its messages: tell this

@@ -125,7 +125,7 @@ class MessageWrites(MessageBase):
             return False
         message._seq = entry.seq
         if entry.embeds:
-            self._client.vectors.written(connection)
+            self._client.vectors.written(connection, entry.embeds)
         return True
 
     def remember(
@@ -228,7 +228,7 @@ class MessageWrites(MessageBase):
             return Remembered(row["id"], added=False)
         message._seq = entry.seq
         if entry.embeds:
-            self._client.vectors.written(connection)
+            self._client.vectors.written(connection, entry.embeds)
         return Remembered(row["id"], added=True, pending=not embedded)
 
     def _merge_model(
@@ -360,7 +360,7 @@ class MessageWrites(MessageBase):
             return 0
         result = AddedManyRow._make(row)
         if result.added and result.embeds:
-            self._client.vectors.written(connection)
+            self._client.vectors.written(connection, result.embeds)
         return int(result.added)
 
     def _remember_many(
@@ -401,7 +401,7 @@ class MessageWrites(MessageBase):
                     settled = merging.settle_memory(block, memory) if merging.lock(block, memory) else []
                     found = block.one(statement, columns)
                     assert found is not None  # an aggregate: always one row
-                    added, embeds = [str(i) for i in found[0]], bool(found[1])
+                    added, embeds = [str(i) for i in found[0]], list(found[1])
                     undecided = given is not None and AddedManyVectorRow._make(found).undecided
                     decided = {i: merging.decide(block, memory, i, chosen, within, pending=True) for i in added}
                     if given is not None:  # held entries waiting for their merge: the vectors given decide them
@@ -445,7 +445,7 @@ class MessageWrites(MessageBase):
         if given is not None or settled or any(r.merged for r in told):
             self._client.vectors.changed(memory, connection)
         if stored and embeds:
-            self._client.vectors.written(connection)
+            self._client.vectors.written(connection, embeds)
         return RememberedBatch(stored, tuple(told))
 
     def append(
@@ -479,9 +479,9 @@ class MessageWrites(MessageBase):
                 f"append stores new messages only: a message id is already stored in namespace "
                 f"{self.namespace!r} or repeated in the batch; nothing was written (add_many adds stored ones)"
             ) from exc.__cause__
-        result = AddedManyRow._make(row) if row is not None else AddedManyRow(0, False)
+        result = AddedManyRow._make(row) if row is not None else AddedManyRow(0, [])
         if result.added and result.embeds:
-            self._client.vectors.written(connection)
+            self._client.vectors.written(connection, result.embeds)
         return int(result.added)
 
     def _clashing_ids(self, columns: dict[str, list[Any]], connection: Connection[Any] | None) -> list[str]:

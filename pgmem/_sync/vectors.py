@@ -187,9 +187,10 @@ class VectorRepository(Repository):
             count_remaining=count_remaining,
         )
 
-    def written(self, connection: Connection[Any] | None) -> None:
-        """Messages were added to a memory with models: embed them after commit, in the background."""
-        self.outbox.written(connection)
+    def written(self, connection: Connection[Any] | None, models: Sequence[int] = ()) -> None:
+        """Messages were added to a memory with models (``models``: their ids, when known): embed them after
+        commit, in the background (:meth:`pgmem._async.outbox.AsyncEmbeddingOutbox.written`)."""
+        self.outbox.written(connection, models)
 
     def changed(self, memory: str, connection: Connection[Any] | None) -> None:
         """Entries left ``memory``, or the caller's own vectors were stored with its messages: tell this

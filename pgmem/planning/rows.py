@@ -254,19 +254,19 @@ def decode(row: tuple[Any, ...]) -> Message:
 
 
 class AddedRow(NamedTuple):
-    """``add_one``: the new entry's sequence number, and whether the memory has embedding models.
-    ``add_one_vector``: seq None when the memory held the message already; embeds: whether it has models
-    other than the given vector's."""
+    """``add_one``: the new entry's sequence number, and the ids of the memory's embedding models (the
+    message was queued for them; empty: none). ``add_one_vector``: seq None when the memory held the message
+    already; embeds: its models other than the given vector's."""
 
     seq: int | None
-    embeds: bool
+    embeds: list[int]
 
 
 class AddedManyRow(NamedTuple):
-    """``add_many``: how many entries were added, and whether the memory has embedding models."""
+    """``add_many``: how many entries were added, and the memory's embedding models (as :class:`AddedRow`)."""
 
     added: int
-    embeds: bool
+    embeds: list[int]
 
 
 class AddedVectorRow(NamedTuple):
@@ -274,7 +274,7 @@ class AddedVectorRow(NamedTuple):
     for a near-duplicate merge the vector just stored may decide."""
 
     seq: int | None
-    embeds: bool
+    embeds: list[int]
     undecided: bool
 
 
@@ -283,7 +283,7 @@ class AddedManyVectorRow(NamedTuple):
     message of the batch). ``add_many_merging_vector``: the same columns, ``added`` the new entries' ids."""
 
     added: Any
-    embeds: bool
+    embeds: list[int]
     undecided: bool
 
 
@@ -351,13 +351,13 @@ class DepthRow(NamedTuple):
 
 class PublishRow(NamedTuple):
     """``publish``: the message's entry in the memory (None: it held it already), its inboxes, the
-    doorbell rings (one per inbox: their consumers are woken once it commits), and whether the memory has
+    doorbell rings (one per inbox: their consumers are woken once it commits), and the ids of the memory's
     embedding models (``publish_vector``: models other than the given vector's) to embed it with."""
 
     seq: int | None
     inboxes: list[str] | None
     rung: int
-    embeds: bool
+    embeds: list[int]
 
 
 # -- summaries.sql --------------------------------------------------------------------------------------
