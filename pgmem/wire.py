@@ -17,7 +17,8 @@ the connection's lock, wait, and fall back to psycopg's own path wherever this o
 (:func:`applies`).
 
 Statements are prepared per connection the second time the same text with the same parameter types runs
-(as psycopg does at its fifth), under names of pgmem's own (``_pgmem_N``; psycopg's are ``_pg3_N``), at
+(as psycopg does at its fifth), the setting's statement the first time (it goes with nearly every call),
+under names of pgmem's own (``_pgmem_N``; psycopg's are ``_pg3_N``), at
 most :data:`PREPARED_MAX` per connection: the least recently used one is deallocated, in the same round trip
 but behind its own Sync, so that its failure could never roll back the statement.
 """
@@ -77,6 +78,7 @@ _TUPLES_OK = ExecStatus.TUPLES_OK
 _FATAL_ERROR = ExecStatus.FATAL_ERROR
 _PIPELINE_SYNC = ExecStatus.PIPELINE_SYNC
 _PIPELINE_ABORTED = ExecStatus.PIPELINE_ABORTED
+_COMMAND_OK = ExecStatus.COMMAND_OK
 _WAIT_R = Wait.R
 _WAIT_RW = Wait.RW
 _READY_R = Ready.R
@@ -159,13 +161,30 @@ def applies(conn: Any) -> bool:
 @dataclass(slots=True)
 class Plan:
     """What :func:`send` queued: the transformer that dumped the parameters (it loads the rows), how many
-    Syncs end the exchange, and the prepared statement this call creates (kept only if the server took
-    it)."""
+    Syncs end the exchange, the prepared statements this call creates (kept only if the server took them)
+    and whether it ran one prepared before (which a server that forgot it fails)."""
 
     tx: Any  # psycopg.adapt.Transformer (the C one when psycopg-binary is installed)
     syncs: int
-    creates: tuple[tuple[bytes, tuple[int, ...]], bytes] | None
-    name: bytes | None
+    creates: tuple[tuple[tuple[bytes, tuple[int, ...]], bytes, int], ...]  # key, name, its result's position
+    prepared: bool
+
+
+def _name(pgconn: Any, prepared: _Prepared, key: tuple[bytes, tuple[int, ...]]) -> tuple[bytes, bool, int]:
+    """The name ``key`` is prepared under on the connection, whether it is to be created now, and how many
+    Syncs a deallocation to make room added (sent at once: call before anything else is queued)."""
+    name = prepared.names.get(key)
+    if name is not None:
+        prepared.names.move_to_end(key)
+        return name, False, 0
+    syncs = 0
+    if len(prepared.names) >= PREPARED_MAX:
+        _, old = prepared.names.popitem(last=False)
+        pgconn.send_query_params(b"DEALLOCATE " + old, None)
+        pgconn.pipeline_sync()  # its own implicit transaction: it can fail alone
+        syncs = 1
+    prepared.counter += 1
+    return b"_pgmem_%d" % prepared.counter, True, syncs
 
 
 def send(
@@ -192,37 +211,42 @@ def send(
     if prepared is None:
         prepared = _prepared[conn] = _Prepared()
     key = (converted.text, types)
-    name = prepared.names.get(key)
-    creates = None
+    creates: list[tuple[tuple[bytes, tuple[int, ...]], bytes, int]] = []
     syncs = 1
     pgconn.enter_pipeline_mode()
     try:
-        if name is not None:
-            prepared.names.move_to_end(key)
-        elif prepare or (prepare is None and prepared.seen.get(key, 0) >= 1):
+        # The setup runs with every call that sets the namespace: prepared at once (its parse and plan were
+        # 20-30 us of the server's time per call).
+        setup: tuple[bytes, bool] | None = None
+        if namespace is not None or settings:
+            setup_key = (setup_statement(namespace is not None, len(settings or ())), ())
+            setup_name, create, extra = _name(pgconn, prepared, setup_key)
+            setup, syncs = (setup_name, create), syncs + extra
+            if create:
+                creates.append((setup_key, setup_name, 0))
+        name: bytes | None = None
+        create = False
+        if key in prepared.names or prepare or (prepare is None and prepared.seen.get(key, 0) >= 1):
             prepared.seen.pop(key, None)
-            if len(prepared.names) >= PREPARED_MAX:
-                _, old = prepared.names.popitem(last=False)
-                pgconn.send_query_params(b"DEALLOCATE " + old, None)
-                pgconn.pipeline_sync()  # its own implicit transaction: it can fail alone
-                syncs += 1
-            prepared.counter += 1
-            name = b"_pgmem_%d" % prepared.counter
-            creates = (key, name)
+            name, create, extra = _name(pgconn, prepared, key)
+            syncs += extra
+            if create:  # after the setup's results (its preparation's, when created, and its run's)
+                creates.append((key, name, 0 if setup is None else 1 + setup[1]))
         elif prepare is None:
             if len(prepared.seen) >= 4 * PREPARED_MAX:
                 prepared.seen.clear()
             prepared.seen[key] = prepared.seen.get(key, 0) + 1
-        if namespace is not None or settings:
+        if setup is not None:
             values = [] if namespace is None else [namespace]
             for setting, value in (settings or {}).items():
                 values += [setting, value]
-            text = setup_statement(namespace is not None, len(settings or ()))
-            pgconn.send_query_params(text, [v.encode("utf-8") for v in values], None, None, Format.TEXT)
-        if creates is not None:
-            assert name is not None
-            pgconn.send_prepare(name, converted.text, types)
+            setup_name, setup_create = setup
+            if setup_create:
+                pgconn.send_prepare(setup_name, setup_key[0], None)
+            pgconn.send_query_prepared(setup_name, [v.encode("utf-8") for v in values], None, Format.TEXT)
         if name is not None:
+            if create:
+                pgconn.send_prepare(name, converted.text, types)
             pgconn.send_query_prepared(name, dumped, tx.formats, Format.BINARY)
         else:
             pgconn.send_query_params(converted.text, dumped, types, tx.formats, Format.BINARY)
@@ -230,7 +254,8 @@ def send(
     except BaseException:
         leave(pgconn)
         raise
-    return Plan(tx, syncs, creates, name)
+    reused = (setup is not None and not setup[1]) or (name is not None and not create)
+    return Plan(tx, syncs, tuple(creates), reused)
 
 
 def exchange(pgconn: Any, syncs: int) -> PQGen[list[Any]]:
@@ -277,13 +302,15 @@ def rows(conn: Any, plan: Plan, results: list[Any]) -> list[tuple[Any, ...]]:
                 error = pg_errors.PipelineAborted("pipeline aborted")
         else:
             last = result
-    if plan.creates is not None and error is None:
+    if plan.creates:
         prepared = _prepared.get(conn)
         if prepared is not None:
-            key, name = plan.creates
-            prepared.names[key] = name
+            for key, name, at in plan.creates:
+                # a statement the server took stays prepared whatever the rest of the pipeline did
+                if at < len(results) and results[at].status == _COMMAND_OK:
+                    prepared.names[key] = name
     if error is not None:
-        if error.sqlstate == _UNKNOWN_STATEMENT and plan.name is not None:
+        if error.sqlstate == _UNKNOWN_STATEMENT and plan.prepared:
             forget(conn)  # the server forgot them all (DISCARD ALL): prepare again from the next call
         raise error
     if last is None or last.status != _TUPLES_OK:

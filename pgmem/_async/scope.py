@@ -152,7 +152,7 @@ async def rows(
             try:
                 return wire.rows(conn, plan, results)
             except psycopg.errors.InvalidSqlStatementName:
-                if attempt == 2 or in_block or plan.name is None:
+                if attempt == 2 or in_block or not plan.prepared:
                     raise
     cur = await execute(conn, namespace, query, params, binary=True, prepare=prepare, settings=settings)
     res = cur.pgresult

@@ -28,7 +28,12 @@ from pgmem.errors import Timeout
 from pgmem.models import Message
 from pgmem.resilience import GuardedConnection, deadline
 
-_OURS = "SELECT name FROM pg_prepared_statements WHERE name LIKE '\\_pgmem\\_%' ORDER BY name"
+# The statements pgmem prepared, but the setup of the namespace (prepared on first use; its own tests).
+_OURS = (
+    "SELECT name FROM pg_prepared_statements"
+    " WHERE name LIKE '\\_pgmem\\_%' AND statement NOT LIKE 'SELECT set_config(%' ORDER BY name"
+)
+_SETUPS = "SELECT statement FROM pg_prepared_statements WHERE statement LIKE 'SELECT set_config(%' ORDER BY 1"
 
 
 @pytest.fixture
@@ -141,6 +146,26 @@ def test_prepared_from_the_second_run(app_conn: psycopg.Connection[Any]) -> None
     assert len(_ours(app_conn)) == 1  # used, not prepared again
 
 
+def test_the_namespace_setup_is_prepared_on_first_use_and_reused(app_conn: psycopg.Connection[Any]) -> None:
+    """The setup goes with every statement that sets the namespace: prepared from its first run (its parse
+    and plan were 20-30 us of the server's time per call), once per connection and setting count, and kept
+    when the statement beside it fails."""
+    with pytest.raises(pg_errors.DivisionByZero):
+        scope.rows(app_conn, "ns", "SELECT 1 / %(z)s::int", {"z": 0})
+    for a in range(3):
+        assert scope.rows(app_conn, "ns", "SELECT current_setting('pgmem.namespace'), %(a)s::int", {"a": a}) == [
+            ("ns", a)
+        ]
+    settings = {"hnsw.ef_search": "77"}
+    q = "SELECT current_setting('hnsw.ef_search'), %(a)s::int"
+    assert scope.rows(app_conn, "other", q, {"a": 1}, settings=settings) == [("77", 1)]
+    assert scope.rows(app_conn, "other", q, {"a": 2}, settings=settings) == [("77", 2)]
+    assert [r[0] for r in app_conn.execute(_SETUPS)] == [
+        wire.setup_statement(True, 0).decode(),
+        wire.setup_statement(True, 1).decode(),
+    ]
+
+
 def test_prepare_true_and_false(app_conn: psycopg.Connection[Any]) -> None:
     scope.rows(app_conn, "ns", "SELECT %(a)s::int + 7", {"a": 1}, prepare=True)
     assert len(_ours(app_conn)) == 1
@@ -166,9 +191,9 @@ def test_at_most_prepared_max_per_connection(
         for _ in range(2):
             assert scope.rows(app_conn, "ns", f"SELECT %(a)s::int + {i}", {"a": 1}) == [(1 + i,)]
     names = _ours(app_conn)
-    assert len(names) == 3
-    # The most recent three are the ones kept, and still answer.
-    for i in (5, 6, 7):
+    assert len(names) == 2 and len(app_conn.execute(_SETUPS).fetchall()) == 1  # the setup is one of the three
+    # The most recent ones are kept (the setup, used by every call, and two statements), and still answer.
+    for i in (6, 7):
         assert scope.rows(app_conn, "ns", f"SELECT %(a)s::int + {i}", {"a": 2}) == [(2 + i,)]
     assert _ours(app_conn) == names
 
