@@ -176,6 +176,13 @@ SELECT m.id, m.name, m.dimension, m.kind, m.distance,
 FROM pgmem.embedding_models m
 WHERE EXISTS (SELECT 1 FROM pgmem.embedding_outbox o WHERE o.namespace = %(ns)s AND o.model_id = m.id);
 
+-- name: flush_wal
+-- A transaction that writes WAL and nothing else (a row lock is WAL-logged; an id alone is not, and a
+-- commit that logged nothing does not wait for a flush): its synchronous commit flushes the WAL up to its
+-- commit record, and with it every commit before it (the background embedder's asynchronous ones). A key
+-- share lock on one of the namespace's memories conflicts with no writer but one deleting the memory.
+SELECT 1 FROM pgmem.memories WHERE namespace = %(ns)s ORDER BY key LIMIT 1 FOR KEY SHARE;
+
 -- name: purge_orphans
 -- Available outbox rows of the models whose message was deleted before it was embedded (the outbox has no
 -- foreign key): a range of embedding_outbox_claim_idx per model, the rows an embedder's claim found none

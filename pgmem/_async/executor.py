@@ -284,18 +284,25 @@ class AsyncBlock:
         found = await self.rows(query, params)
         return found[0][0] if found else None
 
-    async def send_with_commit(self, query: Statement, params: dict[str, Any] | None = None) -> AsyncCursor[Any]:
+    async def send_with_commit(
+        self, query: Statement, params: dict[str, Any] | None = None, *, settings: Mapping[str, str] | None = None
+    ) -> AsyncCursor[Any]:
         """The block's last statement, sent with its COMMIT in one round trip (a block of
         ``transaction(commit_pipelined=True)``: a pipeline begins here and ends after the COMMIT): read its
         rows from the cursor after the block; its errors are raised as the block ends. In any other block
-        it runs at once."""
+        it runs at once. ``settings``: local to the transaction, sent before the statement in the same
+        round trip (``synchronous_commit`` applies to the COMMIT that follows)."""
         if self._tail is not None and self.connection.pgconn.pipeline_status == PipelineStatus.OFF:
             await self._tail.enter_async_context(self.connection.pipeline())
         try:
             with translate():
                 if self.namespace is None:
+                    for name, value in (settings or {}).items():
+                        await self.connection.execute("SELECT set_config(%s, %s, true)", (name, value))
                     return await self.connection.execute(query, params, binary=True)
-                return await scope.execute(self.connection, self.namespace, query, params or {}, binary=True)
+                return await scope.execute(
+                    self.connection, self.namespace, query, params or {}, binary=True, settings=settings
+                )
         except UnicodeEncodeError:
             raise unencodable(params or {}) from None
 

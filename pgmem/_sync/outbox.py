@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,19 @@ __all__ = ["EmbeddingOutbox", "EmbedReport"]
 
 Q = statements.load("vectors")
 log = logging.getLogger("pgmem.vectors")
+#: Whether this context's embedding commits wait for their WAL flush: a caller's embed_pending or flush
+#: does; the background runs (_drain) do not (_ASYNC_COMMIT).
+_DURABLE: ContextVar[bool] = ContextVar("pgmem_durable_embedding", default=True)
+#: A background run's store of vectors commits without waiting for its WAL flush. Its trigger holds the
+#: row of each memory the vectors join (their revision) to the end of the commit, so the embedders of one
+#: memory committed one WAL flush at a time (issue 38); asynchronously, the row is free once the commit is
+#: recorded. What it stores is derived and taken off the outbox in the same transaction: a server crash
+#: within the WAL writer's delay (3 x wal_writer_delay at most, 0.6 s by default) loses the vectors and
+#: the outbox's deletion together, and the messages are embedded again. Any later commit that flushes (a
+#: message written after it) flushes it too, and replicas receive only flushed WAL. The FAISS cache,
+#: which may have read such vectors before the crash, reloads what it holds when its server restarted
+#: (pgmem.cache.reader: the server's incarnation).
+_ASYNC_COMMIT = {"synchronous_commit": "off"}
 #: How many times a batch runs while merging adders hold merge locks it needs (_embed_locking).
 MERGE_RUNS = 4
 
@@ -72,6 +86,7 @@ class EmbeddingOutbox(Repository):
         self._listeners: list[Callable[[str | None], None]] = []
         #: (name, dimension) of the models this client's runs found queued, by id (an id never changes model)
         self._seen: dict[int, tuple[str, int]] = {}
+        self._unflushed = False  # a background run committed asynchronously since the last wait or flush
 
     # -- listeners of this client's own changes ---------------------------------------------------------
 
@@ -225,7 +240,10 @@ class EmbeddingOutbox(Repository):
                     if waiting:  # an adder holding a merge lock may wait for this block's rows: no waiting
                         merge_waiting(block, model, [PendingMergeRow._make(r) for r in waiting], wait=False)
                 else:
-                    stored = block.send_with_commit(query, store)
+                    # A background run commits asynchronously: see _ASYNC_COMMIT.
+                    settings = None if _DURABLE.get() else _ASYNC_COMMIT
+                    self._unflushed = self._unflushed or settings is not None
+                    stored = block.send_with_commit(query, store, settings=settings)
         late = [] if stored is None else [PendingMergeRow._make(row) for row in stored.fetchall()]
         if late:  # entries that began waiting for these vectors between the claim and the store
             self._decide_late(model, late)
@@ -323,10 +341,13 @@ class EmbeddingOutbox(Repository):
     def _drain(self) -> None:
         if self._client.closed:
             return
+        token = _DURABLE.set(False)
         try:
             self.embed_pending(count_remaining=False)
         except Exception as exc:  # noqa: BLE001 - a background job logs; the outbox keeps the work
             log.warning("background embedding failed: %s: %s", type(exc).__name__, redact(str(exc)))
+        finally:
+            _DURABLE.reset(token)
         try:
             # The namespace's routine purges (the vector log this worker's writes grow), at most once per
             # PGMEM_SWEEP_INTERVAL; no round trip when not due.
@@ -335,13 +356,24 @@ class EmbeddingOutbox(Repository):
             log.warning("retention sweep failed: %s: %s", type(exc).__name__, exc)
 
     def wait(self) -> None:
-        """Wait for the background embedding of this client's writes (no round trip when idle)."""
+        """Wait for the background embedding of this client's writes (no round trip when idle), and for
+        the WAL flush of its commits (asynchronous: :data:`_ASYNC_COMMIT`), so that what it stored is
+        durable and reaches read replicas (a read that follows waits for the primary's flush position)."""
         self._background.wait()
+        self._flush_async_commits()
 
     def flush(self, embedder: Embedder | None = None) -> EmbedReport:
-        """Wait for background embedding, then embed what is still queued."""
-        self._background.wait()
+        """Wait for background embedding (as :meth:`wait`), then embed what is still queued."""
+        self.wait()
         return self.embed_pending(embedder)
+
+    def _flush_async_commits(self) -> None:
+        """One synchronous commit that logged something (``flush_wal``): its WAL flush covers every commit
+        before it, the background runs' asynchronous ones among them. Only after such commits."""
+        if not self._unflushed:
+            return
+        self._unflushed = False  # before the flush: a run that commits meanwhile sets it again
+        self._rows("flush_wal", {}, None)
 
     def close(self) -> None:
         self._background.close()

@@ -73,6 +73,7 @@ class Entry:
     row_of: dict[str, int]
     dirty: int = 0  # own writes since the last catch-up
     epoch: int = -1  # the listener connection it was last current under
+    incarnation: int = 0  # the server's incarnation it was read from (Reader.incarnation)
     lock: threading.Lock = field(default_factory=threading.Lock)
     # Approximate mode: the HNSW graph once built, and the changes made while a build runs (replayed into
     # the new graph before it is attached). ``generation`` moves on a reload: a build of an older

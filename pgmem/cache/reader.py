@@ -64,6 +64,12 @@ class Reader:
         self.lock = threading.Lock()
         self.conn: psycopg.Connection[Any] | None = None
         self.head_prepared = False  # the head statement is prepared on conn (a UTF-8 connection)
+        # The server's incarnations this reader has connected to, counted: the count moves when a new
+        # connection finds another server start time (a restart, a failover). Revisions read from one
+        # incarnation say nothing about another's: a background embedder's commit is asynchronous, and one
+        # a crash lost may have been read, after which the restarted server reuses its revision.
+        self.incarnation = 0
+        self._started: Any = None
         # Memories seen to be forks that inherit (searched in Postgres through their lineage); see
         # AsyncForkRepository.known for why only these are remembered.
         self.forks: set[str] = set()
@@ -252,7 +258,14 @@ class Reader:
             role = self._client.sessions.role
             if role is not None:
                 self.conn.execute("SELECT set_config('role', %s, false)", (role,))
-            self.conn.execute("SELECT set_config('pgmem.namespace', %s, false)", (self._client.namespace,))
+            row = self.conn.execute(
+                "SELECT set_config('pgmem.namespace', %s, false), pg_postmaster_start_time()",
+                (self._client.namespace,),
+            ).fetchone()
+            started = None if row is None else row[1]
+            if self._started is not None and started != self._started:
+                self.incarnation += 1
+            self._started = started
             register_vector(self.conn)  # query vectors of the searches it runs in Postgres
             self.head_prepared = False
             if self.conn.info.encoding == "utf-8":  # the key travels as UTF-8 bytes

@@ -231,7 +231,7 @@ class VectorCache:
         with entry.lock:
             rev = entry.rev
             if entry.size >= _OVERLAP_BELOW:
-                if reader.head(memory) != rev:
+                if reader.head(memory) != rev or reader.incarnation != entry.incarnation:
                     return None
                 self.stats.checks += 1
                 return self._top_k(entry, queries, scales, k, threshold)
@@ -243,17 +243,20 @@ class VectorCache:
                     found = self._top_k(entry, queries, scales, k, threshold)
                 finally:
                     head = reader.head_result(pgconn)
-        if head != rev:
-            return None
+                incarnation = reader.incarnation
+            if head != rev or incarnation != entry.incarnation:
+                return None
         self.stats.checks += 1
         return found
 
     def _load(self, memory: str, model: EmbeddingModel) -> Entry | None:
         with self._lock:
             epoch = self._listener.epoch
+        incarnation = self._reader.incarnation  # before the read: a reconnect during it reloads later
         rev, ids, matrix, inherited = self._read_vectors(memory, model)
         self.stats.loads += 1
         entry = Entry.loaded(model, rev, ids, matrix, epoch, inherited)
+        entry.incarnation = incarnation
         if entry.nbytes > self.budget_bytes:
             self.stats.bypassed += 1
             return None
@@ -301,10 +304,11 @@ class VectorCache:
             # Nothing announced: confirm with the memory's high-water mark (and its model) in one cheap read;
             # a fork's, with the marks of the memories it inherits from.
             if entry.inherited:
-                if self._reader.lineage_heads(memory) == {memory: entry.rev, **dict(entry.inherited)}:
+                heads = self._reader.lineage_heads(memory)
+                if heads == {memory: entry.rev, **dict(entry.inherited)} and self._current(entry):
                     self.stats.checks += 1
                     return
-            elif self._reader.head(memory) == entry.rev:
+            elif self._reader.head(memory) == entry.rev and self._current(entry):
                 self.stats.checks += 1
                 return
         if entry.inherited:
@@ -317,10 +321,12 @@ class VectorCache:
         self.stats.catch_ups += 1
         purged = floor is None or floor > entry.rev + 1  # revisions after this entry's are gone from the log
         listener = self._listener
-        if entry.inherited or head < entry.rev or (head > entry.rev and purged):
-            # The memory was recreated, or the log was purged past this entry (or emptied): start over.
+        if entry.inherited or head < entry.rev or (head > entry.rev and purged) or not self._current(entry):
+            # The memory was recreated, the log was purged past this entry (or emptied), or the server
+            # restarted since the entry was read: start over.
             with self._lock:
                 seen = listener.announcements.get(memory, 0)
+            entry.incarnation = self._reader.incarnation
             rev, ids, matrix, inherited = self._read_vectors(memory, entry.model)
             with self._lock:
                 # A recreated memory counts its revisions from 0 again: forget the old incarnation's
@@ -334,6 +340,11 @@ class VectorCache:
             self._saw(memory, entry)
         entry.dirty -= dirty
         entry.epoch = epoch
+
+    def _current(self, entry: Entry) -> bool:
+        """Whether the reader reads from the server incarnation the entry was read from (after the read
+        that is compared with the entry: a reconnect during it counts)."""
+        return self._reader.incarnation == entry.incarnation
 
     def invalidate(self, memory: str | None = None) -> None:
         """Drop the cached vectors of ``memory`` (None: of every memory)."""

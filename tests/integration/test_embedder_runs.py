@@ -65,6 +65,7 @@ def test_writes_queued_only_for_models_a_client_cannot_embed_start_no_run(
         pgmem.connect(dsn, namespace="test") as writer,  # the offline default: not the memory's model
     ):
         embedder.vectors.enable("team")
+        embedder.vectors.wait()  # its own run (the backfill of enable) is over: nothing else wakes it
         writer.queues.subscribe("bob")
         runs = _count_runs(writer, monkeypatch)
         writer.messages.add("team", Message(id="first", content="the first write", send_to={"bob"}))
@@ -100,6 +101,7 @@ def test_a_write_to_a_memory_with_a_model_of_its_own_still_starts_a_run(
         pgmem.connect(dsn, namespace="test") as writer,
     ):
         embedder.vectors.enable("team")
+        embedder.vectors.wait()  # its own run (the backfill of enable) is over: nothing else wakes it
         writer.messages.add("team", Message(id="first", content="learn the model"))
         writer.vectors.wait()
         writer.vectors.enable("mine")  # the writer's own offline model
@@ -117,6 +119,7 @@ def test_the_orphan_purge_reads_only_available_rows_of_the_models_tried(dsn: str
         pgmem.connect(dsn, namespace="test") as writer,
     ):
         embedder.vectors.enable("team")
+        embedder.vectors.wait()  # its own run (the backfill of enable) is over: nothing else wakes it
         other.down = True
         embedder.messages.add_many("team", [Message(id=f"x{i}", content=f"queued {i}") for i in range(3)])
         embedder.vectors.wait()  # the background run failed: the three rows wait out a backoff
@@ -134,3 +137,35 @@ def test_the_orphan_purge_reads_only_available_rows_of_the_models_tried(dsn: str
         assert _queued(dsn) == 1
         assert embedder.vectors.embed_pending().embedded == 0
         assert _queued(dsn) == 0
+
+
+_RECORD_COMMIT_MODE = """
+CREATE TABLE public.commit_modes (message_id text, mode text);
+CREATE FUNCTION public.record_commit_mode() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
+BEGIN
+    INSERT INTO public.commit_modes SELECT n.message_id, current_setting('synchronous_commit') FROM new_rows n;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER record_commit_mode AFTER INSERT ON pgmem.embeddings
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.record_commit_mode()"""
+
+
+def test_background_runs_commit_asynchronously_a_callers_run_does_not(dsn: str) -> None:
+    """The background embedder's stores commit without waiting for their WAL flush (issue 38: the memory's
+    revision is not held through it); ``embed_pending``, which a caller waits for, waits for it."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(_RECORD_COMMIT_MODE)
+    with (
+        pgmem.connect(dsn, namespace="test", embedder=Other()) as embedder,
+        pgmem.connect(dsn, namespace="test") as writer,  # no embedder of the memory's model: no run embeds
+    ):
+        embedder.vectors.enable("n")
+        writer.messages.add("n", Message(id="caller", content="embedded by the caller's call"))
+        writer.vectors.wait()
+        assert embedder.vectors.embed_pending().embedded == 1
+        embedder.messages.add("n", Message(id="background", content="embedded in the background"))
+        embedder.vectors.wait()
+        assert embedder.vectors.pending("n") == {}
+    with psycopg.connect(dsn) as conn:
+        modes = dict(conn.execute("SELECT message_id, mode FROM public.commit_modes").fetchall())
+    assert modes == {"caller": "on", "background": "off"}
