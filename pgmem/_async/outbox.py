@@ -369,7 +369,7 @@ class AsyncEmbeddingOutbox(AsyncRepository):
     async def _flush_async_commits(self) -> None:
         """One synchronous commit that logged something (``flush_wal``): its WAL flush covers every commit
         before it, the background runs' asynchronous ones among them. Only after such commits."""
-        if not self._unflushed:
+        if not self._unflushed or self._client.closed:
             return
         self._unflushed = False  # before the flush: a run that commits meanwhile sets it again
         await self._rows("flush_wal", {}, None)
