@@ -223,10 +223,8 @@ class VectorCache:
         transaction committed before the read is in the entry); None means catch up and search again.
 
         Above :data:`_OVERLAP_BELOW` vectors the mark is read first and the search runs after it: a backend
-        woken while the product's two BLAS threads hold both cores of a small machine takes one of them,
-        and the overlapped answer came later than the sequential one (measured on 2 cores, p50 over the
-        default mode: 4,275 vectors +54 us either way, 10k +73 us overlapped / +56 sequential, 30k +172 /
-        +113; at 1k the overlapped answer costs about one round trip, the product hidden in it)."""
+        woken while the product's BLAS threads hold both cores of a small machine takes one of them, and the
+        overlapped answer came later (benchmarks/README.md, "the three ways to place the read")."""
         reader = self._reader
         with entry.lock:
             rev = entry.rev
@@ -305,10 +303,11 @@ class VectorCache:
             # a fork's, with the marks of the memories it inherits from.
             if entry.inherited:
                 heads = self._reader.lineage_heads(memory)
-                if heads == {memory: entry.rev, **dict(entry.inherited)} and self._current(entry):
+                same = entry.incarnation == self._reader.incarnation  # after the read: see Reader
+                if same and heads == {memory: entry.rev, **dict(entry.inherited)}:
                     self.stats.checks += 1
                     return
-            elif self._reader.head(memory) == entry.rev and self._current(entry):
+            elif self._reader.head(memory) == entry.rev and entry.incarnation == self._reader.incarnation:
                 self.stats.checks += 1
                 return
         if entry.inherited:
@@ -321,7 +320,8 @@ class VectorCache:
         self.stats.catch_ups += 1
         purged = floor is None or floor > entry.rev + 1  # revisions after this entry's are gone from the log
         listener = self._listener
-        if entry.inherited or head < entry.rev or (head > entry.rev and purged) or not self._current(entry):
+        restarted = entry.incarnation != self._reader.incarnation  # read after the changes: see Reader
+        if entry.inherited or head < entry.rev or (head > entry.rev and purged) or restarted:
             # The memory was recreated, the log was purged past this entry (or emptied), or the server
             # restarted since the entry was read: start over.
             with self._lock:
@@ -340,11 +340,6 @@ class VectorCache:
             self._saw(memory, entry)
         entry.dirty -= dirty
         entry.epoch = epoch
-
-    def _current(self, entry: Entry) -> bool:
-        """Whether the reader reads from the server incarnation the entry was read from (after the read
-        that is compared with the entry: a reconnect during it counts)."""
-        return self._reader.incarnation == entry.incarnation
 
     def invalidate(self, memory: str | None = None) -> None:
         """Drop the cached vectors of ``memory`` (None: of every memory)."""
