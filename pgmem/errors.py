@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 
 import psycopg
 import psycopg_pool
@@ -504,17 +503,28 @@ def _translated(exc: psycopg.Error) -> PgmemError:
     return PgmemError(f"the database refused the operation: {described}")
 
 
-@contextmanager
-def translate() -> Iterator[None]:
+class _Translating:
+    # A class, not a generator: every statement enters one (about 1 us less).
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, traceback: object) -> None:
+        # Returns None: the exception passes on (or its translation does), never swallowed.
+        if isinstance(exc, PgmemError):
+            scrub(exc)
+        elif isinstance(exc, psycopg.Error):
+            error = _translated(exc)
+            error.sqlstate = exc.sqlstate
+            raise error from scrub(exc)
+
+
+_TRANSLATING = _Translating()
+
+
+def translate() -> _Translating:
     """Translate driver errors raised inside the block into pgmem's exception tree (the table in
     docs/reliability.md), each chained to its cause (``raise ... from exc``) with the cause and whatever
     it chains redacted (:func:`scrub`): no password in any part of a traceback."""
-    try:
-        yield
-    except PgmemError as exc:
-        scrub(exc)
-        raise
-    except psycopg.Error as exc:
-        error = _translated(exc)
-        error.sqlstate = exc.sqlstate
-        raise error from scrub(exc)
+    return _TRANSLATING

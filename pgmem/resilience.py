@@ -108,23 +108,32 @@ def check_timeout(timeout: float | None) -> float | None:
     return float(timeout)
 
 
-@contextmanager
-def deadline(seconds: float | None) -> Iterator[None]:
+class _Deadline:
+    # A class, not a generator: every statement enters one or two of these (about 1 us less each).
+    __slots__ = ("_seconds", "_token")
+
+    def __init__(self, seconds: float | None) -> None:
+        self._seconds = seconds
+        self._token: contextvars.Token[float | None] | None = None
+
+    def __enter__(self) -> None:
+        if self._seconds is None:
+            return
+        end = time.monotonic() + self._seconds
+        current = _DEADLINE.get()
+        if current is None or current > end:
+            self._token = _DEADLINE.set(end)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _DEADLINE.reset(self._token)
+            self._token = None
+
+
+def deadline(seconds: float | None) -> _Deadline:
     """Run the block under a deadline ``seconds`` from now, unless an enclosing one ends sooner (a call's
     deadline covers every statement it runs, and its retry)."""
-    if seconds is None:
-        yield
-        return
-    end = time.monotonic() + seconds
-    current = _DEADLINE.get()
-    if current is not None and current <= end:
-        yield
-        return
-    token = _DEADLINE.set(end)
-    try:
-        yield
-    finally:
-        _DEADLINE.reset(token)
+    return _Deadline(seconds)
 
 
 @contextmanager

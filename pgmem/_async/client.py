@@ -34,6 +34,8 @@ from pgmem._async.pooling import (
     _open_connection,
     _pool_connection,
     check_pool_size,
+    end_transaction,
+    take,
 )
 from pgmem._async.preflight import bypasses_security, check_schema, conninfo_of
 from pgmem._async.sessions import AsyncSessions
@@ -485,24 +487,43 @@ class AsyncClient:
         """Yield ``connection`` if given, else the client's connection, else one from the pool, as it is:
         pgmem's statements scope their own transactions (:mod:`pgmem._async.scope`), so no setting here
         costs them a round trip."""
+        with deadline(self.timeout if connection is None and self._conn is None else None):
+            conn = await self._take(connection)
+            failed = False
+            try:
+                yield conn
+            except BaseException:
+                failed = True
+                raise
+            finally:
+                await self._give_back(conn, connection, failed)
+
+    async def _take(self, connection: AsyncConnection[Any] | None) -> AsyncConnection[Any]:
+        # _connection without the context manager, for the one-statement path (the executor's rows).
         self._check_open()
         if connection is not None:
             if connection.closed:
                 raise ClientClosed("the connection passed to pgmem is closed")
-            try:
-                yield connection
-            finally:
-                self._used(connection)
-        elif self._conn is not None:
-            yield self._conn
-        else:
-            assert self._pool is not None
-            with deadline(self.timeout):
-                async with _pool_connection(self._pool) as conn:
-                    try:
-                        yield conn
-                    finally:
-                        self._used(conn)
+            return connection
+        if self._conn is not None:
+            return self._conn
+        assert self._pool is not None
+        return await take(self._pool)
+
+    async def _give_back(
+        self, conn: AsyncConnection[Any], connection: AsyncConnection[Any] | None, failed: bool
+    ) -> None:
+        if connection is None and conn is self._conn:
+            return
+        try:
+            self._used(conn)
+        finally:
+            if connection is None:
+                assert self._pool is not None
+                try:
+                    await end_transaction(conn, failed)
+                finally:
+                    await self._pool.putconn(conn)
 
     def _used(self, conn: AsyncConnection[Any]) -> None:
         """A statement ran on ``conn`` (and committed, unless the caller's transaction holds it): maybe a

@@ -99,14 +99,22 @@ class AsyncExecutor:
                 checked = _FIRST if attempt == 1 else verified()
                 try:
                     with translate(), checked:
-                        async with client._connection(connection) as conn:
+                        # client._connection's work written out: the hot paths pay for no context manager.
+                        conn = await client._take(connection)
+                        try:
                             if vectors:
                                 await client.sessions.ready(conn)
                             if scoped:
-                                return await scope.rows(
+                                found = await scope.rows(
                                     conn, client.namespace, query, params, prepare=prepare, settings=settings
                                 )
-                            return await _unscoped_rows(conn, query, params, prepare)
+                            else:
+                                found = await _unscoped_rows(conn, query, params, prepare)
+                        except BaseException:
+                            await client._give_back(conn, connection, True)
+                            raise
+                        await client._give_back(conn, connection, False)
+                        return found
                 except UnicodeEncodeError:
                     # A lone surrogate the public method's checks missed: the driver failed to encode it
                     # before sending anything. Still the caller's input, named.

@@ -7,11 +7,12 @@ import math
 import os
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
+from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from pgmem._acompat import arun_blocking, asleep
@@ -39,21 +40,16 @@ class _LifoAsyncConnectionPool(AsyncConnectionPool[Any]):
         return await super()._get_ready_connection(timeout)
 
 
-@asynccontextmanager
-async def _pool_connection(
-    pool: AsyncConnectionPool[Any], namespace: str | None = None
-) -> AsyncIterator[AsyncConnection[Any]]:
-    """A pool connection within the current deadline; with ``namespace``, its session scoped to it for the
-    block (the caller's SQL: :func:`pgmem._async.scope.set_session`) and reset once the block's transaction
-    has ended, before the pool takes it back. Idle connections whose server went away are closed
+async def take(pool: AsyncConnectionPool[Any]) -> AsyncConnection[Any]:
+    """A pool connection within the current deadline. Idle connections whose server went away are closed
     (the pool drops them) and the next one is taken at once (:func:`pgmem.resilience.idle_broken`; the pool's
     own ``check=`` sleeps 1, 2, 4... seconds after each failed check). When none comes in time the call
     raises :class:`ConnectionFailed` if the pool's last attempt to connect failed (the server is down),
     else :class:`Timeout`. A retry (:func:`pgmem.resilience.verified`) checks its connection with a round
-    trip first."""
+    trip first. Hand it back with :func:`give_back`."""
     while True:
         try:
-            conn = await pool.getconn(timeout=remaining())
+            conn: AsyncConnection[Any] = await pool.getconn(timeout=remaining())
         except PoolTimeout as exc:
             failure = getattr(pool.connection_class, "failure", None)
             if failure is not None:
@@ -61,24 +57,53 @@ async def _pool_connection(
             raise Timeout("no pool connection came free within the call's timeout") from exc
         if not idle_broken(conn):
             if not verifying():
-                break
+                return conn
             try:
                 await pool.check_connection(conn)
-                break
+                return conn
             except psycopg.Error:
                 pass
         await conn.close()
         await pool.putconn(conn)
+
+
+async def end_transaction(conn: AsyncConnection[Any], failed: bool) -> None:
+    """As a connection's own ``with`` block ends (``pool.connection()``): a transaction left open is
+    committed, or rolled back after a failure (a caller's pool may not be autocommit). pgmem's statements
+    end their own, so on its pool this is one status check, not a call into the driver."""
+    if conn.closed or conn.pgconn.transaction_status == TransactionStatus.IDLE:
+        return
+    if not failed:
+        await conn.commit()
+        return
+    with suppress(psycopg.Error):  # the pool rolls back or drops what is left (putconn)
+        await conn.rollback()
+
+
+@asynccontextmanager
+async def _pool_connection(
+    pool: AsyncConnectionPool[Any], namespace: str | None = None
+) -> AsyncIterator[AsyncConnection[Any]]:
+    """A pool connection (:func:`take`); with ``namespace``, its session scoped to it for the block (the
+    caller's SQL: :func:`pgmem._async.scope.set_session`) and reset once the block's transaction has
+    ended, before the pool takes it back."""
+    conn = await take(pool)
+    failed = False
     try:
-        async with conn:  # as pool.connection(): commit, or roll back on an error (a caller's pool)
-            if namespace is not None:
-                with translate():
-                    await scope.set_session(conn, namespace)
-            yield conn
-    finally:
         if namespace is not None:
-            await scope.reset_session(conn)
-        await pool.putconn(conn)
+            with translate():
+                await scope.set_session(conn, namespace)
+        yield conn
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        try:
+            await end_transaction(conn, failed)
+        finally:
+            if namespace is not None:
+                await scope.reset_session(conn)
+            await pool.putconn(conn)
 
 
 def check_pool_size(min_size: int, max_size: int) -> None:

@@ -35,6 +35,8 @@ from pgmem._sync.pooling import (
     _open_connection,
     _pool_connection,
     check_pool_size,
+    end_transaction,
+    take,
 )
 from pgmem._sync.preflight import bypasses_security, check_schema, conninfo_of
 from pgmem._sync.sessions import Sessions
@@ -486,24 +488,43 @@ class Client:
         """Yield ``connection`` if given, else the client's connection, else one from the pool, as it is:
         pgmem's statements scope their own transactions (:mod:`pgmem._async.scope`), so no setting here
         costs them a round trip."""
+        with deadline(self.timeout if connection is None and self._conn is None else None):
+            conn = self._take(connection)
+            failed = False
+            try:
+                yield conn
+            except BaseException:
+                failed = True
+                raise
+            finally:
+                self._give_back(conn, connection, failed)
+
+    def _take(self, connection: Connection[Any] | None) -> Connection[Any]:
+        # _connection without the context manager, for the one-statement path (the executor's rows).
         self._check_open()
         if connection is not None:
             if connection.closed:
                 raise ClientClosed("the connection passed to pgmem is closed")
-            try:
-                yield connection
-            finally:
-                self._used(connection)
-        elif self._conn is not None:
-            yield self._conn
-        else:
-            assert self._pool is not None
-            with deadline(self.timeout):
-                with _pool_connection(self._pool) as conn:
-                    try:
-                        yield conn
-                    finally:
-                        self._used(conn)
+            return connection
+        if self._conn is not None:
+            return self._conn
+        assert self._pool is not None
+        return take(self._pool)
+
+    def _give_back(
+        self, conn: Connection[Any], connection: Connection[Any] | None, failed: bool
+    ) -> None:
+        if connection is None and conn is self._conn:
+            return
+        try:
+            self._used(conn)
+        finally:
+            if connection is None:
+                assert self._pool is not None
+                try:
+                    end_transaction(conn, failed)
+                finally:
+                    self._pool.putconn(conn)
 
     def _used(self, conn: Connection[Any]) -> None:
         """A statement ran on ``conn`` (and committed, unless the caller's transaction holds it): maybe a

@@ -100,14 +100,22 @@ class Executor:
                 checked = _FIRST if attempt == 1 else verified()
                 try:
                     with translate(), checked:
-                        with client._connection(connection) as conn:
+                        # client._connection's work written out: the hot paths pay for no context manager.
+                        conn = client._take(connection)
+                        try:
                             if vectors:
                                 client.sessions.ready(conn)
                             if scoped:
-                                return scope.rows(
+                                found = scope.rows(
                                     conn, client.namespace, query, params, prepare=prepare, settings=settings
                                 )
-                            return _unscoped_rows(conn, query, params, prepare)
+                            else:
+                                found = _unscoped_rows(conn, query, params, prepare)
+                        except BaseException:
+                            client._give_back(conn, connection, True)
+                            raise
+                        client._give_back(conn, connection, False)
+                        return found
                 except UnicodeEncodeError:
                     # A lone surrogate the public method's checks missed: the driver failed to encode it
                     # before sending anything. Still the caller's input, named.

@@ -8,11 +8,12 @@ import math
 import os
 import time
 from collections.abc import Iterator, Callable
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import psycopg
 from psycopg import Connection
+from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from pgmem._acompat import run_blocking, sleep
@@ -40,21 +41,16 @@ class _LifoConnectionPool(ConnectionPool[Any]):
         return super()._get_ready_connection(timeout)
 
 
-@contextmanager
-def _pool_connection(
-    pool: ConnectionPool[Any], namespace: str | None = None
-) -> Iterator[Connection[Any]]:
-    """A pool connection within the current deadline; with ``namespace``, its session scoped to it for the
-    block (the caller's SQL: :func:`pgmem._async.scope.set_session`) and reset once the block's transaction
-    has ended, before the pool takes it back. Idle connections whose server went away are closed
+def take(pool: ConnectionPool[Any]) -> Connection[Any]:
+    """A pool connection within the current deadline. Idle connections whose server went away are closed
     (the pool drops them) and the next one is taken at once (:func:`pgmem.resilience.idle_broken`; the pool's
     own ``check=`` sleeps 1, 2, 4... seconds after each failed check). When none comes in time the call
     raises :class:`ConnectionFailed` if the pool's last attempt to connect failed (the server is down),
     else :class:`Timeout`. A retry (:func:`pgmem.resilience.verified`) checks its connection with a round
-    trip first."""
+    trip first. Hand it back with :func:`give_back`."""
     while True:
         try:
-            conn = pool.getconn(timeout=remaining())
+            conn: Connection[Any] = pool.getconn(timeout=remaining())
         except PoolTimeout as exc:
             failure = getattr(pool.connection_class, "failure", None)
             if failure is not None:
@@ -62,24 +58,53 @@ def _pool_connection(
             raise Timeout("no pool connection came free within the call's timeout") from exc
         if not idle_broken(conn):
             if not verifying():
-                break
+                return conn
             try:
                 pool.check_connection(conn)
-                break
+                return conn
             except psycopg.Error:
                 pass
         conn.close()
         pool.putconn(conn)
+
+
+def end_transaction(conn: Connection[Any], failed: bool) -> None:
+    """As a connection's own ``with`` block ends (``pool.connection()``): a transaction left open is
+    committed, or rolled back after a failure (a caller's pool may not be autocommit). pgmem's statements
+    end their own, so on its pool this is one status check, not a call into the driver."""
+    if conn.closed or conn.pgconn.transaction_status == TransactionStatus.IDLE:
+        return
+    if not failed:
+        conn.commit()
+        return
+    with suppress(psycopg.Error):  # the pool rolls back or drops what is left (putconn)
+        conn.rollback()
+
+
+@contextmanager
+def _pool_connection(
+    pool: ConnectionPool[Any], namespace: str | None = None
+) -> Iterator[Connection[Any]]:
+    """A pool connection (:func:`take`); with ``namespace``, its session scoped to it for the block (the
+    caller's SQL: :func:`pgmem._async.scope.set_session`) and reset once the block's transaction has
+    ended, before the pool takes it back."""
+    conn = take(pool)
+    failed = False
     try:
-        with conn:  # as pool.connection(): commit, or roll back on an error (a caller's pool)
-            if namespace is not None:
-                with translate():
-                    scope.set_session(conn, namespace)
-            yield conn
-    finally:
         if namespace is not None:
-            scope.reset_session(conn)
-        pool.putconn(conn)
+            with translate():
+                scope.set_session(conn, namespace)
+        yield conn
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        try:
+            end_transaction(conn, failed)
+        finally:
+            if namespace is not None:
+                scope.reset_session(conn)
+            pool.putconn(conn)
 
 
 def check_pool_size(min_size: int, max_size: int) -> None:
