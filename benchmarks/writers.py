@@ -74,7 +74,8 @@ ops/s (all processes' operations over the window from the start signal to the st
 rounds), share = samples on ``Lock``/``object`` / busy samples (over the rounds), the share on any lock and
 the commonest waits, pgmem / floor, the rows left in ``pgmem.doorbell`` and (``add``) in the embedding
 outbox at the end. Targets of issue 32, printed, never asserted: the object share <= 5% for every operation
-at 8 and 32 processes; pgmem's ops/s at 32 processes >= 0.8x the floor's.
+at 8 and 32 processes; pgmem's ops/s at 32 processes >= 0.8x the statements by hand's (``hand``: the
+issue's floor), printed beside pgmem / ``floor`` (what the doorbell alone costs).
 Writes ``benchmarks/results/writers.json``.
 """
 
@@ -643,12 +644,16 @@ def targets(points: list[dict[str, Any]]) -> list[str]:
                     f"{where}: {pg['ops_per_s']:.0f} adds/s against {at16['pgmem']['ops_per_s']:.0f} at 16 "
                     f"(target >=): {verdict}"
                 )
-        if p["processes"] == TARGET_RATIO_AT and p.get("pgmem/floor") is not None:
-            verdict = "met" if p["pgmem/floor"] >= TARGET_RATIO else "MISSED"
-            out.append(
-                f"{where}: {pg['ops_per_s']:.0f} ops/s, {p['pgmem/floor']:.2f}x the floor's "
-                f"{p['floor']['ops_per_s']:.0f} (target >= 0.8x): {verdict}"
-            )
+        # The issue's floor is the statements by hand (hand); pgmem's own path without the ring (floor) says
+        # what the doorbell alone costs.
+        for against, what in (("hand", "the statements by hand"), ("floor", "pgmem's path without the ring")):
+            ratio = p.get(f"pgmem/{against}")
+            if p["processes"] == TARGET_RATIO_AT and ratio is not None:
+                verdict = "met" if ratio >= TARGET_RATIO else "MISSED"
+                out.append(
+                    f"{where}: {pg['ops_per_s']:.0f} ops/s, {ratio:.2f}x {what} "
+                    f"({p[against]['ops_per_s']:.0f}) (target >= 0.8x): {verdict}"
+                )
     return out
 
 

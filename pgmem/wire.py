@@ -161,13 +161,14 @@ def applies(conn: Any) -> bool:
 @dataclass(slots=True)
 class Plan:
     """What :func:`send` queued: the transformer that dumped the parameters (it loads the rows), how many
-    Syncs end the exchange, the prepared statements this call creates (kept only if the server took them)
-    and whether it ran one prepared before (which a server that forgot it fails)."""
+    Syncs end the exchange, the prepared statements this call creates (kept only if the server took them),
+    whether it ran one prepared before (which a server that forgot it fails) and whether a COMMIT follows."""
 
     tx: Any  # psycopg.adapt.Transformer (the C one when psycopg-binary is installed)
     syncs: int
     creates: tuple[tuple[tuple[bytes, tuple[int, ...]], bytes, int], ...]  # key, name, its result's position
     prepared: bool
+    commit: bool = False  # a COMMIT follows the statement (its result is the last)
 
 
 def _name(pgconn: Any, prepared: _Prepared, key: tuple[bytes, tuple[int, ...]]) -> tuple[bytes, bool, int]:
@@ -194,11 +195,14 @@ def send(
     namespace: str | None,
     prepare: bool | None,
     settings: Mapping[str, str] | None = None,
+    *,
+    commit: bool = False,
 ) -> Plan:
     """Queue (in pipeline mode) the namespace setting (unless ``namespace`` is None) with ``settings`` (local
-    to the transaction, in the same statement), the statement and a Sync on ``conn``'s libpq handle.
-    ``prepare``: True to prepare the statement now, False never, None from its second run. Call with the
-    connection's lock held; :func:`exchange` then sends and reads."""
+    to the transaction, in the same statement), the statement, with ``commit`` a ``COMMIT`` (of the
+    transaction block the connection is in: the statement's lock is never held across a round trip), and a
+    Sync on ``conn``'s libpq handle. ``prepare``: True to prepare the statement now, False never, None from
+    its second run. Call with the connection's lock held; :func:`exchange` then sends and reads."""
     tx = Transformer(conn)
     try:
         values = [params[name] for name in converted.names]
@@ -250,12 +254,14 @@ def send(
             pgconn.send_query_prepared(name, dumped, tx.formats, Format.BINARY)
         else:
             pgconn.send_query_params(converted.text, dumped, types, tx.formats, Format.BINARY)
+        if commit:
+            pgconn.send_query_params(b"COMMIT", None)
         pgconn.pipeline_sync()
     except BaseException:
         leave(pgconn)
         raise
     reused = (setup is not None and not setup[1]) or (name is not None and not create)
-    return Plan(tx, syncs, tuple(creates), reused)
+    return Plan(tx, syncs, tuple(creates), reused, commit)
 
 
 def exchange(pgconn: Any, syncs: int) -> PQGen[list[Any]]:
@@ -292,7 +298,7 @@ def rows(conn: Any, plan: Plan, results: list[Any]) -> list[tuple[Any, ...]]:
     server took it."""
     error = None
     last = None
-    for result in results:
+    for at, result in enumerate(results):
         status = result.status
         if status == _FATAL_ERROR:
             if error is None:
@@ -300,7 +306,7 @@ def rows(conn: Any, plan: Plan, results: list[Any]) -> list[tuple[Any, ...]]:
         elif status == _PIPELINE_ABORTED:
             if error is None:
                 error = pg_errors.PipelineAborted("pipeline aborted")
-        else:
+        elif not (plan.commit and at == len(results) - 1):  # the COMMIT's own result has no rows
             last = result
     if plan.creates:
         prepared = _prepared.get(conn)

@@ -32,12 +32,12 @@ index build on the owner's connection, a replica's replay position.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
-from contextlib import AsyncExitStack, asynccontextmanager, nullcontext
+from contextlib import asynccontextmanager, nullcontext, suppress
 from typing import TYPE_CHECKING, Any, LiteralString, TypeVar
 
 import psycopg
-from psycopg import AsyncConnection, AsyncCursor, sql
-from psycopg.pq import ExecStatus, PipelineStatus
+from psycopg import AsyncConnection, sql
+from psycopg.pq import ExecStatus
 
 from pgmem._acompat import AOnConnection
 from pgmem._async import scope
@@ -186,7 +186,7 @@ class AsyncExecutor:
         reads, so a COMMIT lost on the way changed nothing.
 
         ``commit_pipelined``: in a block that is its own transaction (``BEGIN … COMMIT``), the statement
-        given to :meth:`AsyncBlock.send_with_commit` goes to the server with the COMMIT, in one round trip.
+        given to :meth:`AsyncBlock.send_with_commit` goes to the server with the COMMIT, in one write.
         For a transaction whose last statement takes a lock every other writer waits for (the embedder's,
         on the memory's revision): it is held from that statement through the commit, never across a
         round trip to the client and the client's own delays (issue 38)."""
@@ -198,10 +198,21 @@ class AsyncExecutor:
                 ours = scope.idle(conn)  # the block is its own transaction, which its end commits
                 done = False
                 try:
-                    # What must end after the block: a pipeline send_with_commit began holds its COMMIT.
-                    async with AsyncExitStack() as tail:
+                    if commit_pipelined and ours and not pipeline:
+                        # BEGIN and COMMIT of pgmem's own: psycopg's Transaction would COMMIT once more.
+                        ending = _Ending()
+                        try:
+                            await scope.begin(conn, client.namespace)
+                            yield AsyncBlock(conn, client.namespace, ending)
+                            done = True
+                        except BaseException:
+                            with suppress(psycopg.Error):  # a lost connection: the server rolled it back
+                                await scope.end(conn, commit=False)
+                            raise
+                        await scope.end(conn, commit=True)
+                    else:
                         async with scope.block(conn, client.namespace, pipeline=pipeline):
-                            yield AsyncBlock(conn, client.namespace, tail if commit_pipelined and ours else None)
+                            yield AsyncBlock(conn, client.namespace)
                             done = True
                 except (psycopg.Error, PgmemError) as exc:
                     if done and ours:
@@ -210,6 +221,15 @@ class AsyncExecutor:
                         if first is not exc:
                             raise first from None
                     raise
+
+
+class _Ending:
+    """Whether a ``commit_pipelined`` block's last statement committed it (``send_with_commit``)."""
+
+    __slots__ = ("committed",)
+
+    def __init__(self) -> None:
+        self.committed = False
 
 
 def statement_error(exc: BaseException) -> Any:
@@ -257,14 +277,18 @@ class AsyncBlock:
         namespace: the namespace its statements run in, or None.
     """
 
-    __slots__ = ("_tail", "connection", "namespace")
+    __slots__ = ("_ending", "connection", "namespace")
 
     def __init__(
-        self, connection: AsyncConnection[Any], namespace: str | None = None, tail: AsyncExitStack | None = None
+        self, connection: AsyncConnection[Any], namespace: str | None = None, ending: _Ending | None = None
     ) -> None:
         self.connection = connection
         self.namespace = namespace
-        self._tail = tail  # a commit_pipelined transaction's: what ends after its COMMIT
+        self._ending = ending  # a commit_pipelined transaction's: whether its last statement committed it
+
+    def _open(self) -> None:
+        if self._ending is not None and self._ending.committed:
+            raise PgmemError("the block committed with its last statement (send_with_commit): nothing runs after it")
 
     async def rows(
         self,
@@ -274,6 +298,7 @@ class AsyncBlock:
         settings: Mapping[str, str] | None = None,
     ) -> list[tuple[Any, ...]]:
         """The rows of ``query`` (none for a command; in a pipeline, fetching them syncs it)."""
+        self._open()
         try:
             with translate():
                 if self.namespace is None:
@@ -293,30 +318,39 @@ class AsyncBlock:
         return found[0][0] if found else None
 
     async def send_with_commit(
-        self, query: Statement, params: dict[str, Any] | None = None, *, settings: Mapping[str, str] | None = None
-    ) -> AsyncCursor[Any]:
-        """The block's last statement, sent with its COMMIT in one round trip (a block of
-        ``transaction(commit_pipelined=True)``: a pipeline begins here and ends after the COMMIT): read its
-        rows from the cursor after the block; its errors are raised as the block ends. In any other block
-        it runs at once. ``settings``: local to the transaction, sent before the statement in the same
-        round trip (``synchronous_commit`` applies to the COMMIT that follows)."""
-        if self._tail is not None and self.connection.pgconn.pipeline_status == PipelineStatus.OFF:
-            await self._tail.enter_async_context(self.connection.pipeline())
+        self,
+        query: LiteralString | bytes,
+        params: dict[str, Any] | None = None,
+        *,
+        settings: Mapping[str, str] | None = None,
+    ) -> list[tuple[Any, ...]]:
+        """The block's last statement and its rows. In a block of ``transaction(commit_pipelined=True)`` it
+        goes to the server in one write with the block's COMMIT (:func:`pgmem._async.scope.rows`
+        ``commit``), so its locks are held from the statement through the commit and never across a round
+        trip to this process; the block then runs nothing more, and a connection lost on the way raises
+        ``CommitUnknown``. In any other block it runs as :meth:`rows`. ``settings``: local to the
+        transaction, sent before the statement in the same write (``synchronous_commit`` applies to the
+        COMMIT that follows)."""
+        if self._ending is None or self.namespace is None:
+            return await self.rows(query, params, settings=settings)
+        self._open()
         try:
             with translate():
-                if self.namespace is None:
-                    for name, value in (settings or {}).items():
-                        await self.connection.execute("SELECT set_config(%s, %s, true)", (name, value))
-                    return await self.connection.execute(query, params, binary=True)
-                return await scope.execute(
-                    self.connection, self.namespace, query, params or {}, binary=True, settings=settings
+                found = await scope.rows(
+                    self.connection, self.namespace, query, params or {}, settings=settings, commit=True
                 )
         except UnicodeEncodeError:
             raise unencodable(params or {}) from None
+        except PgmemError as exc:
+            _at_commit(exc, reads=False)  # lost after the COMMIT left: it may have committed
+            raise
+        self._ending.committed = True
+        return found
 
     async def command(self, query: Statement, params: dict[str, Any] | None = None) -> None:
         """Run a statement whose rows are not wanted (DDL, a savepoint, a write): in a pipeline its result
         comes with the pipeline's Sync, and an error with it."""
+        self._open()
         try:
             with translate():
                 if self.namespace is None:
@@ -330,6 +364,7 @@ class AsyncBlock:
     async def transaction(self) -> AsyncIterator[AsyncBlock]:
         """psycopg's transaction block on the connection (``BEGIN … COMMIT``, a savepoint inside a
         transaction), its errors translated."""
+        self._open()
         with translate():
             async with self.connection.transaction():
                 yield self

@@ -40,8 +40,10 @@ from pgmem.errors import PermissionDenied, PgmemError, translate
 __all__ = [
     "SET_NAMESPACE",
     "admin_transaction",
+    "begin",
     "block",
     "borrowed",
+    "end",
     "execute",
     "idle",
     "reset_session",
@@ -126,9 +128,11 @@ async def rows(
     *,
     prepare: bool | None = None,
     settings: Mapping[str, str] | None = None,
+    commit: bool = False,
 ) -> list[tuple[Any, ...]]:
     """Run ``query`` (named placeholders) as :func:`execute` does and return its rows, in binary (none for a
-    statement that returns none).
+    statement that returns none). ``commit``: a block of :func:`begin`'s, committed with the statement (sent
+    in the same write: its locks are never held across a round trip to this process).
 
     Where it can (:func:`pgmem.wire.applies`) the setting and the statement are sent through libpq
     directly: the same messages as psycopg's pipeline, for half its client CPU. A statement prepared on a
@@ -144,7 +148,7 @@ async def rows(
                 in_block = conn.pgconn.transaction_status == TransactionStatus.INTRANS
                 pgconn = conn.pgconn
                 scope_to = None if _scopes.get(conn) == namespace else namespace
-                plan = wire.send(conn, converted, params, scope_to, prepare, settings)
+                plan = wire.send(conn, converted, params, scope_to, prepare, settings, commit=commit)
                 try:
                     results = await conn.wait(wire.exchange(pgconn, plan.syncs))
                 finally:
@@ -156,6 +160,10 @@ async def rows(
                     raise
     cur = await execute(conn, namespace, query, params, binary=True, prepare=prepare, settings=settings)
     res = cur.pgresult
+    if commit:  # not this module's placeholders: the statement, then its COMMIT
+        found = await cur.fetchall() if res is not None and res.status == ExecStatus.TUPLES_OK else []
+        await conn.execute(b"COMMIT")
+        return found
     if res is None and _pipelined(conn):  # the caller's pipeline: fetching the rows syncs it
         try:
             return await cur.fetchall()
@@ -213,6 +221,24 @@ async def transaction(conn: AsyncConnection[Any], namespace: str) -> AsyncIterat
             _scopes[conn] = outer
         else:
             _scopes.pop(conn, None)
+
+
+async def begin(conn: AsyncConnection[Any], namespace: str) -> None:
+    """``BEGIN`` on an idle autocommit connection, scoped to ``namespace``, in one round trip: a block of
+    pgmem's own, whose last statement may carry its ``COMMIT`` (:func:`rows` ``commit``). psycopg's
+    ``Transaction`` would send a COMMIT of its own after it. The caller ends it with :func:`end`."""
+    async with conn.pipeline():
+        await conn.execute(b"BEGIN")
+        await conn.execute(SET_NAMESPACE, {"ns": namespace})
+    _scopes[conn] = namespace
+
+
+async def end(conn: AsyncConnection[Any], commit: bool) -> None:
+    """End a block of :func:`begin`'s: ``COMMIT`` (or ``ROLLBACK``) unless a statement committed it already
+    (or the connection is gone: the server rolled it back)."""
+    _scopes.pop(conn, None)
+    if not conn.closed and conn.pgconn.transaction_status != TransactionStatus.IDLE:
+        await conn.execute(b"COMMIT" if commit else b"ROLLBACK")
 
 
 @asynccontextmanager

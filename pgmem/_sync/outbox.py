@@ -10,7 +10,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from psycopg import Connection, Cursor
+from psycopg import Connection
 
 from pgmem._sync.background import Background
 from pgmem._sync.base import Repository
@@ -208,7 +208,7 @@ class EmbeddingOutbox(Repository):
 
         The store's trigger takes the row of each memory the vectors join (its revision, ``vec_rev``:
         ``pgmem.log_vector_changes``), which every other embedder of that memory then waits for until this
-        transaction has committed. So the store goes to the server with the COMMIT, in one round trip
+        transaction has committed. So the store goes to the server with the COMMIT, in one write
         (``commit_pipelined``): the row is held from the statement through the commit, never while this
         process reads the result and sends COMMIT (on a busy machine, or behind this process's other
         threads, that wait was most of it: issue 38). A batch with an entry waiting to decide a merge
@@ -216,7 +216,7 @@ class EmbeddingOutbox(Repository):
         that began waiting after the claim comes back from the store and is decided right after the commit.
         """
         failure: str | None = None
-        stored: Cursor[Any] | None = None
+        stored: list[tuple[Any, ...]] = []
         with self._client.executor.transaction(vectors=True, commit_pipelined=True) as block:
             for memory in first:  # the merge locks a run before could not take: before any row is locked
                 lock(block, memory)
@@ -244,7 +244,7 @@ class EmbeddingOutbox(Repository):
                     settings = None if _DURABLE.get() else _ASYNC_COMMIT
                     self._unflushed = self._unflushed or settings is not None
                     stored = block.send_with_commit(query, store, settings=settings)
-        late = [] if stored is None else [PendingMergeRow._make(row) for row in stored.fetchall()]
+        late = [PendingMergeRow._make(row) for row in stored]
         if late:  # entries that began waiting for these vectors between the claim and the store
             self._decide_late(model, late)
         if failure is not None:

@@ -41,8 +41,10 @@ from pgmem.errors import PermissionDenied, PgmemError, translate
 __all__ = [
     "SET_NAMESPACE",
     "admin_transaction",
+    "begin",
     "block",
     "borrowed",
+    "end",
     "execute",
     "idle",
     "reset_session",
@@ -127,9 +129,11 @@ def rows(
     *,
     prepare: bool | None = None,
     settings: Mapping[str, str] | None = None,
+    commit: bool = False,
 ) -> list[tuple[Any, ...]]:
     """Run ``query`` (named placeholders) as :func:`execute` does and return its rows, in binary (none for a
-    statement that returns none).
+    statement that returns none). ``commit``: a block of :func:`begin`'s, committed with the statement (sent
+    in the same write: its locks are never held across a round trip to this process).
 
     Where it can (:func:`pgmem.wire.applies`) the setting and the statement are sent through libpq
     directly: the same messages as psycopg's pipeline, for half its client CPU. A statement prepared on a
@@ -145,7 +149,7 @@ def rows(
                 in_block = conn.pgconn.transaction_status == TransactionStatus.INTRANS
                 pgconn = conn.pgconn
                 scope_to = None if _scopes.get(conn) == namespace else namespace
-                plan = wire.send(conn, converted, params, scope_to, prepare, settings)
+                plan = wire.send(conn, converted, params, scope_to, prepare, settings, commit=commit)
                 try:
                     results = conn.wait(wire.exchange(pgconn, plan.syncs))
                 finally:
@@ -157,6 +161,10 @@ def rows(
                     raise
     cur = execute(conn, namespace, query, params, binary=True, prepare=prepare, settings=settings)
     res = cur.pgresult
+    if commit:  # not this module's placeholders: the statement, then its COMMIT
+        found = cur.fetchall() if res is not None and res.status == ExecStatus.TUPLES_OK else []
+        conn.execute(b"COMMIT")
+        return found
     if res is None and _pipelined(conn):  # the caller's pipeline: fetching the rows syncs it
         try:
             return cur.fetchall()
@@ -214,6 +222,24 @@ def transaction(conn: Connection[Any], namespace: str) -> Iterator[Connection[An
             _scopes[conn] = outer
         else:
             _scopes.pop(conn, None)
+
+
+def begin(conn: Connection[Any], namespace: str) -> None:
+    """``BEGIN`` on an idle autocommit connection, scoped to ``namespace``, in one round trip: a block of
+    pgmem's own, whose last statement may carry its ``COMMIT`` (:func:`rows` ``commit``). psycopg's
+    ``Transaction`` would send a COMMIT of its own after it. The caller ends it with :func:`end`."""
+    with conn.pipeline():
+        conn.execute(b"BEGIN")
+        conn.execute(SET_NAMESPACE, {"ns": namespace})
+    _scopes[conn] = namespace
+
+
+def end(conn: Connection[Any], commit: bool) -> None:
+    """End a block of :func:`begin`'s: ``COMMIT`` (or ``ROLLBACK``) unless a statement committed it already
+    (or the connection is gone: the server rolled it back)."""
+    _scopes.pop(conn, None)
+    if not conn.closed and conn.pgconn.transaction_status != TransactionStatus.IDLE:
+        conn.execute(b"COMMIT" if commit else b"ROLLBACK")
 
 
 @contextmanager

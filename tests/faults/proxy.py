@@ -11,6 +11,9 @@ Modes (``proxy.mode = ...``, for every connection at once, new and open):
   server committed: then :meth:`Proxy.reset`).
 - ``reset``: :meth:`Proxy.reset` closes every open connection with a TCP RST (SO_LINGER 0); new ones pass.
 
+``proxy.sent = []`` records what the clients send from then on, one entry per chunk read (what one write
+of the client's put on the socket arrives as one chunk on the loopback).
+
 One thread per connection and direction; sockets poll every 20 ms, so a mode change takes effect within
 about that. Closing one side closes the other once the proxy reads again (not while stalled).
 
@@ -61,6 +64,7 @@ class Proxy:
         self.upstream = upstream
         self.mode = "pass"
         self.latency = 0.0
+        self.sent: list[bytes] | None = None  # a list: each chunk the clients send is recorded in it
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._listener.bind(("127.0.0.1", 0))
@@ -118,6 +122,8 @@ class Proxy:
                 data = src.recv(65536)
                 if not data:
                     break
+                if not replies and self.sent is not None:
+                    self.sent.append(data)
                 if self.mode == "latency" and self.latency:
                     time.sleep(self.latency)
                 while self._holding(replies) and not self._closed:

@@ -1,20 +1,23 @@
 """A statement sent with its block's COMMIT (``executor.transaction(commit_pipelined=True)``,
-``block.send_with_commit``; issue 38): the client does not wait for its result before it sends the
-COMMIT, so the lock it takes is held from the statement through the commit and never across a round trip
-to the client; the block stays all or nothing."""
+``block.send_with_commit``; issue 38): the statement and the COMMIT leave the client in one write, so
+the lock it takes is held from the statement through the commit and never across a round trip to the
+client; the block stays all or nothing."""
 
 from __future__ import annotations
 
 import re
+import socket
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import pgmem
 import pgmem._sync.outbox
 from pgmem.embeddings import HashingEmbedder, Precomputed
 from pgmem.errors import PgmemError
+from tests.faults.proxy import Proxy
 
 FACT = "Alice's favourite colour is blue"
 #: Each one's cosine similarity with another (the offline embedder) is about 0.93.
@@ -35,39 +38,74 @@ def _lockable(dsn: str) -> bool:
 
 
 def test_the_last_statement_goes_with_the_commit(client: pgmem.Client, dsn: str) -> None:
-    """The block reads (its transaction open), then sends the locking statement: the block ends (COMMIT)
-    without waiting for the statement's result, which comes with the COMMIT's; the row is free once the
-    block has ended, the statement's rows are there and its write committed."""
+    """The block reads (its transaction open), then sends the locking statement with the COMMIT: when its
+    rows are back the row is free and the write committed, before the block has even ended; nothing runs
+    in the block after it."""
     client.messages.add("m", pgmem.Message(content="hello"))
     with client.executor.transaction(commit_pipelined=True) as block:
         assert block.rows("SELECT count(*) FROM pgmem.memories WHERE namespace = %(ns)s", {"ns": "test"}) == [(1,)]
-        cur = block.send_with_commit(
+        found = block.send_with_commit(
             "UPDATE pgmem.memories SET vec_rev = vec_rev + 1 WHERE namespace = %(ns)s AND key = 'm' RETURNING vec_rev",
             {"ns": "test"},
         )
-        assert cur.pgresult is None  # not waited for: no round trip between the statement and the COMMIT
-    assert _lockable(dsn)
-    assert cur.fetchall() == [(1,)]
+        assert found == [(1,)]
+        assert _lockable(dsn)
+        with psycopg.connect(dsn) as other:
+            assert other.execute("SELECT vec_rev FROM pgmem.memories WHERE key = 'm'").fetchone() == (1,)
+        with pytest.raises(PgmemError, match="committed with its last statement"):
+            block.rows("SELECT 1")
     assert client.vectors.head_rev("m") == 1
+    client.messages.add("m", pgmem.Message(content="the connection works on"))
+    assert client.messages.count("m") == 2
+
+
+def test_the_statement_and_its_commit_leave_in_one_write(dsn: str) -> None:
+    """What the client sends, recorded by a proxy: the statement and its COMMIT arrive in one chunk, so the
+    server never waits for this process between them with the row locked."""
+    params = conninfo_to_dict(dsn)
+    host, port = str(params.get("host") or "localhost"), int(params.get("port") or 5432)
+
+    def upstream() -> socket.socket:
+        if host.startswith("/"):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(f"{host}/.s.PGSQL.{port}")
+            return sock
+        return socket.create_connection((host, port))
+
+    with Proxy(upstream) as proxy:
+        through = make_conninfo(dsn, host="127.0.0.1", hostaddr="127.0.0.1", port=str(proxy.port))
+        with pgmem.connect(through, namespace="test", max_size=1) as client:
+            client.messages.add("m", pgmem.Message(content="hello"))
+            marker = "one_write_marker"
+            proxy.sent = []
+            with client.executor.transaction(commit_pipelined=True) as block:
+                block.rows("SELECT 1")
+                block.send_with_commit(
+                    f"UPDATE pgmem.memories SET vec_rev = vec_rev + 1 WHERE namespace = %(ns)s AND key = 'm' "
+                    f"RETURNING vec_rev AS {marker}",
+                    {"ns": "test"},
+                )
+            sent = list(proxy.sent)
+        carrying = [chunk for chunk in sent if marker.encode() in chunk]
+        assert len(carrying) == 1 and b"COMMIT" in carrying[0], sent
+        assert not any(b"COMMIT" in chunk for chunk in sent if chunk is not carrying[0])  # one COMMIT only
 
 
 def test_without_commit_pipelined_the_statement_runs_at_once(client: pgmem.Client, dsn: str) -> None:
     """The control: in a plain block the statement runs when sent, and its lock is held until the commit."""
     client.messages.add("m", pgmem.Message(content="hello"))
     with client.executor.transaction() as block:
-        cur = block.send_with_commit(LOCK_MEMORY, {"ns": "test"})
-        assert cur.pgresult is not None
+        assert block.send_with_commit(LOCK_MEMORY, {"ns": "test"}) == [("m",)]
         assert not _lockable(dsn)
     assert _lockable(dsn)
-    assert cur.fetchall() == [("m",)]
 
 
 def test_an_error_of_the_last_statement_rolls_the_block_back(dsn: str) -> None:
-    """All or nothing: the error comes as the block ends, what the block wrote before is gone, and the
+    """All or nothing: the statement's error is raised, what the block wrote before is gone, and the
     client's one connection works on."""
     with pgmem.connect(dsn, namespace="test", max_size=1) as client:
         client.messages.add("m", pgmem.Message(content="hello"))
-        with pytest.raises(PgmemError):
+        with pytest.raises(PgmemError, match="division by zero"):
             with client.executor.transaction(commit_pipelined=True) as block:
                 block.command(
                     "UPDATE pgmem.memories SET vec_rev = 7 WHERE namespace = %(ns)s AND key = 'm'", {"ns": "test"}
@@ -76,6 +114,20 @@ def test_an_error_of_the_last_statement_rolls_the_block_back(dsn: str) -> None:
         assert client.vectors.head_rev("m") == 0
         client.messages.add("m", pgmem.Message(content="again"))
         assert client.messages.count("m") == 2
+
+
+def test_a_block_that_raises_before_its_last_statement_rolls_back(dsn: str) -> None:
+    """The block's own exception passes as it is, and what it wrote is gone."""
+    with pgmem.connect(dsn, namespace="test", max_size=1) as client:
+        client.messages.add("m", pgmem.Message(content="hello"))
+        with pytest.raises(KeyError):
+            with client.executor.transaction(commit_pipelined=True) as block:
+                block.command(
+                    "UPDATE pgmem.memories SET vec_rev = 7 WHERE namespace = %(ns)s AND key = 'm'", {"ns": "test"}
+                )
+                raise KeyError("the caller's")
+        assert client.vectors.head_rev("m") == 0
+        assert client.messages.count("m") == 1
 
 
 def test_the_embedder_decides_a_merge_that_began_waiting_after_its_claim(
@@ -126,13 +178,13 @@ async def test_async_the_last_statement_goes_with_the_commit(aclient: pgmem.Asyn
     assert await aclient.vectors.head_rev("m") == 1
     async with aclient.executor.transaction(commit_pipelined=True) as block:
         assert await block.rows("SELECT 1") == [(1,)]
-        cur = await block.send_with_commit(
+        found = await block.send_with_commit(
             "UPDATE pgmem.memories SET vec_rev = vec_rev + 1 WHERE namespace = %(ns)s AND key = 'm' RETURNING vec_rev",
             {"ns": "test"},
         )
-        assert cur.pgresult is None
-    assert await cur.fetchall() == [(2,)]
-    assert _lockable(dsn)
+        assert found == [(2,)]
+        assert _lockable(dsn)
+    assert await aclient.vectors.head_rev("m") == 2
 
 
 def test_a_statements_error_is_raised_over_the_pipelines_abort() -> None:

@@ -160,6 +160,7 @@ def test_background_runs_commit_asynchronously_a_callers_run_does_not(dsn: str) 
         pgmem.connect(dsn, namespace="test") as writer,  # no embedder of the memory's model: no run embeds
     ):
         embedder.vectors.enable("n")
+        embedder.vectors.wait()  # the backfill run of enable is over: on a busy machine it embedded "caller"
         writer.messages.add("n", Message(id="caller", content="embedded by the caller's call"))
         writer.vectors.wait()
         assert embedder.vectors.embed_pending().embedded == 1
