@@ -324,7 +324,10 @@ $$;
 -- name: materialize_fork
 -- Copy what a fork inherits into the fork's own entries (keeping their sequence numbers) and cut it from
 -- its parent: done before a removal in the fork, and for the forks of a memory being deleted. Its size
--- does not change (the copies were counted when it was forked). Returns the entries copied.
+-- does not change (the copies were counted when it was forked). Returns the entries copied. The messages
+-- are locked first, as the copy's foreign key would lock them (migration 0025): one a forget in an ancestor
+-- is deleting drops out once the forget commits (whose fork_entries_left counted it out of the fork)
+-- instead of failing the copy's foreign key check, which failed the removal in the fork with NotFound.
 CREATE OR REPLACE FUNCTION pgmem.materialize_fork(p_ns text, p_memory text) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -337,13 +340,19 @@ BEGIN
     IF NOT FOUND THEN
         RETURN 0;
     END IF;
-    WITH inherited AS (
-        INSERT INTO pgmem.memory_entries (namespace, memory, message_id, seq, cause_by, added_at)
-        SELECT p_ns, p_memory, e.message_id, e.seq, e.cause_by, e.added_at
+    WITH alive AS MATERIALIZED (
+        SELECT e.message_id, e.seq, e.cause_by, e.added_at
         FROM pgmem.lineage(p_ns, p_memory, NULL) AS l
         JOIN pgmem.memory_entries AS e ON e.namespace = p_ns AND e.memory = l.memory AND e.seq <= l.upto
+        JOIN pgmem.messages AS m ON m.namespace = p_ns AND m.id = e.message_id
         WHERE l.memory <> p_memory
         ORDER BY e.message_id
+        FOR KEY SHARE OF m
+    ), inherited AS (
+        INSERT INTO pgmem.memory_entries (namespace, memory, message_id, seq, cause_by, added_at)
+        SELECT p_ns, p_memory, a.message_id, a.seq, a.cause_by, a.added_at
+        FROM alive AS a
+        ORDER BY a.message_id
         ON CONFLICT DO NOTHING
         RETURNING 1
     )
