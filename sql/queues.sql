@@ -349,10 +349,11 @@ DELETE FROM pgmem.subscriptions WHERE namespace = %(ns)s AND subscriber = %(subs
 -- message and all its deliveries exist, or none. Addressed means: one of the subscriber's addresses is in
 -- send_to, or the message is a broadcast ('<all>') of an action the subscriber watches (watch NULL: any).
 -- An id stored with other content fails the statement (the fragment message_once). Returns a PublishRow
--- (embeds: whether the memory has embedding models, whose embedder then has work).
+-- (embeds: whether the memory has embedding models, whose embedder then has work; undecided: false, no
+-- vector is stored here).
 WITH {{publish_deliveries}}
 SELECT (SELECT seq FROM entry) AS seq, (SELECT array_agg(queue ORDER BY queue) FROM delivery) AS inboxes,
-       (SELECT count(*) FROM rung) AS rung, {{memory_embeds}} AS embeds;
+       (SELECT count(*) FROM rung) AS rung, {{memory_embeds}} AS embeds, false AS undecided;
 
 -- fragment: publish_deliveries
 -- The CTEs of publish: the message, its entry, its deliveries and their doorbell rings.
@@ -383,12 +384,13 @@ SELECT (SELECT seq FROM entry) AS seq, (SELECT array_agg(queue ORDER BY queue) F
 -- publish with the caller's own vector of the message (%(vector)b) stored for the memory's model %(model)s
 -- of %(dimension)s dimensions in the same statement, as messages.sql's add_one_vector stores it (the
 -- fragment store_given): the message, its deliveries and its vector are written all or nothing. Returns a
--- PublishRow (embeds: whether the memory has other models, other_models).
+-- PublishRow (embeds: the memory's other models, other_models; undecided: an entry of the message waits
+-- for a near-duplicate merge this vector may decide, given_undecided, as add_one_vector says).
 WITH {{publish_deliveries}}, given AS (
     SELECT %(id)s::text AS id, %(vector)b::vector AS embedding
 ), {{store_given}}
 SELECT (SELECT seq FROM entry) AS seq, (SELECT array_agg(queue ORDER BY queue) FROM delivery) AS inboxes,
-       (SELECT count(*) FROM rung) AS rung, {{other_models}} AS embeds;
+       (SELECT count(*) FROM rung) AS rung, {{other_models}} AS embeds, {{given_undecided}} AS undecided;
 
 -- name: take
 -- Claim and acknowledge in one statement (MetaGPT's MessageQueue.pop): up to {limit} claimable items

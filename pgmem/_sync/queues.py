@@ -565,6 +565,8 @@ class QueueRepository(Repository):
         published = PublishRow._make(rows[0])
         if given is not None:
             self._client.vectors.changed(memory, connection)
+            if published.undecided:  # an entry waited for this vector: decided now, as messages.add does
+                self._client.vectors.outbox.decide_waiting([row["id"]], connection)
         if published.seq is not None and published.embeds:
             self._client.vectors.written(connection, published.embeds)  # embedded after commit
         return Delivery(published.seq, list(published.inboxes or []))

@@ -351,13 +351,15 @@ class DepthRow(NamedTuple):
 
 class PublishRow(NamedTuple):
     """``publish``: the message's entry in the memory (None: it held it already), its inboxes, the
-    doorbell rings (one per inbox: their consumers are woken once it commits), and the ids of the memory's
-    embedding models (``publish_vector``: models other than the given vector's) to embed it with."""
+    doorbell rings (one per inbox: their consumers are woken once it commits), the ids of the memory's
+    embedding models (``publish_vector``: models other than the given vector's) to embed it with, and
+    whether an entry of the message waits for the given vector's near-duplicate merge."""
 
     seq: int | None
     inboxes: list[str] | None
     rung: int
     embeds: list[int]
+    undecided: bool  # publish_vector: an entry of the message waits for this vector's merge
 
 
 # -- summaries.sql --------------------------------------------------------------------------------------

@@ -6,9 +6,10 @@ stores the vector decides it. Two ways a vector could come without its decision,
 - a process dies between the embedder's commit and its decision of an entry that began waiting after its
   claim ("late"): a real process killed with SIGKILL right there; the next embedder run, or the next
   merging add of the memory, decides the entry;
-- a plain add with the caller's vector (``add(embedding=)``, ``add_many(embeddings=)``) of a message whose
-  entry waits: it decides it, on its own connection right after its commit, in the caller's transaction
-  when the merge lock is free (else the recovery does).
+- a plain add or a publish with the caller's vector (``add(embedding=)``, ``add_many(embeddings=)``,
+  ``queues.publish(embedding=)``) of a message whose entry waits: it decides it, on its own connection
+  right after its commit, in the caller's transaction when the merge lock is free (else the recovery
+  does).
 """
 
 from __future__ import annotations
@@ -140,7 +141,7 @@ def pending(client: pgmem.Client, dsn: str) -> pgmem.Message:
     return waiting
 
 
-@pytest.mark.parametrize("where", ["held", "other-memory", "batch", "caller-transaction"])
+@pytest.mark.parametrize("where", ["held", "other-memory", "publish", "batch", "caller-transaction"])
 def test_a_plain_add_with_the_vector_decides_the_merge(
     client: pgmem.Client, dsn: str, pending: pgmem.Message, where: str
 ) -> None:
@@ -148,6 +149,8 @@ def test_a_plain_add_with_the_vector_decides_the_merge(
         assert client.messages.add("facts", pending, embedding=NEAR) is False
     elif where == "other-memory":  # the vector comes with an add to another memory
         assert client.messages.add("notes", pending, embedding=NEAR) is True
+    elif where == "publish":  # or with a publish to another memory
+        assert client.queues.publish("notes", pending, embedding=NEAR).seq is not None
     elif where == "batch":
         other = pgmem.Message(content="unrelated")
         assert client.messages.add_many("facts", [pending, other], embeddings=[NEAR, FAR]) == 1
@@ -162,7 +165,7 @@ def test_a_plain_add_with_the_vector_decides_the_merge(
     assert [content for content, _, _ in facts] == ["first"] + (["unrelated"] if where == "batch" else [])
     with psycopg.connect(dsn) as conn:  # not held by another memory: the merged message is gone
         held = conn.execute("SELECT count(*) FROM pgmem.messages WHERE id = %s", (pending.id,)).fetchone()
-    assert held == ((1,) if where == "other-memory" else (0,))
+    assert held == ((1,) if where in ("other-memory", "publish") else (0,))
 
 
 def test_a_busy_merge_lock_leaves_it_to_the_recovery(client: pgmem.Client, dsn: str, pending: pgmem.Message) -> None:
