@@ -122,7 +122,7 @@ async def settle(
         if row.memory != locked:
             if wait:
                 await lock(block, row.memory)
-            elif not await block.scalar(M["merge_try_lock"], {"ns": block.namespace, "memory": row.memory}):
+            elif not await _try_lock(block, row.memory):
                 busy.append(row.memory)
                 continue
             locked = row.memory
@@ -130,6 +130,23 @@ async def settle(
         if survivor is not None and row.memory not in left:
             left.append(row.memory)
     return left, busy
+
+
+class _NotBoth(Exception):  # noqa: N818 - rolls _try_lock's savepoint back, never leaves it
+    pass
+
+
+async def _try_lock(block: AsyncBlock, memory: str) -> bool:
+    """``merge_try_lock`` in a savepoint, rolled back unless it took both locks: a merge lock taken while
+    the settle lock was busy is released at once (locks taken after a savepoint go with its rollback), not
+    held by the caller's transaction until it ends, where it would stop every merging add of the memory."""
+    try:
+        async with block.transaction():
+            if await block.scalar(M["merge_try_lock"], {"ns": block.namespace, "memory": memory}):
+                return True
+            raise _NotBoth
+    except _NotBoth:
+        return False
 
 
 async def settle_memory(block: AsyncBlock, memory: str) -> list[str]:

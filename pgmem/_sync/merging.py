@@ -123,7 +123,7 @@ def settle(
         if row.memory != locked:
             if wait:
                 lock(block, row.memory)
-            elif not block.scalar(M["merge_try_lock"], {"ns": block.namespace, "memory": row.memory}):
+            elif not _try_lock(block, row.memory):
                 busy.append(row.memory)
                 continue
             locked = row.memory
@@ -131,6 +131,23 @@ def settle(
         if survivor is not None and row.memory not in left:
             left.append(row.memory)
     return left, busy
+
+
+class _NotBoth(Exception):  # noqa: N818 - rolls _try_lock's savepoint back, never leaves it
+    pass
+
+
+def _try_lock(block: Block, memory: str) -> bool:
+    """``merge_try_lock`` in a savepoint, rolled back unless it took both locks: a merge lock taken while
+    the settle lock was busy is released at once (locks taken after a savepoint go with its rollback), not
+    held by the caller's transaction until it ends, where it would stop every merging add of the memory."""
+    try:
+        with block.transaction():
+            if block.scalar(M["merge_try_lock"], {"ns": block.namespace, "memory": memory}):
+                return True
+            raise _NotBoth
+    except _NotBoth:
+        return False
 
 
 def settle_memory(block: Block, memory: str) -> list[str]:

@@ -220,6 +220,24 @@ def test_two_recoveries_at_once_decide_once(dsn: str) -> None:
     assert _entries(dsn, "facts") == [("first", 2, True)]
 
 
+def test_a_busy_settle_lock_leaves_the_merge_lock_free(client: pgmem.Client, dsn: str, pending: pgmem.Message) -> None:
+    """In the caller's transaction the recovery tries the merge lock, then the settle lock (a fork of the
+    memory being taken holds it): with the second busy it takes neither, so merging adds of the memory do
+    not wait for the caller's commit; the next embedder run decides the entry."""
+    with psycopg.connect(dsn) as forking, psycopg.connect(dsn) as conn, psycopg.connect(dsn) as other:
+        forking.execute("SELECT pg_advisory_xact_lock(28781, hashtext('test' || '/' || 'facts'))")
+        assert client.messages.add("notes", pending, embedding=NEAR, connection=conn) is True
+        merge_lock = other.execute("SELECT pg_try_advisory_xact_lock(28782, hashtext('test' || '/' || 'facts'))")
+        assert merge_lock.fetchone() == (True,)  # free while the caller's transaction is still open
+        other.rollback()
+        conn.commit()
+        forking.rollback()
+    assert _waiting(dsn) == [("facts", pending.id)]
+    client.vectors.embed_pending()
+    assert _waiting(dsn) == []
+    assert _entries(dsn, "facts") == [("first", 2, True)]
+
+
 def _lock_waiters(dsn: str) -> int:
     with psycopg.connect(dsn) as conn:
         row = conn.execute(
