@@ -5,8 +5,6 @@ has finished without waiting)."""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -15,19 +13,7 @@ import pytest
 
 import pgmem
 from pgmem import Message
-from tests.integration.test_fork_races import _held, _in_thread
-
-
-def _wait_for_any_waiter(dsn: str, done: threading.Event) -> None:
-    """Until a backend waits for any lock (or the other side finished without waiting)."""
-    deadline = time.monotonic() + 60  # generous: only a failure waits this long
-    with psycopg.connect(dsn, autocommit=True) as watch:
-        while not done.is_set() and time.monotonic() < deadline:
-            row = watch.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()
-            if row is not None and row[0] > 0:
-                return
-            time.sleep(0.01)
-
+from tests.integration.test_fork_races import _held, _in_thread, _wait_for_a_waiter
 
 _PARENT: dict[str, Callable[[pgmem.Client, Any], Any]] = {
     "forget": lambda c, conn: c.retention.forget(["m2"], actor="test", connection=conn),
@@ -58,7 +44,7 @@ def test_a_removal_in_a_fork_racing_one_in_its_parent(
         else:
             in_parent(client, conn)
             thread, done, out = _in_thread(lambda: in_fork(None))
-        _wait_for_any_waiter(dsn, done)
+        _wait_for_a_waiter(dsn, done, None)
         conn.commit()
     thread.join(60)
     assert out and not isinstance(out[0], BaseException), out
@@ -93,7 +79,7 @@ def test_a_raw_sql_delete_of_the_parent_racing_a_fork(dsn: str, client: pgmem.Cl
         else:
             raw_delete(conn)
             thread, done, out = _in_thread(lambda: client.fork("p", "f"))
-        _wait_for_any_waiter(dsn, done)
+        _wait_for_a_waiter(dsn, done, None)
         conn.commit()
     thread.join(60)
     assert out

@@ -37,12 +37,14 @@ def _held(dsn: str, memory: str) -> set[str]:
     return {str(r[0]) for r in rows}
 
 
-def _wait_for_a_waiter(dsn: str, done: threading.Event) -> None:
-    """Until a backend waits for an advisory lock (or the other side finished without waiting)."""
+def _wait_for_a_waiter(dsn: str, done: threading.Event, locktype: str = "advisory") -> None:
+    """Until a backend waits for a lock of ``locktype`` (any: None) or the other side finished without waiting."""
     deadline = time.monotonic() + 60  # generous: only a failure waits this long
     with psycopg.connect(dsn, autocommit=True) as watch:
         while not done.is_set() and time.monotonic() < deadline:
-            row = watch.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").fetchone()
+            row = watch.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = coalesce(%s, locktype) AND NOT granted", (locktype,)
+            ).fetchone()
             if row is not None and row[0] > 0:
                 return
             time.sleep(0.01)
