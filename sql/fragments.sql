@@ -148,6 +148,22 @@ pgmem.lineage(%(ns)s, %(memory)s, %(upto)s::bigint) AS l
 JOIN pgmem.memory_entries AS e ON e.namespace = %(ns)s AND e.memory = l.memory AND e.seq <= l.upto
 JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = e.message_id
 
+-- fragment: own_messages
+-- The memory %(memory)s's own entries (alias e) as of %(upto)s joined with their messages (alias m): what it
+-- holds when it is no fork (not_a_fork). Named by the memory itself, which the planner sees, where
+-- lineage_messages goes through the lineage's rows, which it cannot: a filter on the messages then
+-- hash-joined every message of the namespace that passed it, for a small memory beside a big one.
+pgmem.memory_entries AS e
+JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = e.message_id
+ AND e.namespace = %(ns)s AND e.memory = %(memory)s AND e.seq <= coalesce(%(upto)s::bigint, 9223372036854775807)
+
+-- fragment: not_a_fork
+-- Whether %(memory)s reads only its own entries: no fork, or a materialised one. Uncorrelated, so each
+-- branch of a statement that reads own_messages where this holds and lineage_messages where it does not
+-- is gated by it once (a one-time filter): only one of the two runs.
+NOT EXISTS (SELECT 1 FROM pgmem.memory_forks AS f
+            WHERE f.namespace = %(ns)s AND f.memory = %(memory)s AND f.materialized_at IS NULL)
+
 -- fragment: not_inherited_one
 -- A condition of an entry's insert: the message %(id)s is not one the memory %(memory)s inherits as a fork
 -- (adding it is then a duplicate, as adding one of its own: migration 0020). The lineage is read only for

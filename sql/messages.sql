@@ -188,30 +188,48 @@ WHERE e.cause_by = ANY(%(actions)s::text[])
 ORDER BY e.seq;
 
 -- name: by_role
+-- These four filter on the messages: a memory that is no fork is read by its own entries (own_messages),
+-- a fork through its lineage; one branch runs (not_a_fork).
+SELECT e.seq, {{message_columns}}
+FROM {{own_messages}}
+WHERE m.role = %(role)s AND {{not_a_fork}}
+UNION ALL
 SELECT e.seq, {{message_columns}}
 FROM {{lineage_messages}}
-WHERE m.role = %(role)s
-ORDER BY e.seq;
+WHERE m.role = %(role)s AND NOT {{not_a_fork}}
+ORDER BY seq;
 
 -- name: by_sender
 SELECT e.seq, {{message_columns}}
+FROM {{own_messages}}
+WHERE m.sent_from = %(sender)s AND {{not_a_fork}}
+UNION ALL
+SELECT e.seq, {{message_columns}}
 FROM {{lineage_messages}}
-WHERE m.sent_from = %(sender)s
-ORDER BY e.seq;
+WHERE m.sent_from = %(sender)s AND NOT {{not_a_fork}}
+ORDER BY seq;
 
 -- name: by_recipient
 -- Messages addressed to any of the names (the caller adds '<all>' to include broadcasts).
 SELECT e.seq, {{message_columns}}
+FROM {{own_messages}}
+WHERE m.send_to && %(names)s::text[] AND {{not_a_fork}}
+UNION ALL
+SELECT e.seq, {{message_columns}}
 FROM {{lineage_messages}}
-WHERE m.send_to && %(names)s::text[]
-ORDER BY e.seq;
+WHERE m.send_to && %(names)s::text[] AND NOT {{not_a_fork}}
+ORDER BY seq;
 
 -- name: by_content
 -- Messages whose content contains the string (exact substring, as MetaGPT's `in`).
 SELECT e.seq, {{message_columns}}
+FROM {{own_messages}}
+WHERE strpos(m.content, %(needle)s) > 0 AND {{not_a_fork}}
+UNION ALL
+SELECT e.seq, {{message_columns}}
 FROM {{lineage_messages}}
-WHERE strpos(m.content, %(needle)s) > 0
-ORDER BY e.seq;
+WHERE strpos(m.content, %(needle)s) > 0 AND NOT {{not_a_fork}}
+ORDER BY seq;
 
 -- name: search_text
 -- Keyword search (README, "Keyword search": English words in websearch syntax, CJK by bigrams), ranked
