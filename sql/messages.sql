@@ -240,11 +240,17 @@ WITH q AS MATERIALIZED (SELECT pgmem.fts_terms(%(query)s) AS terms),
 scope AS (SELECT coalesce(sum(c.n), 0)::float8 AS n FROM pgmem.memory_counts AS c
           WHERE c.namespace = %(ns)s AND c.memory = %(memory)s),
 hit AS MATERIALIZED (
+    -- A memory that is no fork by its own entries (own_messages: a small memory's hits are found from its
+    -- entries, not among every hit of the namespace), a fork through its lineage; one branch runs.
+    SELECT e.seq, m.id, {{bm25_hit}}
+    FROM q, {{own_messages}}
+    WHERE m.tsv @@ pgmem.fts_query(%(query)s) AND {{not_a_fork}}
+    UNION ALL
     SELECT e.seq, m.id, {{bm25_hit}}
     FROM q, pgmem.messages AS m
     JOIN pgmem.memory_entries AS e ON e.namespace = %(ns)s AND e.message_id = m.id
     JOIN {{lineage}} ON l.memory = e.memory AND e.seq <= l.upto
-    WHERE m.namespace = %(ns)s AND m.tsv @@ pgmem.fts_query(%(query)s)
+    WHERE m.namespace = %(ns)s AND m.tsv @@ pgmem.fts_query(%(query)s) AND NOT {{not_a_fork}}
 ),
 {{bm25}}
 SELECT b.seq, {{message_columns}}

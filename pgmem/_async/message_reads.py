@@ -14,9 +14,7 @@ from pgmem.checks import check_key, check_message_id, check_query_text, check_qu
 from pgmem.errors import InvalidInput, NotFound
 from pgmem.models import MESSAGE_ROUTE_TO_ALL, Message, any_to_str, storage_id
 from pgmem.planning.forks import AsOf
-from pgmem.planning.rows import (
-    MessageStatsRow,
-)
+from pgmem.planning.rows import MessageStatsRow, decode
 
 __all__ = ["AsyncMessageReads"]
 
@@ -234,8 +232,12 @@ class AsyncMessageReads(AsyncMessageBase):
         check_query_text(query, "query")
         await self._client.vectors.planner.fresh_statistics(connection)
         upto = await self._upto(memory, as_of, connection)
-        params = {"memory": memory, "query": query, "limit": limit, "upto": upto}
-        return await self._messages("search_text", params, connection)
+        params = {"ns": self.namespace, "memory": memory, "query": query, "limit": limit, "upto": upto}
+        # Never prepared: the plan needs the query's lexemes (pgmem.fts_query folded when planned). From the
+        # sixth run Postgres chose the prepared statement's generic plan, blind to them: a rare word in a
+        # memory of 100k messages took 2.4 s instead of 24-34 ms (benchmarks/README.md, messages).
+        rows = await self._client.executor.rows(self.queries["search_text"], params, connection, prepare=False)
+        return [decode(row) for row in rows]
 
     async def new_positions(
         self,

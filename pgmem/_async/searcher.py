@@ -61,6 +61,10 @@ class _Plan:
     statement: Any
     params: list[dict[str, Any]]
     settings: dict[str, str] | None  # an index scan's (AsyncSearchPlanner.scan_settings), None for an exact search
+    # A keyword leg: never prepared. Its plan needs the query's lexemes (pgmem.fts_query folded when planned);
+    # from the sixth run Postgres chose the prepared statement's generic plan, blind to them (a rare word in
+    # a memory of 100k messages: 1.8 s instead of tens of ms; benchmarks/README.md, messages).
+    keywords: bool = False
 
 
 class AsyncSearcher(AsyncRepository):
@@ -304,6 +308,7 @@ class AsyncSearcher(AsyncRepository):
                 statement("hybrid", model, filters, strategy, logged=logged, legs=legs),
                 [params],
                 self._planner.scan_settings(strategy, model.depth(depth)),
+                keywords=True,
             )
 
         texts = [text] if vector is None and text is not None else None
@@ -319,7 +324,7 @@ class AsyncSearcher(AsyncRepository):
         await self._planner.fresh_statistics(connection)
         while True:
             params = {**params, **filters.params()}
-            planned = _Plan(hybrid_text_statement(filters, logged=logged), [params], None)
+            planned = _Plan(hybrid_text_statement(filters, logged=logged), [params], None, keywords=True)
             (rows,) = await self._execute(planned, connection)
             if not await self._inherits(rows, filters, connection):
                 return [hybrid_hit(row) for row in rows]
@@ -361,11 +366,13 @@ class AsyncSearcher(AsyncRepository):
         if logged:
             params["log_label"] = log_text(label)
             params["log_query"] = log_text(text)
-        (rows,) = await self._execute(_Plan(keyword_statement(filters, logged=logged), [params], None), connection)
+        plan = _Plan(keyword_statement(filters, logged=logged), [params], None, keywords=True)
+        (rows,) = await self._execute(plan, connection)
         if await self._inherits(rows, filters, connection):
             filters = self._client.forks._through_lineage(filters)
             params = {**params, **filters.params()}
-            (rows,) = await self._execute(_Plan(keyword_statement(filters, logged=logged), [params], None), connection)
+            plan = _Plan(keyword_statement(filters, logged=logged), [params], None, keywords=True)
+            (rows,) = await self._execute(plan, connection)
         return [hybrid_hit(row) for row in rows]
 
     # -- one loop for every kind of search ------------------------------------------------------------
@@ -455,7 +462,11 @@ class AsyncSearcher(AsyncRepository):
             return await replicas.run(lambda conn: self._execute(plan, conn))
         executor, settings = self._client.executor, plan.settings
         if len(plan.params) == 1:  # one query: one statement, the executor's shortest way
-            return [await executor.rows(plan.statement, plan.params[0], connection, settings=settings, vectors=True)]
+            prepare = False if plan.keywords else None
+            rows = await executor.rows(
+                plan.statement, plan.params[0], connection, settings=settings, vectors=True, prepare=prepare
+            )
+            return [rows]
 
         async def each(block: AsyncBlock) -> list[Rows]:
             return [await block.rows(plan.statement, p, settings=plan.settings) for p in plan.params]

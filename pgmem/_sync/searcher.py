@@ -62,6 +62,10 @@ class _Plan:
     statement: Any
     params: list[dict[str, Any]]
     settings: dict[str, str] | None  # an index scan's (AsyncSearchPlanner.scan_settings), None for an exact search
+    # A keyword leg: never prepared. Its plan needs the query's lexemes (pgmem.fts_query folded when planned);
+    # from the sixth run Postgres chose the prepared statement's generic plan, blind to them (a rare word in
+    # a memory of 100k messages: 1.8 s instead of tens of ms; benchmarks/README.md, messages).
+    keywords: bool = False
 
 
 class Searcher(Repository):
@@ -305,6 +309,7 @@ class Searcher(Repository):
                 statement("hybrid", model, filters, strategy, logged=logged, legs=legs),
                 [params],
                 self._planner.scan_settings(strategy, model.depth(depth)),
+                keywords=True,
             )
 
         texts = [text] if vector is None and text is not None else None
@@ -320,7 +325,7 @@ class Searcher(Repository):
         self._planner.fresh_statistics(connection)
         while True:
             params = {**params, **filters.params()}
-            planned = _Plan(hybrid_text_statement(filters, logged=logged), [params], None)
+            planned = _Plan(hybrid_text_statement(filters, logged=logged), [params], None, keywords=True)
             (rows,) = self._execute(planned, connection)
             if not self._inherits(rows, filters, connection):
                 return [hybrid_hit(row) for row in rows]
@@ -362,11 +367,13 @@ class Searcher(Repository):
         if logged:
             params["log_label"] = log_text(label)
             params["log_query"] = log_text(text)
-        (rows,) = self._execute(_Plan(keyword_statement(filters, logged=logged), [params], None), connection)
+        plan = _Plan(keyword_statement(filters, logged=logged), [params], None, keywords=True)
+        (rows,) = self._execute(plan, connection)
         if self._inherits(rows, filters, connection):
             filters = self._client.forks._through_lineage(filters)
             params = {**params, **filters.params()}
-            (rows,) = self._execute(_Plan(keyword_statement(filters, logged=logged), [params], None), connection)
+            plan = _Plan(keyword_statement(filters, logged=logged), [params], None, keywords=True)
+            (rows,) = self._execute(plan, connection)
         return [hybrid_hit(row) for row in rows]
 
     # -- one loop for every kind of search ------------------------------------------------------------
@@ -456,7 +463,11 @@ class Searcher(Repository):
             return replicas.run(lambda conn: self._execute(plan, conn))
         executor, settings = self._client.executor, plan.settings
         if len(plan.params) == 1:  # one query: one statement, the executor's shortest way
-            return [executor.rows(plan.statement, plan.params[0], connection, settings=settings, vectors=True)]
+            prepare = False if plan.keywords else None
+            rows = executor.rows(
+                plan.statement, plan.params[0], connection, settings=settings, vectors=True, prepare=prepare
+            )
+            return [rows]
 
         def each(block: Block) -> list[Rows]:
             return [block.rows(plan.statement, p, settings=plan.settings) for p in plan.params]
