@@ -35,6 +35,7 @@ from pgmem._async.pooling import (
     _pool_connection,
     check_pool_size,
     end_transaction,
+    lost,
     take,
 )
 from pgmem._async.preflight import bypasses_security, check_schema, conninfo_of
@@ -525,6 +526,12 @@ class AsyncClient:
                 finally:
                     await self._pool.putconn(conn)
 
+    def _lost(self, exc: BaseException) -> None:
+        """``exc`` ended a call: when it means a connection was lost, the pool replaces every connection it
+        opened before (:func:`pgmem._async.pooling.lost`), so a retry runs on one opened after the loss."""
+        if self._pool is not None and connection_lost(exc):
+            lost(self._pool)
+
     def _used(self, conn: AsyncConnection[Any]) -> None:
         """A statement ran on ``conn`` (and committed, unless the caller's transaction holds it): maybe a
         write, which the replicas' next read must see (a replica's connections are read-only: no write)."""
@@ -552,6 +559,7 @@ class AsyncClient:
                         failed = True
                         raise
             except psycopg.Error as exc:
+                self._lost(exc)
                 if failed:
                     raise
                 # BEGIN or COMMIT failed (psycopg's Transaction runs them outside any statement of ours).

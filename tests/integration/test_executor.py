@@ -142,3 +142,33 @@ def test_a_removal_lost_on_the_way_may_have_committed(client: pgmem.Client, dsn:
             client.messages.trim("m", 0)
     assert isinstance(info.value.__cause__, ConnectionFailed)
     assert client.messages.count("m") == 1  # the backend was gone before the statements: they never ran
+
+
+def test_after_a_loss_the_pool_replaces_the_connections_it_opened_before(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One pool connection is terminated under a read; the pool's two others are alive and pass a check.
+    The retry still runs on a connection opened after the loss, and so does every later call: a sweep of
+    terminations (``pg_terminate_backend`` over every backend) reaches a checked connection after its
+    check, which made 1 in 51,232 retries fail under load (tests/faults/test_terminated.py)."""
+    monkeypatch.setattr(pgmem._sync.pooling, "idle_broken", lambda conn: conn.closed)
+    with pgmem.connect(dsn, namespace="exec", min_size=3, max_size=3) as client:
+        pool = client._pool
+        assert pool is not None
+        pool.wait()
+        held = [pool.getconn() for _ in range(3)]
+        before = {conn.info.backend_pid for conn in held}
+        for conn in held:
+            pool.putconn(conn)
+        (next_pid,) = client.executor.rows("SELECT pg_backend_pid()", {}, scoped=False)[0]
+        assert next_pid in before
+        _terminate(dsn, next_pid)  # the connection the next call takes (the pool hands out its newest)
+        (retried_on,) = client.executor.rows("SELECT pg_backend_pid()", {}, scoped=False)[0]
+        assert retried_on not in before
+        later = [pool.getconn(timeout=10) for _ in range(3)]
+        try:
+            assert {conn.info.backend_pid for conn in later}.isdisjoint(before)
+        finally:
+            for conn in later:
+                pool.putconn(conn)
+        assert client.messages.count("m") == 0
