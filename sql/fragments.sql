@@ -248,9 +248,11 @@ length(m.tsv) AS dl, ts_filter(setweight(m.tsv, 'A', q.terms), '{a}') AS qv
 -- where it can only count too few), and N at least the number of hits; tf is a lexeme's number of
 -- positions in the message (Postgres keeps 256 at most); a message's length is its number of distinct
 -- lexemes, against their mean over the hits. matched: the sum of the idfs of the query's lexemes the message
--- holds (hybrid search's text coverage, pgmem/planning/search.py).
+-- holds (hybrid search's text coverage, pgmem/planning/search.py). tf carries its hit's seq and length, so
+-- bm25 sums it per entry without joining it back to hit: a word in every message of a 100k-message memory,
+-- 480 -> 400 ms (the join sorted both sides on disk).
 tf AS (
-    SELECT h.id, t.lexeme, coalesce(cardinality(t.positions), 1) AS tf
+    SELECT h.id, h.seq, h.dl, t.lexeme, coalesce(cardinality(t.positions), 1) AS tf
     FROM hit AS h CROSS JOIN LATERAL unnest(h.qv) AS t
 ),
 df AS (SELECT tf.lexeme, count(*) AS df FROM tf GROUP BY tf.lexeme),
@@ -259,14 +261,14 @@ stats AS (
     FROM hit AS h CROSS JOIN scope
 ),
 bm25 AS (
-    SELECT h.id, h.seq,
-           coalesce(sum(ln(1 + (s.n - df.df + 0.5) / (df.df + 0.5))
-                        * tf.tf * 2.2 / (tf.tf + 1.2 * (0.25 + 0.75 * h.dl / s.avgdl))), 0) AS score,
-           coalesce(sum(ln(1 + (s.n - df.df + 0.5) / (df.df + 0.5))), 0) AS matched
-    FROM hit AS h CROSS JOIN stats AS s
-    LEFT JOIN tf ON tf.id = h.id
-    LEFT JOIN df ON df.lexeme = tf.lexeme
-    GROUP BY h.id, h.seq
+    SELECT tf.id, tf.seq,
+           sum(ln(1 + (s.n - df.df + 0.5) / (df.df + 0.5))
+               * tf.tf * 2.2 / (tf.tf + 1.2 * (0.25 + 0.75 * tf.dl / s.avgdl))) AS score,
+           sum(ln(1 + (s.n - df.df + 0.5) / (df.df + 0.5))) AS matched
+    FROM tf JOIN df ON df.lexeme = tf.lexeme CROSS JOIN stats AS s
+    GROUP BY tf.id, tf.seq
+    UNION ALL
+    SELECT h.id, h.seq, 0, 0 FROM hit AS h WHERE length(h.qv) = 0
 )
 
 -- fragment: store_given

@@ -5,6 +5,8 @@ text-only, with vectors, logged, without a memory), and BM25's document frequenc
 from __future__ import annotations
 
 import asyncio
+import math
+import re
 import importlib.util
 from pathlib import Path
 from typing import Any
@@ -150,6 +152,59 @@ def test_rank_uses_term_frequency_and_length(client: pgmem.Client) -> None:
         "超时",
         "超时" + "，无关的内容" * 20,
     ]
+
+
+_LEXEME = re.compile(r"'((?:[^']|'')*)'(?::([0-9A-D,]+))?")
+
+
+def _reference_bm25(docs: dict[str, str], terms: list[str], hits: set[str], n: int) -> dict[str, float]:
+    """BM25 as the README defines it, from each message's tsvector (its text: ``'lexeme':1,4 ...``): k1 = 1.2,
+    b = 0.75, df counted among the hits, N the scope's size, tf a lexeme's positions, a message's length its
+    number of distinct lexemes against their mean over the hits."""
+    parsed = {
+        i: {lex.replace("''", "'"): len(pos.split(",")) if pos else 1 for lex, pos in _LEXEME.findall(tsv)}
+        for i, tsv in docs.items()
+        if i in hits
+    }
+    avgdl = max(sum(len(p) for p in parsed.values()) / len(parsed), 1.0)
+    n = max(n, len(parsed))
+    df = {t: sum(1 for p in parsed.values() if t in p) for t in set(terms)}
+    return {
+        i: sum(
+            math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) * p[t] * 2.2 / (p[t] + 1.2 * (0.25 + 0.75 * len(p) / avgdl))
+            for t in set(terms)
+            if t in p
+        )
+        for i, p in parsed.items()
+    }
+
+
+@pytest.mark.parametrize("query", ["report", "report payment", "payment -refund", "支付超时", "report or 订单"])
+def test_scores_are_bm25_computed_from_the_definition(client: pgmem.Client, query: str) -> None:
+    """Differential: every hit's score from keyword_search, and search_text's order, against BM25 computed
+    here from the messages' tsvectors (repeated words, lengths from 1 to 40 words, a word in every message)."""
+    words = ["report", "payment", "refund", "timeout", "支付超时", "订单", "ledger", "audit"]
+    texts = [
+        " ".join(words[(i * j) % len(words)] for j in range(1 + (i * 7) % 40)) + f" report entry{i}" for i in range(60)
+    ]
+    client.messages.add_many("bm", [Message(content=t) for t in texts])
+    client.messages.add("other", Message(content="report report report"))  # another memory: not in N nor df
+    with client.connection() as conn:
+        (terms,) = conn.execute("SELECT pgmem.fts_terms(%s)", (query,)).fetchone()
+        rows = conn.execute(
+            "SELECT m.id, m.tsv::text, m.tsv @@ pgmem.fts_query(%s) FROM pgmem.messages AS m "
+            "JOIN pgmem.memory_entries AS e ON e.namespace = m.namespace AND e.message_id = m.id "
+            "WHERE e.memory = 'bm'",
+            (query,),
+        ).fetchall()
+    hits = {i for i, _, hit in rows if hit}
+    expected = _reference_bm25({i: tsv for i, tsv, _ in rows}, terms, hits, len(texts))
+    assert hits
+    found = client.vectors.keyword_search(query, memory="bm", k=len(texts))
+    assert {h.message.id: h.score for h in found} == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    ordered = client.messages.search_text("bm", query, limit=len(texts))
+    scores = [expected[m.id] for m in ordered]
+    assert len(ordered) == len(hits) and scores == sorted(scores, reverse=True)
 
 
 def test_hybrid_text_only_scores_the_messages_that_hold_the_word(client: pgmem.Client, memory: str) -> None:

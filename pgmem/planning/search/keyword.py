@@ -61,9 +61,11 @@ def keyword_hits_sql(f: SearchFilters) -> sql.Composed:
         "cover AS (SELECT sum(ln(1 + (s.n - coalesce(df.df, 0) + 0.5) / (coalesce(df.df, 0) + 0.5))) AS total "
         "FROM (SELECT DISTINCT unnest(q.terms) AS lexeme FROM q) AS t CROSS JOIN stats AS s "
         "LEFT JOIN df ON df.lexeme = t.lexeme) "
+        # The best k first (a top-k heap), then ranked: a window over every hit sorted them all.
         "SELECT b.id, b.seq, b.score, row_number() OVER (ORDER BY b.score DESC, b.seq DESC) AS rank, "
-        "b.matched / nullif(c.total, 0) AS coverage FROM bm25 AS b CROSS JOIN cover AS c "
-        "ORDER BY rank LIMIT %(k)s"
+        "b.matched / nullif(c.total, 0) AS coverage "
+        "FROM (SELECT * FROM bm25 ORDER BY bm25.score DESC, bm25.seq DESC LIMIT %(k)s) AS b CROSS JOIN cover AS c "
+        "ORDER BY rank"
     ).format(
         scope=scope,
         seq=seq,
