@@ -12,12 +12,18 @@ FROM pgmem.brain_memories
 WHERE namespace = %(ns)s AND key = %(key)s AND (expires_at IS NULL OR expires_at > now());
 
 -- name: history
--- The history after the summarised prefix, oldest first; through the memory's lineage ({{lineage}}: a
--- history that is a fork holds its parent's entries up to its point too).
+-- The history after the summarised prefix, oldest first: its own entries, or through the memory's lineage
+-- ({{lineage}}: a history that is a fork holds its parent's entries up to its point too); one branch runs
+-- (not_a_fork). Through the lineage's rows alone the planner hash-joined every message of the namespace:
+-- 48 ms for a history of 50 beside a memory of 100k.
+SELECT e.seq, {{message_columns}}
+FROM {{own_messages}}
+WHERE e.seq > %(after)s AND {{not_a_fork}}
+UNION ALL
 SELECT e.seq, {{message_columns}}
 FROM {{lineage_messages}}
-WHERE e.seq > %(after)s
-ORDER BY e.seq;
+WHERE e.seq > %(after)s AND NOT {{not_a_fork}}
+ORDER BY seq;
 
 -- name: create
 -- Make sure the brain's two memories and its row exist (nothing happens when they do).

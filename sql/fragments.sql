@@ -157,6 +157,12 @@ pgmem.memory_entries AS e
 JOIN pgmem.messages AS m ON m.namespace = %(ns)s AND m.id = e.message_id
  AND e.namespace = %(ns)s AND e.memory = %(memory)s AND e.seq <= coalesce(%(upto)s::bigint, 9223372036854775807)
 
+-- fragment: own_entries
+-- The memory %(memory)s's own entries (alias e) as of %(upto)s: own_messages without the messages, for a
+-- statement that reads only the entries (their cause_by, their message ids).
+(SELECT * FROM pgmem.memory_entries
+ WHERE namespace = %(ns)s AND memory = %(memory)s AND seq <= coalesce(%(upto)s::bigint, 9223372036854775807)) AS e
+
 -- fragment: not_a_fork
 -- Whether %(memory)s reads only its own entries: no fork, or a materialised one. Uncorrelated, so each
 -- branch of a statement that reads own_messages where this holds and lineage_messages where it does not

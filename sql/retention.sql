@@ -159,12 +159,18 @@ FOR UPDATE;
 
 -- name: forget_select_memory
 -- Every message the memory %(memory)s holds (wherever else it is referenced): a fork's through its
--- lineage (what it inherits is forgotten too, as everything a forget names: everywhere).
+-- lineage (what it inherits is forgotten too, as everything a forget names: everywhere). A memory that is
+-- no fork by its own entries (one branch runs, as in by_role): through the lineage's rows alone the
+-- planner scanned every entry of the namespace.
 SELECT m.id FROM pgmem.messages AS m
 WHERE m.namespace = %(ns)s
-  AND m.id IN (SELECT e.message_id FROM pgmem.lineage(%(ns)s, %(memory)s, NULL) AS l
+  AND m.id IN (SELECT e.message_id FROM pgmem.memory_entries AS e
+               WHERE e.namespace = %(ns)s AND e.memory = %(memory)s AND {{not_a_fork}}
+               UNION ALL
+               SELECT e.message_id FROM pgmem.lineage(%(ns)s, %(memory)s, NULL) AS l
                JOIN pgmem.memory_entries AS e
-                 ON e.namespace = %(ns)s AND e.memory = l.memory AND e.seq <= l.upto)
+                 ON e.namespace = %(ns)s AND e.memory = l.memory AND e.seq <= l.upto
+               WHERE NOT {{not_a_fork}})
 ORDER BY m.id
 FOR UPDATE OF m;
 

@@ -28,13 +28,22 @@ FROM settled;
 -- name: unsummarized
 -- The memory's messages after its last level-1 summary (and after %(after)s), up to %(upto)s (a settled
 -- sequence number, NULL: no bound), oldest first. A fork's are read through its lineage ({{lineage}}): it
--- summarises what it inherits after the summaries it took from its parent (sql/forks.sql, fork).
+-- summarises what it inherits after the summaries it took from its parent (sql/forks.sql, fork). A memory
+-- that is no fork is read by its own entries (one branch runs, as in by_role): through the lineage's rows
+-- the planner hash-joined every message of the namespace, 48 ms for a memory of 50 beside one of 100k.
+WITH done AS MATERIALIZED (
+    SELECT greatest(%(after)s::bigint,
+                    coalesce((SELECT max(s.last_seq) FROM pgmem.summaries AS s
+                              WHERE s.namespace = %(ns)s AND s.memory = %(memory)s AND s.level = 1), 0)) AS seq
+)
 SELECT e.seq, {{message_columns}}
-FROM {{lineage_messages}}
-WHERE e.seq > greatest(%(after)s::bigint,
-                       coalesce((SELECT max(s.last_seq) FROM pgmem.summaries AS s
-                                 WHERE s.namespace = %(ns)s AND s.memory = %(memory)s AND s.level = 1), 0))
-ORDER BY e.seq
+FROM done, {{own_messages}}
+WHERE e.seq > done.seq AND {{not_a_fork}}
+UNION ALL
+SELECT e.seq, {{message_columns}}
+FROM done, {{lineage_messages}}
+WHERE e.seq > done.seq AND NOT {{not_a_fork}}
+ORDER BY seq
 LIMIT %(limit)s;
 
 -- name: unrolled

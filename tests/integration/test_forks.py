@@ -156,6 +156,19 @@ def test_forget_reaches_every_fork_and_is_audited(client: pgmem.Client, dsn: str
     assert len(audits) == 1
 
 
+def test_forget_of_a_fork_forgets_what_it_inherits_and_of_a_memory_only_its_own(client: pgmem.Client) -> None:
+    """forget(memory=) reads a memory that is no fork by its own entries and a fork through its lineage."""
+    _fill(client, "p", 3)
+    client.fork("p", "f")
+    client.messages.add("f", Message(content="fork-only"))
+    client.messages.add("p", Message(content="parent-later"))
+    client.messages.add("q", Message(content="elsewhere"))
+    assert client.retention.forget(memory="f", actor="test").messages == 4  # m0-m2 inherited, and its own
+    assert _ids(client.messages.last("p")) == ["parent-later"] and client.messages.count("f") == 0
+    assert client.retention.forget(memory="p", actor="test").messages == 1
+    assert _ids(client.messages.last("q")) == ["elsewhere"]
+
+
 def test_forget_resets_the_brain_summaries_of_every_fork_that_inherits_the_message(
     client: pgmem.Client, dsn: str
 ) -> None:

@@ -5,9 +5,9 @@ text-only, with vectors, logged, without a memory), and BM25's document frequenc
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import math
 import re
-import importlib.util
 from pathlib import Path
 from typing import Any
 
