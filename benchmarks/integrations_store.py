@@ -50,6 +50,8 @@ from pgmem.ops import server
 
 K = 10
 BATCH = 100
+#: User paths (one item each) for the many-paths reads.
+PATHS = 2_000
 FILTERS: dict[str, tuple[dict[str, Any], Callable[[int], bool]]] = {
     "unfiltered": ({}, lambda row: True),
     "filter 12.5%": ({"bucket": 3}, lambda row: row % 8 == 3),
@@ -171,7 +173,33 @@ def run_store(
         def recent(store: Any) -> Callable[[], Any]:
             return lambda: store.search(ns, limit=K)
 
-        for label, make in (("put one", put_one), ("get", get_one), ("search without query", recent)):
+        # Many paths: one profile item per user (LangGraph's per-user namespaces), then a get among them and
+        # a listing of them. Under row-level security a path was never an index condition for pgmem before
+        # migration 0026 (text[]'s comparisons are not leakproof).
+        users = PATHS
+        for start in range(0, users, BATCH):
+            ops = [PutOp(("users", f"u{u}"), "profile", {"n": u}, index=False) for u in range(start, start + BATCH)]
+            for store in stores.values():
+                store.batch(ops)
+        picks = iter(rng.integers(0, users, samples * 50).tolist())
+
+        def get_user(store: Any) -> Callable[[], Any]:
+            return lambda: store.get(("users", f"u{next(picks)}"), "profile")
+
+        def list_users(store: Any) -> Callable[[], Any]:
+            return lambda: store.list_namespaces(prefix=("users",), limit=100)
+
+        def list_few(store: Any) -> Callable[[], Any]:
+            return lambda: store.list_namespaces(prefix=("bench",))
+
+        for label, make in (
+            ("put one", put_one),
+            ("get", get_one),
+            ("search without query", recent),
+            (f"get among {PATHS:,} paths", get_user),
+            (f"list_namespaces, 100 of {PATHS:,}", list_users),
+            ("list_namespaces, 1 beside them", list_few),
+        ):
             t = timed_together({name: make(s) for name, s in stores.items()}, iterations=samples)
             for name in stores:
                 out[f"{name} {label}"] = {"p50_us": t[name]["p50_us"], "p99_us": t[name]["p99_us"]}
@@ -208,7 +236,8 @@ def run_store(
                     "hits": round(float(np.mean(hits[name])), 2),
                     "recall": round(float(np.mean(recalls[name])), 3),
                 }
-    labels = ["put batch of 100", "put one", "get", "search without query"]
+    labels = ["put batch of 100", "put one", "get", "search without query", f"get among {PATHS:,} paths"]
+    labels += [f"list_namespaces, 100 of {PATHS:,}", "list_namespaces, 1 beside them"]
     labels += [f"vector search {label}" for label in FILTERS]
     out["ratios (PostgresStore / pgmem, p50)"] = {
         label: round(out[f"langgraph {label}"]["p50_us"] / out[f"pgmem {label}"]["p50_us"], 2) for label in labels

@@ -3,17 +3,20 @@
 -- composed per filter shape in pgmem.planning.search.items; the exact-or-index choice is the planner's
 -- (pgmem._async.search_planner), shared with message search.
 --
--- A path is a text[] compared in collation "C": the paths under a prefix P are the range
--- [P, P with U+0001 after its last label) of the primary key. Batch statements take paths as JSON
--- arrays (one text[] of them), since arrays of different lengths cannot share a two-dimensional array.
+-- A path is a text[] compared in collation "C". Conditions on it go through path_key, the path as one text
+-- (pgmem.path_key, migration 0026), which the primary keys lead with: under row-level security only
+-- text's leakproof comparisons are index conditions. The paths under a prefix P are the range
+-- [pgmem.path_key(P), pgmem.path_prefix_end(P)). Batch statements take paths as JSON arrays (one text[] of
+-- them), since arrays of different lengths cannot share a two-dimensional array.
 
 -- fragment: write_rows
 -- The writes of a batch, in the order given (sorted by path and key by the caller: concurrent batches
 -- then lock their rows in the same order).
 unnest(%(paths)s::text[], %(keys)s::text[]) WITH ORDINALITY AS w(path_json, key, n)
 CROSS JOIN LATERAL (
-    SELECT array_agg(e.label ORDER BY e.i) AS path
-    FROM jsonb_array_elements_text(w.path_json::jsonb) WITH ORDINALITY AS e(label, i)
+    SELECT a.path, pgmem.path_key(a.path) AS path_key
+    FROM (SELECT array_agg(e.label ORDER BY e.i) AS path
+          FROM jsonb_array_elements_text(w.path_json::jsonb) WITH ORDINALITY AS e(label, i)) AS a
 ) AS p
 
 -- name: get
@@ -23,7 +26,7 @@ CROSS JOIN LATERAL (
 SELECT i.path, i.key, i.value, i.created_at, i.updated_at, i.id,
        i.ttl_minutes IS NOT NULL AND i.expires_at > now() AS ttl
 FROM pgmem.items AS i
-WHERE i.namespace = %(ns)s AND i.path = %(path)s::text[] AND i.key = ANY(%(keys)s::text[])
+WHERE i.namespace = %(ns)s AND i.path_key = pgmem.path_key(%(path)s::text[]) AND i.key = ANY(%(keys)s::text[])
   AND (NOT %(omit_expired)s OR i.expires_at IS NULL OR i.expires_at > now());
 
 -- name: refresh
@@ -46,7 +49,7 @@ SELECT %(ns)s, p.path, w.key, v.value::jsonb, now() + make_interval(secs => v.tt
 FROM {{write_rows}}
 JOIN unnest(%(values)s::text[], %(ttls)s::float8[]) WITH ORDINALITY AS v(value, ttl, n) ON v.n = w.n
 ORDER BY w.n
-ON CONFLICT (namespace, path, key) DO UPDATE
+ON CONFLICT (namespace, path_key, key) DO UPDATE
 SET value = excluded.value, updated_at = greatest(excluded.updated_at, i.updated_at), expires_at = excluded.expires_at,
     ttl_minutes = excluded.ttl_minutes;
 
@@ -58,7 +61,7 @@ SET value = excluded.value, updated_at = greatest(excluded.updated_at, i.updated
 WITH target AS MATERIALIZED (
     SELECT i.id, w.n
     FROM {{write_rows}}
-    JOIN pgmem.items AS i ON i.namespace = %(ns)s AND i.path = p.path AND i.key = w.key
+    JOIN pgmem.items AS i ON i.namespace = %(ns)s AND i.path_key = p.path_key AND i.key = w.key
 ), gone AS (
     DELETE FROM pgmem.item_vectors AS v USING target AS t WHERE v.namespace = %(ns)s AND v.item_id = t.id
 )
@@ -75,7 +78,7 @@ DELETE FROM pgmem.items AS d
 USING (
     SELECT i.id
     FROM {{write_rows}}
-    JOIN pgmem.items AS i ON i.namespace = %(ns)s AND i.path = p.path AND i.key = w.key
+    JOIN pgmem.items AS i ON i.namespace = %(ns)s AND i.path_key = p.path_key AND i.key = w.key
     ORDER BY w.n
     FOR UPDATE OF i
 ) AS l
@@ -105,22 +108,32 @@ AND (%(suffix)s::text[] IS NULL OR (
           AND c.label <> p.path[cardinality(p.path) - cardinality(%(suffix)s::text[]) + c.n::int])))
 
 -- name: list_paths
--- The namespace's distinct paths (one index probe per path, a loose index scan), those matching the
--- prefix and suffix conditions (a "*" label matches any one label), truncated to %(max_depth)s labels,
--- distinct again, sorted; with %(omit_expired)s a path counts only while it holds an unexpired item.
+-- The namespace's distinct paths (one index probe per path, a loose index scan of path_key) under the
+-- prefix's labels before its first "*" (%(fixed)s, a range of path_key; '{}': every path), those matching
+-- the prefix and suffix conditions (a "*" label matches any one label), truncated to %(max_depth)s labels,
+-- distinct again, sorted; with %(omit_expired)s a path counts only while it holds an unexpired item. The
+-- scan stops at the first path past the range (tested outside each probe's LIMIT 1: a test inside would
+-- read on through every item after the range).
 WITH RECURSIVE paths AS (
-    (SELECT i.path FROM pgmem.items AS i WHERE i.namespace = %(ns)s ORDER BY i.path LIMIT 1)
+    SELECT f.path_key, f.path
+    FROM (SELECT i.path_key, i.path FROM pgmem.items AS i
+          WHERE i.namespace = %(ns)s AND i.path_key >= pgmem.path_key(%(fixed)s::text[])
+          ORDER BY i.path_key LIMIT 1) AS f
+    WHERE pgmem.path_prefix_end(%(fixed)s::text[]) IS NULL OR f.path_key < pgmem.path_prefix_end(%(fixed)s::text[])
     UNION ALL
-    SELECT (SELECT i.path FROM pgmem.items AS i WHERE i.namespace = %(ns)s AND i.path > paths.path
-            ORDER BY i.path LIMIT 1)
-    FROM paths WHERE paths.path IS NOT NULL
+    SELECT n.path_key, n.path
+    FROM paths
+    CROSS JOIN LATERAL (SELECT i.path_key, i.path FROM pgmem.items AS i
+                        WHERE i.namespace = %(ns)s AND i.path_key > paths.path_key
+                        ORDER BY i.path_key LIMIT 1) AS n
+    WHERE pgmem.path_prefix_end(%(fixed)s::text[]) IS NULL OR n.path_key < pgmem.path_prefix_end(%(fixed)s::text[])
 ), matching AS (
     SELECT p.path FROM paths AS p
-    WHERE p.path IS NOT NULL
-      AND {{path_matches}}
+    WHERE {{path_matches}}
       AND (NOT %(omit_expired)s OR EXISTS (
           SELECT 1 FROM pgmem.items AS i
-          WHERE i.namespace = %(ns)s AND i.path = p.path AND (i.expires_at IS NULL OR i.expires_at > now())))
+          WHERE i.namespace = %(ns)s AND i.path_key = p.path_key
+            AND (i.expires_at IS NULL OR i.expires_at > now())))
 )
 SELECT DISTINCT CASE WHEN %(max_depth)s::int IS NULL THEN m.path ELSE m.path[1:%(max_depth)s::int] END AS path
 FROM matching AS m
@@ -130,29 +143,43 @@ LIMIT %(limit)s OFFSET %(offset)s;
 -- name: list_paths_as_of
 -- list_paths as the store was at %(at)s (migration 0022): the paths that held an item then, by the rule of
 -- get_as_of (the current row written by then, else a version of pgmem.item_history valid then; one that
--- had expired then does not count). The distinct paths of both tables (a loose index scan of each: a path
--- whose items were all deleted since is only in the history), then the same conditions and cut.
+-- had expired then does not count). The distinct paths of both tables under the prefix's fixed labels (a
+-- loose index scan of each: a path whose items were all deleted since is only in the history), then the
+-- same conditions and cut.
 WITH RECURSIVE paths AS (
-    (SELECT i.path FROM pgmem.items AS i WHERE i.namespace = %(ns)s ORDER BY i.path LIMIT 1)
+    SELECT f.path_key, f.path
+    FROM (SELECT i.path_key, i.path FROM pgmem.items AS i
+          WHERE i.namespace = %(ns)s AND i.path_key >= pgmem.path_key(%(fixed)s::text[])
+          ORDER BY i.path_key LIMIT 1) AS f
+    WHERE pgmem.path_prefix_end(%(fixed)s::text[]) IS NULL OR f.path_key < pgmem.path_prefix_end(%(fixed)s::text[])
     UNION ALL
-    SELECT (SELECT i.path FROM pgmem.items AS i WHERE i.namespace = %(ns)s AND i.path > paths.path
-            ORDER BY i.path LIMIT 1)
-    FROM paths WHERE paths.path IS NOT NULL
+    SELECT n.path_key, n.path
+    FROM paths
+    CROSS JOIN LATERAL (SELECT i.path_key, i.path FROM pgmem.items AS i
+                        WHERE i.namespace = %(ns)s AND i.path_key > paths.path_key
+                        ORDER BY i.path_key LIMIT 1) AS n
+    WHERE pgmem.path_prefix_end(%(fixed)s::text[]) IS NULL OR n.path_key < pgmem.path_prefix_end(%(fixed)s::text[])
 ), past AS (
-    (SELECT h.path FROM pgmem.item_history AS h WHERE h.namespace = %(ns)s ORDER BY h.path LIMIT 1)
+    SELECT f.path_key, f.path
+    FROM (SELECT h.path_key, h.path FROM pgmem.item_history AS h
+          WHERE h.namespace = %(ns)s AND h.path_key >= pgmem.path_key(%(fixed)s::text[])
+          ORDER BY h.path_key LIMIT 1) AS f
+    WHERE pgmem.path_prefix_end(%(fixed)s::text[]) IS NULL OR f.path_key < pgmem.path_prefix_end(%(fixed)s::text[])
     UNION ALL
-    SELECT (SELECT h.path FROM pgmem.item_history AS h WHERE h.namespace = %(ns)s AND h.path > past.path
-            ORDER BY h.path LIMIT 1)
-    FROM past WHERE past.path IS NOT NULL
+    SELECT n.path_key, n.path
+    FROM past
+    CROSS JOIN LATERAL (SELECT h.path_key, h.path FROM pgmem.item_history AS h
+                        WHERE h.namespace = %(ns)s AND h.path_key > past.path_key
+                        ORDER BY h.path_key LIMIT 1) AS n
+    WHERE pgmem.path_prefix_end(%(fixed)s::text[]) IS NULL OR n.path_key < pgmem.path_prefix_end(%(fixed)s::text[])
 ), matching AS (
-    SELECT p.path FROM (SELECT path FROM paths UNION SELECT path FROM past) AS p
-    WHERE p.path IS NOT NULL
-      AND {{path_matches}}
+    SELECT p.path FROM (SELECT path_key, path FROM paths UNION SELECT path_key, path FROM past) AS p
+    WHERE {{path_matches}}
       AND (EXISTS (SELECT 1 FROM pgmem.items AS i
-                   WHERE i.namespace = %(ns)s AND i.path = p.path AND i.updated_at <= %(at)s
+                   WHERE i.namespace = %(ns)s AND i.path_key = p.path_key AND i.updated_at <= %(at)s
                      AND (i.expires_at IS NULL OR i.expires_at > %(at)s))
            OR EXISTS (SELECT 1 FROM pgmem.item_history AS h
-                      WHERE h.namespace = %(ns)s AND h.path = p.path AND h.valid_from <= %(at)s
+                      WHERE h.namespace = %(ns)s AND h.path_key = p.path_key AND h.valid_from <= %(at)s
                         AND h.valid_to > %(at)s AND (h.expires_at IS NULL OR h.expires_at > %(at)s)))
 )
 SELECT DISTINCT CASE WHEN %(max_depth)s::int IS NULL THEN m.path ELSE m.path[1:%(max_depth)s::int] END AS path
@@ -169,12 +196,12 @@ SELECT DISTINCT ON (v.key) v.path, v.key, v.value, v.created_at, v.updated_at
 FROM (
     SELECT i.path, i.key, i.value, i.created_at, i.updated_at
     FROM pgmem.items AS i
-    WHERE i.namespace = %(ns)s AND i.path = %(path)s::text[] AND i.key = ANY(%(keys)s::text[])
+    WHERE i.namespace = %(ns)s AND i.path_key = pgmem.path_key(%(path)s::text[]) AND i.key = ANY(%(keys)s::text[])
       AND i.updated_at <= %(at)s AND (i.expires_at IS NULL OR i.expires_at > %(at)s)
     UNION ALL
     SELECT h.path, h.key, h.value, h.created_at, h.valid_from
     FROM pgmem.item_history AS h
-    WHERE h.namespace = %(ns)s AND h.path = %(path)s::text[] AND h.key = ANY(%(keys)s::text[])
+    WHERE h.namespace = %(ns)s AND h.path_key = pgmem.path_key(%(path)s::text[]) AND h.key = ANY(%(keys)s::text[])
       AND h.valid_from <= %(at)s AND h.valid_to > %(at)s AND (h.expires_at IS NULL OR h.expires_at > %(at)s)
 ) AS v
 ORDER BY v.key, v.updated_at DESC;
@@ -186,15 +213,16 @@ WHERE m.namespace = %(ns)s AND m.memory = %(memory)s AND m.name = %(name)s;
 
 -- name: forget_items
 -- Delete items for good, the first of forget's two statements: the items at path %(prefix)s with
--- %(keys)s, or (%(keys)s NULL) every item under the prefix [%(prefix)s, %(prefix_end)s). Their vectors
+-- %(keys)s, or (%(keys)s NULL) every item under the prefix %(prefix)s (a range of path_key). Their vectors
 -- go with them; the trigger stores their last versions in pgmem.item_history, which `forget_history`
 -- then deletes.
 WITH gone AS (
     DELETE FROM pgmem.items AS i
     WHERE i.namespace = %(ns)s
       AND CASE WHEN %(keys)s::text[] IS NULL
-               THEN i.path >= %(prefix)s::text[] AND i.path < %(prefix_end)s::text[]
-               ELSE i.path = %(prefix)s::text[] AND i.key = ANY(%(keys)s::text[]) END
+               THEN i.path_key >= pgmem.path_key(%(prefix)s::text[])
+                    AND i.path_key < pgmem.path_prefix_end(%(prefix)s::text[])
+               ELSE i.path_key = pgmem.path_key(%(prefix)s::text[]) AND i.key = ANY(%(keys)s::text[]) END
     RETURNING 1
 )
 SELECT count(*) FROM gone;
@@ -207,9 +235,10 @@ WITH gone AS (
     DELETE FROM pgmem.item_history AS h
     WHERE h.namespace = %(ns)s
       AND CASE WHEN %(keys)s::text[] IS NOT NULL
-               THEN h.path = %(prefix)s::text[] AND h.key = ANY(%(keys)s::text[])
+               THEN h.path_key = pgmem.path_key(%(prefix)s::text[]) AND h.key = ANY(%(keys)s::text[])
                WHEN %(prefix)s::text[] IS NOT NULL
-               THEN h.path >= %(prefix)s::text[] AND h.path < %(prefix_end)s::text[]
+               THEN h.path_key >= pgmem.path_key(%(prefix)s::text[])
+                    AND h.path_key < pgmem.path_prefix_end(%(prefix)s::text[])
                ELSE true END
       AND (%(before)s::timestamptz IS NULL AND %(age)s::float8 IS NULL
            OR h.valid_to < least(%(before)s::timestamptz, now() - %(age)s::float8 * interval '1 second'))

@@ -445,6 +445,29 @@ END $$;
 CREATE TRIGGER memories_forks_kept BEFORE DELETE ON pgmem.memories
     FOR EACH ROW EXECUTE FUNCTION pgmem.fork_parent_removed();
 
+-- name: path_key
+-- An item's path as one text in collation "C" (migration 0026): the stored column path_key of pgmem.items
+-- and pgmem.item_history, which their primary keys lead with. Under row-level security Postgres uses an
+-- index only for conditions whose operators are leakproof, and text's are where text[]'s are not: an item's
+-- get probed every distinct path of the namespace, and list_paths read every item once per path. Each
+-- label followed by U+0001, its U+0001 and U+0002 escaped behind U+0002: one text per path, ordered as
+-- the paths are, and the paths under a prefix P are the keys in [key(P), key(P) with its last U+0001 made
+-- U+0002).
+CREATE OR REPLACE FUNCTION pgmem.path_key(p_path text[]) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+SELECT coalesce(string_agg(replace(replace(l, E'\x02', E'\x02\x02'), E'\x01', E'\x02\x01') || E'\x01', ''
+                           ORDER BY n), '')
+FROM unnest(p_path) WITH ORDINALITY AS u(l, n)
+$$;
+
+-- name: path_prefix_end
+-- Where the paths under the prefix p_prefix end (migration 0026): they are the path keys in
+-- [pgmem.path_key(p_prefix), pgmem.path_prefix_end(p_prefix)). NULL for the empty prefix (every path).
+CREATE OR REPLACE FUNCTION pgmem.path_prefix_end(p_prefix text[]) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+SELECT CASE WHEN cardinality(p_prefix) > 0 THEN left(pgmem.path_key(p_prefix), -1) || E'\x02' END
+$$;
+
 -- name: keep_item_history
 -- The version an item no longer holds (migration 0022): a put that moves updated_at (not a TTL refresh)
 -- or a delete stores the old value with its range [valid_from, valid_to) in pgmem.item_history, which

@@ -10,6 +10,7 @@ pyproject.toml keeps this module off their modules) and the statements of
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -373,6 +374,8 @@ class ItemRepository(Repository):
         suf = plan.check_path(suffix, "suffix", empty=True) if suffix is not None else ()
         params: dict[str, Any] = {
             "prefix": list(pre) or None,
+            # The labels before the first "*": the paths under them are one range of path keys to scan.
+            "fixed": list(itertools.takewhile(lambda label: label != "*", pre)),
             "suffix": list(suf) or None,
             "max_depth": max_depth,
             "limit": limit,

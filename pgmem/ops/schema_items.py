@@ -10,6 +10,7 @@ from sqlalchemy import (
     BigInteger,
     CheckConstraint,
     Column,
+    Computed,
     DateTime,
     ForeignKeyConstraint,
     Identity,
@@ -32,6 +33,16 @@ class ItemTables(NamedTuple):
     item_history: Table
 
 
+def _path_key() -> Column[str]:
+    return Column(
+        "path_key",
+        Text(collation="C"),
+        Computed("pgmem.path_key(path)", persisted=True),
+        nullable=False,
+        comment="the path as one text (pgmem.path_key): what the primary key and every path condition use",
+    )
+
+
 def declare_item_tables(metadata: MetaData) -> ItemTables:
     """Declare the item store's tables on ``metadata`` (the schema's one :class:`~sqlalchemy.MetaData`)."""
     # -- the key-value item store (migration 0002): LangGraph's BaseStore (pgmem.integrations.langgraph) ---------
@@ -40,9 +51,11 @@ def declare_item_tables(metadata: MetaData) -> ItemTables:
         "items",
         metadata,
         Column("namespace", Text, nullable=False),
-        # Labels compared byte by byte (collation "C"): every path under a prefix P lies in one range of the
-        # primary key, [P, P with its last label followed by U+0001), so a prefix-scoped read is an index range.
+        # Labels compared byte by byte (collation "C"), as path_key compares them.
         Column("path", ARRAY(Text(collation="C")), nullable=False, comment="the item's path (LangGraph's namespace)"),
+        # The path as one text (migration 0026): text's comparisons are leakproof where text[]'s are not, so
+        # under row-level security a path, or a prefix (one range of it), is an index condition.
+        _path_key(),
         Column("key", Text, nullable=False),
         Column("id", BigInteger, Identity(always=False), nullable=False),
         Column("value", JSONB, nullable=False),
@@ -50,7 +63,7 @@ def declare_item_tables(metadata: MetaData) -> ItemTables:
         Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
         Column("expires_at", DateTime(timezone=True), nullable=True, comment="NULL: never expires"),
         Column("ttl_minutes", DOUBLE_PRECISION, nullable=True, comment="what a read with refresh_ttl extends by"),
-        PrimaryKeyConstraint("namespace", "path", "key", name="items_pkey"),
+        PrimaryKeyConstraint("namespace", "path_key", "key", name="items_pkey"),
         Index("items_id_key", "namespace", "id", unique=True),
         Index("items_updated_idx", "namespace", "updated_at"),
         Index("items_expires_idx", "namespace", "expires_at", postgresql_where=text("expires_at IS NOT NULL")),
@@ -89,6 +102,7 @@ def declare_item_tables(metadata: MetaData) -> ItemTables:
         metadata,
         Column("namespace", Text, nullable=False),
         Column("path", ARRAY(Text(collation="C")), nullable=False),
+        _path_key(),
         Column("key", Text, nullable=False),
         Column("id", BigInteger, Identity(always=False), nullable=False),
         Column(
@@ -105,7 +119,7 @@ def declare_item_tables(metadata: MetaData) -> ItemTables:
             "expires_at", DateTime(timezone=True), nullable=True, comment="when it expired or would have (NULL: no TTL)"
         ),
         # No foreign key to items: a version outlives its item's delete (reads as of before it see it).
-        PrimaryKeyConstraint("namespace", "path", "key", "id", name="item_history_pkey"),
+        PrimaryKeyConstraint("namespace", "path_key", "key", "id", name="item_history_pkey"),
         # What an as_of read at a recent time scans (versions replaced after it), and the max-age purge.
         Index("item_history_valid_to_idx", "namespace", "valid_to"),
         CheckConstraint("valid_from < valid_to", name="item_history_range_check"),

@@ -895,7 +895,7 @@ def test_search_statements_return_item_hit_rows(dsn: str) -> None:
         for kind in ("list", "recent", "exact", "ann"):
             text = plan.search_statement(kind, True, shape, True, model if kind in ("exact", "ann") else None, 1)
             params = {
-                "ns": "x", "prefix": ["a"], "prefix_end": ["a\x01"], "fk0": "a", "fv0": '"b"', "fc0": '{"a":"b"}',
+                "ns": "x", "prefix": ["a"], "fk0": "a", "fv0": '"b"', "fc0": '{"a":"b"}',
                 "fk1": "c",
                 "fv1": "1", "limit": 1, "offset": 0, "q": "[1,2,3]", "n": 1, "walk": 1,
             }  # fmt: skip

@@ -68,12 +68,16 @@ def check_filter(filter: Any) -> tuple[tuple[tuple[str, str], ...], dict[str, An
 
 
 def path_params(prefix: tuple[str, ...]) -> dict[str, Any]:
-    """``prefix`` and ``prefix_end`` of a path prefix: the paths starting with it are ``[prefix,
-    prefix_end)`` in collation "C" (its last label followed by U+0001, the next string after it, as no
-    label holds a NUL)."""
-    if not prefix:
-        return {"prefix": None, "prefix_end": None}
-    return {"prefix": list(prefix), "prefix_end": [*prefix[:-1], prefix[-1] + "\x01"]}
+    """``prefix`` of a path prefix (None: the empty one): the statements read the paths under it as a range
+    of ``path_key`` (:data:`PREFIX_RANGE`)."""
+    return {"prefix": list(prefix) if prefix else None}
+
+
+#: The items ``i`` under ``%(prefix)s``: a range of their path key (migration 0026), which under row-level
+#: security is an index condition (text's comparisons are leakproof; the path's, text[]'s, were not).
+PREFIX_RANGE = (
+    "i.path_key >= pgmem.path_key(%(prefix)s::text[]) AND i.path_key < pgmem.path_prefix_end(%(prefix)s::text[])"
+)
 
 
 def index_name(model: EmbeddingModel) -> str:
@@ -94,13 +98,12 @@ _ROW = "i.path, i.key, i.value, i.created_at, i.updated_at"
 
 def _item_terms(prefix: bool, shape: tuple[tuple[str, str], ...], omit_expired: bool) -> list[sql.Composable]:
     """WHERE terms on an ``items`` alias ``i`` (the namespace's term excluded): the filters first, then the
-    prefix. Under row-level security only the filters' equalities can be an index condition (the GIN index
-    of migration 0016, :mod:`pgmem.planning.search.metadata`); the prefix's array comparisons are not
-    leakproof, so the others are tested on every candidate item, in this order (terms of equal cost keep
-    it): a selective filter spares most rows the two array comparisons."""
+    prefix. Under row-level security the filters' equalities (the GIN index of migration 0016,
+    :mod:`pgmem.planning.search.metadata`) and the prefix's range of path keys can be index conditions;
+    what is not one is tested on every candidate item, in this order (terms of equal cost keep it)."""
     terms = json_terms(sql.SQL("i.value"), tuple(op for _, op in shape), "f")
     if prefix:
-        terms.append(sql.SQL("i.path >= %(prefix)s::text[] AND i.path < %(prefix_end)s::text[]"))
+        terms.append(sql.SQL(PREFIX_RANGE))
     if omit_expired:
         terms.append(sql.SQL("(i.expires_at IS NULL OR i.expires_at > now())"))
     return terms
@@ -256,7 +259,7 @@ def as_of_statement(prefix: bool, shape: tuple[tuple[str, str], ...]) -> Literal
     valid then; either, when it had expired then, not. Of two versions of one item valid at once (an item
     deleted and re-created by a transaction that started before the delete), the later-written one. The
     filters test that version (after the choice: an older version passing them must not stand in)."""
-    pre = sql.SQL(" AND i.path >= %(prefix)s::text[] AND i.path < %(prefix_end)s::text[]") if prefix else sql.SQL("")
+    pre = sql.SQL(" AND " + PREFIX_RANGE) if prefix else sql.SQL("")
     filters = _and(json_terms(sql.SQL("v.value"), tuple(op for _, op in shape), "f"))
     return _text(
         sql.SQL(
