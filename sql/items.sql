@@ -108,37 +108,47 @@ AND (%(suffix)s::text[] IS NULL OR (
           AND c.label <> p.path[cardinality(p.path) - cardinality(%(suffix)s::text[]) + c.n::int])))
 
 -- name: list_paths
--- The namespace's distinct paths (one index probe per path, a loose index scan of path_key) under the
--- prefix's labels before its first "*" (%(fixed)s, a range of path_key; '{}': every path), those matching
--- the prefix and suffix conditions (a "*" label matches any one label), truncated to %(max_depth)s labels,
--- distinct again, sorted; with %(omit_expired)s a path counts only while it holds an unexpired item. The
--- scan stops at the first path past the range (tested outside each probe's LIMIT 1: a test inside would
--- read on through every item after the range).
-WITH RECURSIVE paths AS (
-    SELECT f.path_key, f.path
+-- The namespace's distinct paths matching the prefix and suffix conditions (a "*" label matches any one
+-- label; with %(omit_expired)s a path counts only while it holds an unexpired item), truncated to
+-- %(max_depth)s labels, sorted, a page of them. One walk in path_key order (a path's key orders as the path,
+-- and its subtree is one range: pgmem.path_key), an index probe per step, under the prefix's labels before
+-- its first "*" (%(fixed)s, a range; '{}': every path): after a path that matches and is cut (its first
+-- %(max_depth)s labels), the next probe starts past the subtree of the cut, which lists once, else just past
+-- the path; the walk stops
+-- once it has %(offset)s + %(limit)s matches, or past the range (tested outside each probe's LIMIT 1: inside,
+-- it would read on through every item after the range). `before`: the matches before a step.
+WITH RECURSIVE walk AS (
+    SELECT p.path_key, p.path, {{path_listed}} AS ok, 0::bigint AS before
     FROM (SELECT i.path_key, i.path FROM pgmem.items AS i
           WHERE i.namespace = %(ns)s AND i.path_key >= pgmem.path_key(%(fixed)s::text[])
-          ORDER BY i.path_key LIMIT 1) AS f
-    WHERE pgmem.path_prefix_end(%(fixed)s::text[]) IS NULL OR f.path_key < pgmem.path_prefix_end(%(fixed)s::text[])
+          ORDER BY i.path_key LIMIT 1) AS p
+    WHERE pgmem.path_prefix_end(%(fixed)s::text[]) IS NULL OR p.path_key < pgmem.path_prefix_end(%(fixed)s::text[])
     UNION ALL
-    SELECT n.path_key, n.path
-    FROM paths
-    CROSS JOIN LATERAL (SELECT i.path_key, i.path FROM pgmem.items AS i
-                        WHERE i.namespace = %(ns)s AND i.path_key > paths.path_key
-                        ORDER BY i.path_key LIMIT 1) AS n
-    WHERE pgmem.path_prefix_end(%(fixed)s::text[]) IS NULL OR n.path_key < pgmem.path_prefix_end(%(fixed)s::text[])
-), matching AS (
-    SELECT p.path FROM paths AS p
-    WHERE {{path_matches}}
-      AND (NOT %(omit_expired)s OR EXISTS (
-          SELECT 1 FROM pgmem.items AS i
-          WHERE i.namespace = %(ns)s AND i.path_key = p.path_key
-            AND (i.expires_at IS NULL OR i.expires_at > now())))
+    SELECT p.path_key, p.path, {{path_listed}}, w.before + w.ok::int
+    FROM walk AS w
+    CROSS JOIN LATERAL (
+        SELECT i.path_key, i.path FROM pgmem.items AS i
+        WHERE i.namespace = %(ns)s
+          AND i.path_key >= CASE WHEN w.ok AND cardinality(w.path) >= %(max_depth)s::int
+                                 THEN pgmem.path_prefix_end(w.path[1:%(max_depth)s::int])
+                                 ELSE w.path_key || E'\x01' END  -- the next text after the key
+        ORDER BY i.path_key LIMIT 1) AS p
+    WHERE w.before + w.ok::int < %(offset)s + %(limit)s
+      AND (pgmem.path_prefix_end(%(fixed)s::text[]) IS NULL OR p.path_key < pgmem.path_prefix_end(%(fixed)s::text[]))
 )
-SELECT DISTINCT CASE WHEN %(max_depth)s::int IS NULL THEN m.path ELSE m.path[1:%(max_depth)s::int] END AS path
-FROM matching AS m
+SELECT CASE WHEN %(max_depth)s::int IS NULL THEN w.path ELSE w.path[1:%(max_depth)s::int] END AS path
+FROM walk AS w
+WHERE w.ok
 ORDER BY 1
 LIMIT %(limit)s OFFSET %(offset)s;
+
+-- fragment: path_listed
+-- Whether list_paths lists the path p.path: it matches the conditions, and (%(omit_expired)s) it holds an
+-- unexpired item.
+{{path_matches}}
+AND (NOT %(omit_expired)s OR EXISTS (
+    SELECT 1 FROM pgmem.items AS x
+    WHERE x.namespace = %(ns)s AND x.path_key = p.path_key AND (x.expires_at IS NULL OR x.expires_at > now())))
 
 -- name: list_paths_as_of
 -- list_paths as the store was at %(at)s (migration 0022): the paths that held an item then, by the rule of

@@ -371,10 +371,12 @@ class AsyncItemRepository(AsyncRepository):
             raise InvalidInput(f"max_depth must be a positive integer, got {max_depth!r}")
         pre = plan.check_path(prefix, "prefix", empty=True) if prefix is not None else ()
         suf = plan.check_path(suffix, "suffix", empty=True) if suffix is not None else ()
+        # The labels before the first "*": the paths under them are one range of path keys, the only ones
+        # read. A prefix without "*" is that range: no label is tested again.
+        fixed = list(itertools.takewhile(lambda label: label != "*", pre))
         params: dict[str, Any] = {
-            "prefix": list(pre) or None,
-            # The labels before the first "*": the paths under them are one range of path keys to scan.
-            "fixed": list(itertools.takewhile(lambda label: label != "*", pre)),
+            "prefix": list(pre) if len(fixed) < len(pre) else None,
+            "fixed": fixed,
             "suffix": list(suf) or None,
             "max_depth": max_depth,
             "limit": limit,
