@@ -133,7 +133,7 @@ WITH RECURSIVE walk AS (
                                  THEN pgmem.path_prefix_end(w.path[1:%(max_depth)s::int])
                                  ELSE w.path_key || E'\x01' END  -- the next text after the key
         ORDER BY i.path_key LIMIT 1) AS p
-    WHERE w.before + w.ok::int < %(offset)s + %(limit)s
+    WHERE w.before + w.ok::int < %(offset)s::bigint + %(limit)s::bigint
       AND (pgmem.path_prefix_end(%(fixed)s::text[]) IS NULL OR p.path_key < pgmem.path_prefix_end(%(fixed)s::text[]))
 )
 SELECT CASE WHEN %(max_depth)s::int IS NULL THEN w.path ELSE w.path[1:%(max_depth)s::int] END AS path
