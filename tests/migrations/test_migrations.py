@@ -231,6 +231,44 @@ def test_revision_0011_copies_the_existing_archive_into_its_refs(dsn: str) -> No
         assert conn.execute("SELECT count(*) FROM pgmem.messages WHERE id = 'j1'").fetchone() == (1,)
 
 
+def test_revision_0026_keys_the_items_and_history_there_by_their_paths(dsn: str) -> None:
+    """Items and versions written before 0026 get their path_key on the upgrade (the primary keys lead
+    with it), and are found by it; the downgrade puts the path back in front, the items unchanged."""
+    paths = [("a",), ("a", "b"), ("a\x01",), ("a\x02", "é"), ("b",)]
+    _alembic(dsn, "downgrade", "0025")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for n, path in enumerate(paths):
+            conn.execute(
+                "INSERT INTO pgmem.items (namespace, path, key, value) VALUES ('test', %s, 'k', %s)",
+                (list(path), f'{{"n": {n}}}'),
+            )
+        conn.execute("UPDATE pgmem.items SET value = '{\"n\": -1}', updated_at = now() + interval '1 s'")
+    _alembic(dsn, "upgrade", "head")
+    with psycopg.connect(dsn) as conn:
+        keyed = conn.execute(
+            "SELECT count(*) FILTER (WHERE path_key = pgmem.path_key(path)), count(*) FROM pgmem.items"
+        ).fetchone()
+        history = conn.execute(
+            "SELECT count(*) FROM pgmem.item_history WHERE path_key = pgmem.path_key(path)"
+        ).fetchone()
+        pkey = conn.execute(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'items_pkey'"
+        ).fetchone()
+    assert keyed == (len(paths), len(paths)) and history == (len(paths),)
+    assert pkey == ("PRIMARY KEY (namespace, path_key, key)",)
+    with pgmem.connect(dsn, namespace="test", min_size=0, max_size=1, migrate=False) as client:
+        assert client.items.list_paths(prefix=("a",)) == [("a",), ("a", "b")]
+        assert [client.items.get_many(p, ["k"])[0].value for p in paths] == [{"n": -1}] * len(paths)  # type: ignore[union-attr]
+    _alembic(dsn, "downgrade", "0025")
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT path FROM pgmem.items ORDER BY path").fetchall()
+        pkey = conn.execute(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'items_pkey'"
+        ).fetchone()
+    assert [tuple(r[0]) for r in rows] == sorted(paths) and pkey == ("PRIMARY KEY (namespace, path, key)",)
+    _alembic(dsn, "upgrade", "head")
+
+
 def test_connect_without_migrate_refuses_an_empty_database(empty_dsn: str) -> None:
     with pytest.raises(pgmem.SchemaOutOfDate):
         pgmem.connect(empty_dsn, migrate=False)
