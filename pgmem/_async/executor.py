@@ -123,7 +123,7 @@ class AsyncExecutor:
                     exc.may_have_committed = not _reads(query, reads)
                     raise
                 except ConnectionFailed as exc:
-                    client._lost(exc)
+                    client._lost(exc, connection)
                     if attempt == 2:
                         raise
                     harmless = _reads(query, reads) or idempotent or params.get(IDEMPOTENCY_PARAM) is not None
@@ -165,7 +165,7 @@ class AsyncExecutor:
                     exc.may_have_committed = not reads
                     raise
                 except ConnectionFailed as exc:
-                    client._lost(exc)
+                    client._lost(exc, connection)
                     if attempt == 2:
                         raise
                     retry_or_raise(exc, connection, client.owns_transactions, reads)
@@ -217,7 +217,7 @@ class AsyncExecutor:
                             yield AsyncBlock(conn, client.namespace)
                             done = True
                 except (psycopg.Error, PgmemError) as exc:
-                    client._lost(exc)
+                    client._lost(exc, connection)
                     if done and ours:
                         first = statement_error(exc)
                         _at_commit(first, reads)

@@ -527,10 +527,12 @@ class Client:
                 finally:
                     self._pool.putconn(conn)
 
-    def _lost(self, exc: BaseException) -> None:
-        """``exc`` ended a call: when it means a connection was lost, the pool replaces every connection it
-        opened before (:func:`pgmem._async.pooling.lost`), so a retry runs on one opened after the loss."""
-        if self._pool is not None and connection_lost(exc):
+    def _lost(self, exc: BaseException, connection: Connection[Any] | None) -> None:
+        """``exc`` ended a call on a connection of the pool (``connection`` None): when it means that
+        connection was lost, the pool replaces every connection it opened before
+        (:func:`pgmem._async.pooling.lost`), so a retry runs on one opened after the loss. A caller's
+        connection, or a replica's, says nothing of the pool's."""
+        if connection is None and self._pool is not None and connection_lost(exc):
             lost(self._pool)
 
     def _used(self, conn: Connection[Any]) -> None:
@@ -560,7 +562,7 @@ class Client:
                         failed = True
                         raise
             except psycopg.Error as exc:
-                self._lost(exc)
+                self._lost(exc, connection)
                 if failed:
                     raise
                 # BEGIN or COMMIT failed (psycopg's Transaction runs them outside any statement of ours).

@@ -124,7 +124,7 @@ class Executor:
                     exc.may_have_committed = not _reads(query, reads)
                     raise
                 except ConnectionFailed as exc:
-                    client._lost(exc)
+                    client._lost(exc, connection)
                     if attempt == 2:
                         raise
                     harmless = _reads(query, reads) or idempotent or params.get(IDEMPOTENCY_PARAM) is not None
@@ -166,7 +166,7 @@ class Executor:
                     exc.may_have_committed = not reads
                     raise
                 except ConnectionFailed as exc:
-                    client._lost(exc)
+                    client._lost(exc, connection)
                     if attempt == 2:
                         raise
                     retry_or_raise(exc, connection, client.owns_transactions, reads)
@@ -218,7 +218,7 @@ class Executor:
                             yield Block(conn, client.namespace)
                             done = True
                 except (psycopg.Error, PgmemError) as exc:
-                    client._lost(exc)
+                    client._lost(exc, connection)
                     if done and ours:
                         first = statement_error(exc)
                         _at_commit(first, reads)

@@ -172,3 +172,23 @@ def test_after_a_loss_the_pool_replaces_the_connections_it_opened_before(
             for conn in later:
                 pool.putconn(conn)
         assert client.messages.count("m") == 0
+
+
+def test_a_callers_lost_connection_leaves_the_pools_connections_alone(dsn: str) -> None:
+    """A loss on the caller's connection says nothing of the pool's: they are kept (replacing them would
+    cost every one a reconnection for nothing)."""
+    with pgmem.connect(dsn, namespace="exec", min_size=2, max_size=2) as client:
+        pool = client._pool
+        assert pool is not None
+        pool.wait()
+        held = [pool.getconn() for _ in range(2)]
+        before = {conn.info.backend_pid for conn in held}
+        for conn in held:
+            pool.putconn(conn)
+        with psycopg.connect(dsn, autocommit=True) as mine:
+            mine.execute("SET ROLE pgmem_app")
+            _terminate(dsn, mine.info.backend_pid)
+            with pytest.raises(ConnectionFailed):
+                client.messages.count("m", connection=mine)
+        (used,) = client.executor.rows("SELECT pg_backend_pid()", {}, scoped=False)[0]
+        assert used in before  # taken as it was, not replaced
