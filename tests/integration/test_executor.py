@@ -144,6 +144,19 @@ def test_a_removal_lost_on_the_way_may_have_committed(client: pgmem.Client, dsn:
     assert client.messages.count("m") == 1  # the backend was gone before the statements: they never ran
 
 
+def _pool_backends(client: pgmem.Client, n: int) -> set[int]:
+    """The backends of the client's ``n`` pool connections (all of it: taken at once, then given back)."""
+    pool = client._pool
+    assert pool is not None
+    pool.wait()
+    held = [pool.getconn(timeout=10) for _ in range(n)]
+    try:
+        return {conn.info.backend_pid for conn in held}
+    finally:
+        for conn in held:
+            pool.putconn(conn)
+
+
 def test_after_a_loss_the_pool_replaces_the_connections_it_opened_before(
     dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -153,24 +166,13 @@ def test_after_a_loss_the_pool_replaces_the_connections_it_opened_before(
     check, which made 1 in 51,232 retries fail under load (tests/faults/test_terminated.py)."""
     monkeypatch.setattr(pgmem._sync.pooling, "idle_broken", lambda conn: conn.closed)
     with pgmem.connect(dsn, namespace="exec", min_size=3, max_size=3) as client:
-        pool = client._pool
-        assert pool is not None
-        pool.wait()
-        held = [pool.getconn() for _ in range(3)]
-        before = {conn.info.backend_pid for conn in held}
-        for conn in held:
-            pool.putconn(conn)
+        before = _pool_backends(client, 3)
         (next_pid,) = client.executor.rows("SELECT pg_backend_pid()", {}, scoped=False)[0]
         assert next_pid in before
         _terminate(dsn, next_pid)  # the connection the next call takes (the pool hands out its newest)
         (retried_on,) = client.executor.rows("SELECT pg_backend_pid()", {}, scoped=False)[0]
         assert retried_on not in before
-        later = [pool.getconn(timeout=10) for _ in range(3)]
-        try:
-            assert {conn.info.backend_pid for conn in later}.isdisjoint(before)
-        finally:
-            for conn in later:
-                pool.putconn(conn)
+        assert _pool_backends(client, 3).isdisjoint(before)
         assert client.messages.count("m") == 0
 
 
@@ -178,13 +180,7 @@ def test_a_callers_lost_connection_leaves_the_pools_connections_alone(dsn: str) 
     """A loss on the caller's connection says nothing of the pool's: they are kept (replacing them would
     cost every one a reconnection for nothing)."""
     with pgmem.connect(dsn, namespace="exec", min_size=2, max_size=2) as client:
-        pool = client._pool
-        assert pool is not None
-        pool.wait()
-        held = [pool.getconn() for _ in range(2)]
-        before = {conn.info.backend_pid for conn in held}
-        for conn in held:
-            pool.putconn(conn)
+        before = _pool_backends(client, 2)
         with psycopg.connect(dsn, autocommit=True) as mine:
             mine.execute("SET ROLE pgmem_app")
             _terminate(dsn, mine.info.backend_pid)
