@@ -51,8 +51,9 @@ def _logins(conn: psycopg.Connection[tuple[int, ...]]) -> list[int]:
 
 def _backends(conn: psycopg.Connection[tuple[int, ...]], expected: int) -> int:
     """Client backends connected to this database besides the observer, once there are ``expected`` of
-    them or after 10 s (a closed connection's backend exits a moment after the client hangs up)."""
-    deadline = time.monotonic() + 10
+    them or after 120 s (a closed connection's backend exits a moment after the client hangs up; a busy
+    machine can take long)."""
+    deadline = time.monotonic() + 120
     while True:
         row = conn.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND backend_type = "

@@ -606,7 +606,7 @@ def test_the_sweeper_thread_sweeps_and_stops(client: pgmem.Client, dsn: str) -> 
     store.put(("t",), "x", {"v": 1})
     _age(dsn, "x", 2)
     future = store.start_ttl_sweeper()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 120  # generous: only a failure waits this long
     while store.get(("t",), "x") is not None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert store.get(("t",), "x") is None
@@ -619,7 +619,7 @@ async def test_the_async_sweeper_task_sweeps_and_stops(aclient: pgmem.AsyncClien
     await store.aput(("t",), "x", {"v": 1})
     _age(dsn, "x", 2)
     await store.start_ttl_sweeper()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 120
     while await store.aget(("t",), "x") is not None and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     assert await store.aget(("t",), "x") is None
