@@ -15,21 +15,23 @@ SELECT EXISTS (SELECT 1 FROM pgmem.memories WHERE namespace = %(ns)s)
 -- item_history ids; the file carries none, the target draws items' ids afresh): the id of the item whose
 -- lifetime the version belongs to, the current item of the same path, key and created_at; else (an item
 -- deleted since, or re-created: a lifetime of its own) one new id per path, key and created_at from the
--- items' identity, which no item of the target has. Returns the versions given their ids.
+-- items' identity, which no item of the target has. Returns the versions given their ids. Paths are
+-- compared by path_key (migration 0026): text[]'s comparisons make no index condition under row-level
+-- security.
 WITH lives AS MATERIALIZED (
-    SELECT l.path, l.key, l.created_at,
+    SELECT l.path_key, l.key, l.created_at,
            coalesce((SELECT i.id FROM pgmem.items AS i
-                     WHERE i.namespace = %(ns)s AND i.path = l.path AND i.key = l.key
+                     WHERE i.namespace = %(ns)s AND i.path_key = l.path_key AND i.key = l.key
                        AND i.created_at = l.created_at),
                     nextval(pg_get_serial_sequence('pgmem.items', 'id'))) AS item_id
-    FROM (SELECT DISTINCT h.path, h.key, h.created_at FROM pgmem.item_history AS h
+    FROM (SELECT DISTINCT h.path_key, h.key, h.created_at FROM pgmem.item_history AS h
           WHERE h.namespace = %(ns)s AND h.id = ANY(%(ids)s::bigint[])
           ORDER BY 1, 2, 3) AS l
 ), given AS (
     UPDATE pgmem.item_history AS h SET item_id = lives.item_id
     FROM lives
     WHERE h.namespace = %(ns)s AND h.id = ANY(%(ids)s::bigint[])
-      AND h.path = lives.path AND h.key = lives.key AND h.created_at = lives.created_at
+      AND h.path_key = lives.path_key AND h.key = lives.key AND h.created_at = lives.created_at
     RETURNING 1
 )
 SELECT count(*) FROM given;

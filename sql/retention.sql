@@ -614,15 +614,18 @@ SELECT DISTINCT namespace FROM pgmem.retention_policies ORDER BY 1;
 -- name: item_history_batch
 -- Up to %(limit)s versions of the namespace's items (pgmem.item_history, migration 0022) replaced or
 -- deleted before the policy's cutoff, oldest first (on item_history_valid_to_idx). Returns how many.
+-- The locked rows are deleted by ctid (tideq is leakproof: a TID scan per row under row-level security).
+-- By path and key, text[]'s comparison made no index condition and every batch hashed every version
+-- of the namespace: 10 ms a batch of 1,000 beside 40k versions, 2 ms by ctid.
 WITH target AS (
-    SELECT h.path, h.key, h.id FROM pgmem.item_history AS h
+    SELECT h.ctid AS tid FROM pgmem.item_history AS h
     WHERE h.namespace = %(ns)s AND h.valid_to < {{policy_cutoff}}
     ORDER BY h.valid_to
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), gone AS (
     DELETE FROM pgmem.item_history AS h USING target
-    WHERE h.namespace = %(ns)s AND h.path = target.path AND h.key = target.key AND h.id = target.id
+    WHERE h.namespace = %(ns)s AND h.ctid = target.tid
     RETURNING 1
 )
 SELECT count(*) FROM gone;
