@@ -107,34 +107,39 @@ AND (%(suffix)s::text[] IS NULL OR (
         WHERE c.label <> '*'
           AND c.label <> p.path[cardinality(p.path) - cardinality(%(suffix)s::text[]) + c.n::int])))
 
+-- fragment: path_in_range
+-- Whether the path key p.path_key is under the labels %(fixed)s (list_paths: before the prefix's first "*").
+(pgmem.path_prefix_end(%(fixed)s::text[]) IS NULL OR p.path_key < pgmem.path_prefix_end(%(fixed)s::text[]))
+
+-- fragment: path_next_key
+-- Where a walk of list_paths goes after the path w.path: past the subtree of its cut when it was listed
+-- and cut (its first %(max_depth)s labels: the cut lists once), else to the next text after its key.
+CASE WHEN w.ok AND cardinality(w.path) >= %(max_depth)s::int
+     THEN pgmem.path_prefix_end(w.path[1:%(max_depth)s::int])
+     ELSE w.path_key || E'\x01' END
+
 -- name: list_paths
 -- The namespace's distinct paths matching the prefix and suffix conditions (a "*" label matches any one
 -- label; with %(omit_expired)s a path counts only while it holds an unexpired item), truncated to
 -- %(max_depth)s labels, sorted, a page of them. One walk in path_key order (a path's key orders as the path,
 -- and its subtree is one range: pgmem.path_key), an index probe per step, under the prefix's labels before
--- its first "*" (%(fixed)s, a range; '{}': every path): after a path that matches and is cut (its first
--- %(max_depth)s labels), the next probe starts past the subtree of the cut, which lists once, else just past
--- the path; the walk stops
--- once it has %(offset)s + %(limit)s matches, or past the range (tested outside each probe's LIMIT 1: inside,
--- it would read on through every item after the range). `before`: the matches before a step.
+-- its first "*" (%(fixed)s, a range; '{}': every path): each step goes where path_next_key says; the walk
+-- stops once it has %(offset)s + %(limit)s matches, or past the range (tested outside each probe's LIMIT 1:
+-- inside, it would read on through every item after the range). `before`: the matches before a step.
 WITH RECURSIVE walk AS (
     SELECT p.path_key, p.path, {{path_listed}} AS ok, 0::bigint AS before
     FROM (SELECT i.path_key, i.path FROM pgmem.items AS i
           WHERE i.namespace = %(ns)s AND i.path_key >= pgmem.path_key(%(fixed)s::text[])
           ORDER BY i.path_key LIMIT 1) AS p
-    WHERE pgmem.path_prefix_end(%(fixed)s::text[]) IS NULL OR p.path_key < pgmem.path_prefix_end(%(fixed)s::text[])
+    WHERE {{path_in_range}}
     UNION ALL
     SELECT p.path_key, p.path, {{path_listed}}, w.before + w.ok::int
     FROM walk AS w
     CROSS JOIN LATERAL (
         SELECT i.path_key, i.path FROM pgmem.items AS i
-        WHERE i.namespace = %(ns)s
-          AND i.path_key >= CASE WHEN w.ok AND cardinality(w.path) >= %(max_depth)s::int
-                                 THEN pgmem.path_prefix_end(w.path[1:%(max_depth)s::int])
-                                 ELSE w.path_key || E'\x01' END  -- the next text after the key
+        WHERE i.namespace = %(ns)s AND i.path_key >= {{path_next_key}}
         ORDER BY i.path_key LIMIT 1) AS p
-    WHERE w.before + w.ok::int < %(offset)s::bigint + %(limit)s::bigint
-      AND (pgmem.path_prefix_end(%(fixed)s::text[]) IS NULL OR p.path_key < pgmem.path_prefix_end(%(fixed)s::text[]))
+    WHERE w.before + w.ok::int < %(offset)s::bigint + %(limit)s::bigint AND {{path_in_range}}
 )
 SELECT CASE WHEN %(max_depth)s::int IS NULL THEN w.path ELSE w.path[1:%(max_depth)s::int] END AS path
 FROM walk AS w
@@ -150,50 +155,48 @@ AND (NOT %(omit_expired)s OR EXISTS (
     SELECT 1 FROM pgmem.items AS x
     WHERE x.namespace = %(ns)s AND x.path_key = p.path_key AND (x.expires_at IS NULL OR x.expires_at > now())))
 
+-- fragment: path_listed_as_of
+-- Whether list_paths_as_of lists the path p.path: it matches the conditions and held an item at %(at)s, by
+-- the rule of get_as_of (the current row written by then, else a version of pgmem.item_history valid then;
+-- one that had expired then does not count).
+{{path_matches}}
+AND (EXISTS (SELECT 1 FROM pgmem.items AS i
+             WHERE i.namespace = %(ns)s AND i.path_key = p.path_key AND i.updated_at <= %(at)s
+               AND (i.expires_at IS NULL OR i.expires_at > %(at)s))
+     OR EXISTS (SELECT 1 FROM pgmem.item_history AS h
+                WHERE h.namespace = %(ns)s AND h.path_key = p.path_key AND h.valid_from <= %(at)s
+                  AND h.valid_to > %(at)s AND (h.expires_at IS NULL OR h.expires_at > %(at)s)))
+
+-- fragment: path_keys_from
+-- The first path key at or after `bound` (a column of the walk) in either table: a path whose items were
+-- all deleted since is only in the history.
+SELECT k.path_key, k.path
+FROM ((SELECT i.path_key, i.path FROM pgmem.items AS i
+       WHERE i.namespace = %(ns)s AND i.path_key >= b.bound ORDER BY i.path_key LIMIT 1)
+      UNION ALL
+      (SELECT h.path_key, h.path FROM pgmem.item_history AS h
+       WHERE h.namespace = %(ns)s AND h.path_key >= b.bound ORDER BY h.path_key LIMIT 1)) AS k
+ORDER BY k.path_key LIMIT 1
+
 -- name: list_paths_as_of
--- list_paths as the store was at %(at)s (migration 0022): the paths that held an item then, by the rule of
--- get_as_of (the current row written by then, else a version of pgmem.item_history valid then; one that
--- had expired then does not count). The distinct paths of both tables under the prefix's fixed labels (a
--- loose index scan of each: a path whose items were all deleted since is only in the history), then the
--- same conditions and cut.
-WITH RECURSIVE paths AS (
-    SELECT f.path_key, f.path
-    FROM (SELECT i.path_key, i.path FROM pgmem.items AS i
-          WHERE i.namespace = %(ns)s AND i.path_key >= pgmem.path_key(%(fixed)s::text[])
-          ORDER BY i.path_key LIMIT 1) AS f
-    WHERE pgmem.path_prefix_end(%(fixed)s::text[]) IS NULL OR f.path_key < pgmem.path_prefix_end(%(fixed)s::text[])
+-- list_paths as the store was at %(at)s (migration 0022): the paths that held an item then
+-- (path_listed_as_of). The same walk as list_paths', over the keys of both tables (each step: the
+-- nearer of one probe in each), with the same early stop.
+WITH RECURSIVE walk AS (
+    SELECT p.path_key, p.path, {{path_listed_as_of}} AS ok, 0::bigint AS before
+    FROM (SELECT pgmem.path_key(%(fixed)s::text[]) AS bound) AS b
+    CROSS JOIN LATERAL ({{path_keys_from}}) AS p
+    WHERE {{path_in_range}}
     UNION ALL
-    SELECT n.path_key, n.path
-    FROM paths
-    CROSS JOIN LATERAL (SELECT i.path_key, i.path FROM pgmem.items AS i
-                        WHERE i.namespace = %(ns)s AND i.path_key > paths.path_key
-                        ORDER BY i.path_key LIMIT 1) AS n
-    WHERE pgmem.path_prefix_end(%(fixed)s::text[]) IS NULL OR n.path_key < pgmem.path_prefix_end(%(fixed)s::text[])
-), past AS (
-    SELECT f.path_key, f.path
-    FROM (SELECT h.path_key, h.path FROM pgmem.item_history AS h
-          WHERE h.namespace = %(ns)s AND h.path_key >= pgmem.path_key(%(fixed)s::text[])
-          ORDER BY h.path_key LIMIT 1) AS f
-    WHERE pgmem.path_prefix_end(%(fixed)s::text[]) IS NULL OR f.path_key < pgmem.path_prefix_end(%(fixed)s::text[])
-    UNION ALL
-    SELECT n.path_key, n.path
-    FROM past
-    CROSS JOIN LATERAL (SELECT h.path_key, h.path FROM pgmem.item_history AS h
-                        WHERE h.namespace = %(ns)s AND h.path_key > past.path_key
-                        ORDER BY h.path_key LIMIT 1) AS n
-    WHERE pgmem.path_prefix_end(%(fixed)s::text[]) IS NULL OR n.path_key < pgmem.path_prefix_end(%(fixed)s::text[])
-), matching AS (
-    SELECT p.path FROM (SELECT path_key, path FROM paths UNION SELECT path_key, path FROM past) AS p
-    WHERE {{path_matches}}
-      AND (EXISTS (SELECT 1 FROM pgmem.items AS i
-                   WHERE i.namespace = %(ns)s AND i.path_key = p.path_key AND i.updated_at <= %(at)s
-                     AND (i.expires_at IS NULL OR i.expires_at > %(at)s))
-           OR EXISTS (SELECT 1 FROM pgmem.item_history AS h
-                      WHERE h.namespace = %(ns)s AND h.path_key = p.path_key AND h.valid_from <= %(at)s
-                        AND h.valid_to > %(at)s AND (h.expires_at IS NULL OR h.expires_at > %(at)s)))
+    SELECT p.path_key, p.path, {{path_listed_as_of}}, w.before + w.ok::int
+    FROM walk AS w
+    CROSS JOIN LATERAL (SELECT {{path_next_key}} AS bound) AS b
+    CROSS JOIN LATERAL ({{path_keys_from}}) AS p
+    WHERE w.before + w.ok::int < %(offset)s::bigint + %(limit)s::bigint AND {{path_in_range}}
 )
-SELECT DISTINCT CASE WHEN %(max_depth)s::int IS NULL THEN m.path ELSE m.path[1:%(max_depth)s::int] END AS path
-FROM matching AS m
+SELECT CASE WHEN %(max_depth)s::int IS NULL THEN w.path ELSE w.path[1:%(max_depth)s::int] END AS path
+FROM walk AS w
+WHERE w.ok
 ORDER BY 1
 LIMIT %(limit)s OFFSET %(offset)s;
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -59,11 +60,13 @@ def test_list_paths_and_search_under_a_prefix(filled: str, prefix: tuple[str, ..
             assert item is not None and tuple(item.value["p"]) == path
 
 
-def _listed(prefix: tuple[str, ...], suffix: tuple[str, ...], depth: int | None) -> list[tuple[str, ...]]:
+def _listed(
+    prefix: tuple[str, ...], suffix: tuple[str, ...], depth: int | None, paths: list[tuple[str, ...]] = PATHS
+) -> list[tuple[str, ...]]:
     def fits(p: tuple[str, ...], cond: tuple[str, ...]) -> bool:
         return len(p) >= len(cond) and all(x == "*" or x == y for x, y in zip(cond, p, strict=False))
 
-    kept = {p[:depth] if depth else p for p in PATHS if fits(p, prefix) and fits(p[::-1], suffix[::-1])}
+    kept = {p[:depth] if depth else p for p in paths if fits(p, prefix) and fits(p[::-1], suffix[::-1])}
     return sorted(kept)
 
 
@@ -81,6 +84,39 @@ def test_list_paths_pages_of_cut_and_filtered_paths(
         for limit, offset in [(1000, 0), (3, 0), (3, 2), (7, 5), (5, len(expected))]:
             got = client.items.list_paths(prefix=prefix, suffix=suffix, max_depth=depth, limit=limit, offset=offset)
             assert got == expected[offset : offset + limit], (limit, offset)
+
+
+@pytest.mark.parametrize(
+    ("prefix", "suffix", "depth"),
+    [((), (), 1), ((), (), 2), (("a",), (), 2), ((), ("b",), 1), (("a", "*"), ("\x02",), 2), (("*",), ("é",), None)],
+)
+def test_list_paths_as_of_pages_through_both_tables(
+    filled: str, prefix: tuple[str, ...], suffix: tuple[str, ...], depth: int | None
+) -> None:
+    """The as-of walk steps through the keys of the items and of their history at once: after the mark,
+    a third of the paths lost their items (only the history has them) and new paths came (only the items,
+    written too late to count, some inside subtrees a cut skips). Every page as of the mark lists what was
+    there, and as of now what is there."""
+    with pgmem.connect(filled, namespace="paths") as client, psycopg.connect(filled, autocommit=True) as clock:
+        at = _clock(clock)
+        gone = PATHS[::3]
+        client.items.put_many([{"path": p, "key": "k", "value": None} for p in gone])
+        later = sorted({(*p, "new") for p in PATHS if len(p) < 3} | {("new",), ("\x01", "\x01")} - set(PATHS))
+        client.items.put_many([{"path": p, "key": "k", "value": {}} for p in later])
+        now = sorted(set(PATHS) - set(gone) | set(later))
+        for when, paths in ((at, PATHS), (_clock(clock), now)):
+            expected = _listed(prefix, suffix, depth, paths)
+            for limit, offset in [(1000, 0), (3, 0), (3, 2), (7, 5), (5, len(expected))]:
+                got = client.items.list_paths(
+                    prefix=prefix, suffix=suffix, max_depth=depth, limit=limit, offset=offset, as_of=when
+                )
+                assert got == expected[offset : offset + limit], (when, limit, offset)
+
+
+def _clock(conn: psycopg.Connection[Any]) -> datetime:
+    row = conn.execute("SELECT clock_timestamp()").fetchone()
+    assert row is not None
+    return row[0]
 
 
 def test_list_paths_skips_expired_paths_and_lists_the_subtree_of_a_live_one(dsn: str) -> None:
