@@ -31,18 +31,25 @@ FROM settled;
 -- summarises what it inherits after the summaries it took from its parent (sql/forks.sql, fork). A memory
 -- that is no fork is read by its own entries (one branch runs, as in by_role): through the lineage's rows
 -- the planner hash-joined every message of the namespace, 48 ms for a memory of 50 beside one of 100k.
+-- Each branch takes its own first %(limit)s in seq order, with the bound as a parameter (not a join with
+-- `done`): the own branch then reads the memory's entries in index order and stops; sorted as one, the
+-- union read all of them first (200 of a 100k memory: 104-148 ms, now 1.9-3.4 ms).
 WITH done AS MATERIALIZED (
     SELECT greatest(%(after)s::bigint,
                     coalesce((SELECT max(s.last_seq) FROM pgmem.summaries AS s
                               WHERE s.namespace = %(ns)s AND s.memory = %(memory)s AND s.level = 1), 0)) AS seq
 )
-SELECT e.seq, {{message_columns}}
-FROM done, {{own_messages}}
-WHERE e.seq > done.seq AND {{not_a_fork}}
+(SELECT e.seq, {{message_columns}}
+ FROM {{own_messages}}
+ WHERE e.seq > (SELECT seq FROM done) AND {{not_a_fork}}
+ ORDER BY e.seq
+ LIMIT %(limit)s)
 UNION ALL
-SELECT e.seq, {{message_columns}}
-FROM done, {{lineage_messages}}
-WHERE e.seq > done.seq AND NOT {{not_a_fork}}
+(SELECT e.seq, {{message_columns}}
+ FROM {{lineage_messages}}
+ WHERE e.seq > (SELECT seq FROM done) AND NOT {{not_a_fork}}
+ ORDER BY e.seq
+ LIMIT %(limit)s)
 ORDER BY seq
 LIMIT %(limit)s;
 

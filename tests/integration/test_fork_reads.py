@@ -143,7 +143,12 @@ def test_a_forks_summaries_are_its_parents_up_to_the_point_and_its_own(client: p
     assert [(s.level, s.first_seq, s.last_seq) for s in client.summaries.list("f")] == parent_summaries
     # The fork summarises what it inherits after them, then its own.
     client.messages.add_many("f", [Message(content=f"fork {i}") for i in range(10)])
-    assert [m.content for m in client.summaries.unsummarized("f")][:1] == ["early 20"]
+    pending = [m.content for m in client.summaries.unsummarized("f")]
+    assert pending[:1] == ["early 20"] and pending[-1] == "fork 9"
+    # a page of them, across the fork's point (inherited, then its own), and after a sequence number
+    assert [m.content for m in client.summaries.unsummarized("f", limit=7)] == pending[:7]
+    seqs = [m.seq for m in client.summaries.unsummarized("f")]
+    assert [m.content for m in client.summaries.unsummarized("f", limit=3, after_seq=seqs[4])] == pending[5:8]
     new = client.summaries.compress("f", llm, policy)
     assert new and new[0].first_seq <= fork.upto_seq < new[0].last_seq  # early 20..24 and fork 0..4
     assert "early 20" in new[0].content and "fork 4" in new[0].content and "parent" not in new[0].content

@@ -31,6 +31,8 @@ def test_compress_covers_full_chunks_then_rolls_them_up(client: pgmem.Client) ->
         "message 10 about the snake game",
         "message 11 about the snake game",
     ]
+    assert [m.content for m in client.summaries.unsummarized(MEMORY, limit=1)] == ["message 10 about the snake game"]
+    assert client.summaries.unsummarized(MEMORY, after_seq=seqs[10]) == client.summaries.unsummarized(MEMORY)[1:]
     assert client.summaries.compress(MEMORY, OfflineSummarizer(), policy) == []  # nothing new: incremental
     forced = client.summaries.compress(MEMORY, OfflineSummarizer(), policy, force=True)
     assert [(s.level, s.first_seq, s.last_seq) for s in forced] == [(1, seqs[10], seqs[11])]
