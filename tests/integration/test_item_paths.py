@@ -70,10 +70,16 @@ def _listed(
     return sorted(kept)
 
 
-@pytest.mark.parametrize(
+#: (prefix, suffix, max_depth) of the paging tests: cuts at each depth, "*" labels, a suffix, no cut.
+CUTS = pytest.mark.parametrize(
     ("prefix", "suffix", "depth"),
     [((), (), 1), ((), (), 2), (("a",), (), 2), ((), ("b",), 1), (("a", "*"), ("\x02",), 2), (("*",), ("é",), None)],
 )
+#: (limit, offset) of the pages read: all, the first, one inside, one across, one past the end (added).
+PAGES = [(1000, 0), (3, 0), (3, 2), (7, 5)]
+
+
+@CUTS
 def test_list_paths_pages_of_cut_and_filtered_paths(
     filled: str, prefix: tuple[str, ...], suffix: tuple[str, ...], depth: int | None
 ) -> None:
@@ -81,15 +87,12 @@ def test_list_paths_pages_of_cut_and_filtered_paths(
     the paths computed here."""
     expected = _listed(prefix, suffix, depth)
     with pgmem.connect(filled, namespace="paths") as client:
-        for limit, offset in [(1000, 0), (3, 0), (3, 2), (7, 5), (5, len(expected))]:
+        for limit, offset in [*PAGES, (5, len(expected))]:
             got = client.items.list_paths(prefix=prefix, suffix=suffix, max_depth=depth, limit=limit, offset=offset)
             assert got == expected[offset : offset + limit], (limit, offset)
 
 
-@pytest.mark.parametrize(
-    ("prefix", "suffix", "depth"),
-    [((), (), 1), ((), (), 2), (("a",), (), 2), ((), ("b",), 1), (("a", "*"), ("\x02",), 2), (("*",), ("é",), None)],
-)
+@CUTS
 def test_list_paths_as_of_pages_through_both_tables(
     filled: str, prefix: tuple[str, ...], suffix: tuple[str, ...], depth: int | None
 ) -> None:
@@ -106,7 +109,7 @@ def test_list_paths_as_of_pages_through_both_tables(
         now = sorted(set(PATHS) - set(gone) | set(later))
         for when, paths in ((at, PATHS), (_clock(clock), now)):
             expected = _listed(prefix, suffix, depth, paths)
-            for limit, offset in [(1000, 0), (3, 0), (3, 2), (7, 5), (5, len(expected))]:
+            for limit, offset in [*PAGES, (5, len(expected))]:
                 got = client.items.list_paths(
                     prefix=prefix, suffix=suffix, max_depth=depth, limit=limit, offset=offset, as_of=when
                 )
