@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Final
 
 #: The alembic head this version of pgmem needs (``pgmem.alembic_version.version_num`` after ``pgmem migrate``).
-SCHEMA_REVISION: Final = "0026"
+SCHEMA_REVISION: Final = "0027"
 
 __all__ = ["SCHEMA_REVISION", "is_known"]
 

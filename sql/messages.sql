@@ -244,13 +244,13 @@ hit AS MATERIALIZED (
     -- entries, not among every hit of the namespace), a fork through its lineage; one branch runs.
     SELECT e.seq, m.id, {{bm25_hit}}
     FROM q, {{own_messages}}
-    WHERE m.tsv @@ pgmem.fts_query(%(query)s) AND {{not_a_fork}}
+    WHERE m.tsv OPERATOR(pgmem.@@) pgmem.fts_query(%(query)s) AND {{not_a_fork}}
     UNION ALL
     SELECT e.seq, m.id, {{bm25_hit}}
     FROM q, pgmem.messages AS m
     JOIN pgmem.memory_entries AS e ON e.namespace = %(ns)s AND e.message_id = m.id
     JOIN {{lineage}} ON l.memory = e.memory AND e.seq <= l.upto
-    WHERE m.namespace = %(ns)s AND m.tsv @@ pgmem.fts_query(%(query)s) AND NOT {{not_a_fork}}
+    WHERE m.namespace = %(ns)s AND m.tsv OPERATOR(pgmem.@@) pgmem.fts_query(%(query)s) AND NOT {{not_a_fork}}
 ),
 {{bm25}}
 SELECT b.seq, {{message_columns}}

@@ -143,6 +143,7 @@ _MATCHES = {
     "policies": "pgmem_namespace and pgmem_admin on every table keyed by namespace, and no other permissive one",
     "grants": "pgmem_app may do what the migrations grant, no more",
     "metadata filters": "equalities use the GIN index under row-level security",
+    "keyword search": "matches use the GIN index under row-level security",
 }
 _SHOWN = 10
 REPAIR_ADVICE = (

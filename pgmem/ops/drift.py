@@ -17,6 +17,7 @@ grants                    what ``pgmem_app`` may do: migrations 0004, 0012 and 0
 functions, triggers,      sql/'s declarations replayed in a savepoint and compared as Postgres prints them;
 views                     views run with the caller's rights (pgmem.ops.drift_code, pgmem.ops.drift_access)
 metadata filters          migration 0016's containment function, operator, operator class and indexes
+keyword search            migration 0027's match function, operator, operator class and index
 ========================  ======================================================================================
 
 A difference is ``drift`` (the schema lacks or contradicts what its revision declares: ``pgmem migrate``
@@ -58,6 +59,7 @@ CATEGORIES = (
     "policies",
     "grants",
     "metadata filters",
+    "keyword search",
 )
 
 #: What brings one difference to the declaration, run in the repairing transaction.
@@ -220,8 +222,8 @@ def repair(connection: Connection) -> Verification:
 
     In order: the declared functions (a generated column needs ``pgmem.fts_document``), the tables,
     columns, indexes and constraints, the triggers and views, then row-level security, the policies, the
-    grants and the metadata filters, each fixed where it differs; last, ``messages.tsv`` is recomputed if a
-    function that computes it changed.
+    grants, the metadata filters and keyword search, each fixed where it differs; last, ``messages.tsv`` is
+    recomputed if a function that computes it changed.
 
     Raises:
         PermissionDenied: the role is neither a superuser nor the tables' owner.

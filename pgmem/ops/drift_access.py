@@ -1,4 +1,4 @@
-"""Tenants' isolation and the metadata filters against their migrations (pgmem.ops.drift).
+"""Tenants' isolation, the metadata filters and keyword search against their migrations (pgmem.ops.drift).
 
 - Row-level security: every declared table keyed by namespace has it enabled and forced, with the two
   policies of migration 0004 exactly (``pgmem_namespace`` for every role, ``pgmem_admin`` for the owner,
@@ -10,25 +10,22 @@
   USAGE on the sequences, not SELECT (their last value tells how much other tenants wrote); EXECUTE on the
   functions, SELECT on the views; and the owner's default privileges that give later tables the same.
 - Views run with the caller's rights (``security_invoker``, PostgreSQL 15+).
-- Metadata filters (migration 0016): ``pgmem.jsonb_contains`` and the operator ``pgmem.@>`` must exist;
-  their index needs a superuser (the LEAKPROOF function, operator class ``pgmem.jsonb_contains_ops``, the two
-  GIN indexes): without it, a warning (``pgmem.ops.migrate.FILTER_INDEXES`` builds them when a superuser
-  migrates or repairs).
+- Metadata filters (migration 0016) and keyword search (0027): their operators ``pgmem.@>`` and
+  ``pgmem.@@`` and functions must exist; their indexes need a superuser (the LEAKPROOF functions, the GIN
+  operator classes, the indexes): without it, a warning (pgmem.ops.leakproof).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, LiteralString
+from typing import Any, LiteralString
 
 import psycopg
 from psycopg import sql
 
-from pgmem.ops.drift import Difference, Fix, Owner, raw, running
+from pgmem.ops import leakproof
+from pgmem.ops.drift import Difference, Fix, Owner, running
 from pgmem.ops.schema import SCHEMA, metadata
-
-if TYPE_CHECKING:
-    from sqlalchemy.engine import Connection
 
 __all__ = ["APP_PRIVILEGES", "NARROWED", "differences", "namespaced"]
 
@@ -113,28 +110,6 @@ _DEFAULT_PRIVILEGES: dict[str, tuple[LiteralString, LiteralString, tuple[Literal
     "r": ("TABLES", "tables", ("DELETE", "INSERT", "SELECT", "UPDATE")),
     "S": ("SEQUENCES", "sequences", ("USAGE",)),
 }
-_FILTERS = """
-SELECT to_regprocedure('pgmem.jsonb_contains(jsonb,jsonb)') IS NOT NULL,
-       coalesce((SELECT proleakproof FROM pg_proc WHERE oid = to_regprocedure('pgmem.jsonb_contains(jsonb,jsonb)')),
-                false),
-       to_regoperator('pgmem.@>(jsonb,jsonb)') IS NOT NULL,
-       EXISTS (SELECT 1 FROM pg_opclass WHERE opcname = 'jsonb_contains_ops' AND opcnamespace = 'pgmem'::regnamespace),
-       (SELECT o.opcname::text FROM pg_index AS i JOIN pg_opclass AS o ON o.oid = i.indclass[0]
-        WHERE i.indexrelid = to_regclass('pgmem.messages_metadata_idx')),
-       (SELECT o.opcname::text FROM pg_index AS i JOIN pg_opclass AS o ON o.oid = i.indclass[0]
-        WHERE i.indexrelid = to_regclass('pgmem.items_value_idx'))"""
-# Migration 0016's function and operator, the function as a superuser or another role may declare it.
-_CONTAINS: dict[bool, LiteralString] = {
-    True: "CREATE FUNCTION pgmem.jsonb_contains(jsonb, jsonb) RETURNS boolean"
-    " LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE LEAKPROOF AS 'jsonb_contains'",
-    False: "CREATE FUNCTION pgmem.jsonb_contains(jsonb, jsonb) RETURNS boolean"
-    " LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS 'SELECT $1 @> $2'",
-}
-_OPERATOR = """
-CREATE OPERATOR pgmem.@> (
-    LEFTARG = jsonb, RIGHTARG = jsonb, FUNCTION = pgmem.jsonb_contains,
-    RESTRICT = matchingsel, JOIN = matchingjoinsel
-)"""
 
 
 def namespaced() -> list[str]:
@@ -293,45 +268,8 @@ def _views(conn: psycopg.Connection[Any]) -> Iterator[Difference]:
             yield Difference("views", f"pgmem.{name}", detail, fix=fix)
 
 
-def _filters(conn: psycopg.Connection[Any], who: Owner) -> Iterator[Difference]:
-    row = conn.execute(_FILTERS).fetchone()
-    assert row is not None
-    function, leakproof, operator, opclass, metadata_index, value_index = row
-
-    def declare(connection: Connection) -> None:
-        c = raw(connection)
-        if c.execute("SELECT to_regprocedure('pgmem.jsonb_contains(jsonb,jsonb)') IS NULL").fetchone() == (True,):
-            c.execute(_CONTAINS[who.superuser])
-        if c.execute("SELECT to_regoperator('pgmem.@>(jsonb,jsonb)') IS NULL").fetchone() == (True,):
-            c.execute(_OPERATOR)
-
-    if not function:
-        yield Difference("metadata filters", "pgmem.jsonb_contains(jsonb, jsonb)", "missing", fix=declare)
-    if not operator:
-        yield Difference("metadata filters", "pgmem.@>(jsonb, jsonb)", "missing", fix=declare)
-    if value_index is None:
-        ops = sql.SQL("pgmem.jsonb_contains_ops" if opclass else "jsonb_path_ops")
-        build = sql.SQL("CREATE INDEX items_value_idx ON pgmem.items USING gin (value {})").format(ops)
-        yield Difference("metadata filters", "pgmem.items_value_idx", "missing", fix=running(build))
-    superuser_only = []
-    if function and not leakproof:
-        superuser_only.append("pgmem.jsonb_contains is not LEAKPROOF")
-    if not opclass:
-        superuser_only.append("operator class pgmem.jsonb_contains_ops missing")
-    if metadata_index != "jsonb_contains_ops":
-        superuser_only.append("pgmem.messages_metadata_idx " + ("missing" if metadata_index is None else "differs"))
-    if value_index is not None and value_index != "jsonb_contains_ops":
-        superuser_only.append(f"pgmem.items_value_idx uses {value_index}")
-    if superuser_only:
-        detail = (
-            f"{'; '.join(superuser_only)}: no index serves metadata filters under row-level security (only a "
-            "superuser may build it): run `pgmem migrate` once as a superuser"
-        )
-        yield Difference("metadata filters", "metadata filters' index", detail, "warning")
-
-
 def differences(conn: psycopg.Connection[Any], who: Owner) -> list[Difference]:
     """The differences of row-level security, the policies, the grants, views' rights and the metadata
     filters, each with its fix where it has one."""
     tables = {row[0]: tuple(row[1:]) for row in conn.execute(_TABLES, {"privileges": list(_TABLE_PRIVILEGES)})}
-    return [*_isolation(conn, tables), *_grants(conn, tables, who), *_views(conn), *_filters(conn, who)]
+    return [*_isolation(conn, tables), *_grants(conn, tables, who), *_views(conn), *leakproof.differences(conn, who)]

@@ -15,9 +15,9 @@ it. Only the objects' owner (or a superuser) may replace them: for another role 
 that they exist, not what they say; what even the owner may not declare (a function's ``SET`` of a custom
 parameter takes a superuser on PostgreSQL 15+; pgmem declares none since 0021) is a warning, not compared.
 
-``pgmem.jsonb_contains`` (sql/json_filters.sql) is not compared here: only a superuser may declare it as
-written (``LANGUAGE internal LEAKPROOF``), and migration 0016 declares it otherwise for a role that is not
-one; pgmem.ops.drift_access checks it with the rest of the metadata filters.
+``pgmem.jsonb_contains`` and ``pgmem.ts_match`` (sql/leakproof.sql) are not compared here: only a superuser
+may declare them as written (``LANGUAGE internal LEAKPROOF``), and migrations 0016 and 0027 declare them
+otherwise for a role that is not one; pgmem.ops.leakproof checks them with their operators and indexes.
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ _FUNCTIONS = """
 SELECT format('pgmem.%s(%s)', p.proname, pg_get_function_identity_arguments(p.oid)), p.proname::text,
        pg_get_functiondef(p.oid), obj_description(p.oid, 'pg_proc')
 FROM pg_proc AS p
-WHERE p.pronamespace = 'pgmem'::regnamespace AND p.prokind IN ('f', 'p') AND p.proname <> 'jsonb_contains'"""
+WHERE p.pronamespace = 'pgmem'::regnamespace AND p.prokind IN ('f', 'p')
+  AND p.proname NOT IN ('jsonb_contains', 'ts_match')"""
 _TRIGGERS = """
 SELECT c.relname::text, t.tgname::text, pg_get_triggerdef(t.oid), obj_description(t.oid, 'pg_trigger'),
        t.tgenabled::text

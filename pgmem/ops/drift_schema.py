@@ -35,9 +35,9 @@ __all__ = ["FILTER_INDEXES", "RUNTIME_INDEXES", "differences", "recompute_tsv"]
 
 #: Indexes built at run time, one per embedding model (pgmem.vectors, client.items): not declared, not drift.
 RUNTIME_INDEXES = ("embeddings_hnsw_m", "item_vectors_hnsw_m")
-#: The indexes of metadata filters (migration 0016), which only a superuser builds: checked with the filters
-#: (pgmem.ops.drift_access).
-FILTER_INDEXES = ("messages_metadata_idx", "items_value_idx")
+#: The indexes whose operator class only a superuser creates (metadata filters, migration 0016; keyword
+#: search, 0027): checked with their leakproof operators (pgmem.ops.drift_access).
+FILTER_INDEXES = ("messages_metadata_idx", "items_value_idx", "messages_tsv_idx")
 _LEFT = "not declared by pgmem (left as it is)"
 #: Indexes an earlier revision of pgmem made and a later one dropped, which a revision that ran as a
 #: placeholder left in place: drift, dropped by the repair. embedding_models_name_key (0001, dropped by

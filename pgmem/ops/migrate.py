@@ -82,43 +82,6 @@ def head_revision() -> str:
     return head
 
 
-#: What migration 0016 does only as a superuser (metadata filters' leakproof containment, its GIN operator
-#: class, the indexes), done by every ``pgmem migrate`` a superuser runs where it is missing: a database a
-#: lesser role migrated gets them from the next superuser's run, at head. A no-op otherwise.
-FILTER_INDEXES = """
-DO $$
-BEGIN
-    IF NOT coalesce((SELECT rolsuper FROM pg_roles WHERE rolname = current_user), false)
-       OR to_regprocedure('pgmem.jsonb_contains(jsonb,jsonb)') IS NULL THEN
-        RETURN;
-    END IF;
-    IF NOT (SELECT proleakproof FROM pg_proc WHERE oid = 'pgmem.jsonb_contains(jsonb,jsonb)'::regprocedure) THEN
-        CREATE OR REPLACE FUNCTION pgmem.jsonb_contains(jsonb, jsonb) RETURNS boolean
-            LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE LEAKPROOF AS 'jsonb_contains';
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_opclass WHERE opcname = 'jsonb_contains_ops'
-                   AND opcnamespace = 'pgmem'::regnamespace) THEN
-        CREATE OPERATOR CLASS pgmem.jsonb_contains_ops FOR TYPE jsonb USING gin AS
-            OPERATOR 7 pgmem.@>,
-            FUNCTION 1 btint4cmp(int4, int4),
-            FUNCTION 2 gin_extract_jsonb_path(jsonb, internal, internal),
-            FUNCTION 3 gin_extract_jsonb_query_path(jsonb, internal, int2, internal, internal, internal, internal),
-            FUNCTION 4 gin_consistent_jsonb_path(internal, int2, jsonb, int4, internal, internal, internal, internal),
-            FUNCTION 6 gin_triconsistent_jsonb_path(internal, int2, jsonb, int4, internal, internal, internal),
-            STORAGE int4;
-    END IF;
-    IF to_regclass('pgmem.messages_metadata_idx') IS NULL THEN
-        CREATE INDEX messages_metadata_idx ON pgmem.messages USING gin (metadata pgmem.jsonb_contains_ops);
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_index AS i JOIN pg_opclass AS o ON o.oid = i.indclass[0]
-                   WHERE i.indexrelid = to_regclass('pgmem.items_value_idx') AND o.opcname = 'jsonb_contains_ops') THEN
-        DROP INDEX IF EXISTS pgmem.items_value_idx;
-        CREATE INDEX items_value_idx ON pgmem.items USING gin (value pgmem.jsonb_contains_ops);
-    END IF;
-END $$
-"""
-
-
 @contextlib.contextmanager
 def _driver_errors() -> Iterator[None]:
     """pgmem's errors for the driver's, which SQLAlchemy wraps (e.g. ConnectionFailed)."""
@@ -151,6 +114,8 @@ def upgrade(dsn: str, *, check: bool = True) -> str:
     from alembic import command
     from alembic.util.exc import CommandError
 
+    from pgmem.ops import leakproof
+
     cfg = alembic_config()
     engine = engine_for(dsn)
     try:
@@ -159,7 +124,7 @@ def upgrade(dsn: str, *, check: bool = True) -> str:
                 with engine.connect() as connection:
                     cfg.attributes["connection"] = connection
                     command.upgrade(cfg, "head")
-                    connection.exec_driver_sql(FILTER_INDEXES)
+                    leakproof.build(connection)  # a superuser's: the leakproof operators' indexes, where missing
                     connection.commit()
             except CommandError:
                 # "Can't locate revision identified by '0099'": a newer pgmem's revision, most likely.
@@ -273,7 +238,7 @@ def repair(dsn: str) -> Repaired:
         SchemaOutOfDate: the database is not at this pgmem's revision (``pgmem migrate`` first).
         PermissionDenied: the role is neither the tables' owner nor a superuser.
     """
-    from pgmem.ops import drift
+    from pgmem.ops import drift, leakproof
 
     engine = engine_for(dsn)
     try:
@@ -281,7 +246,7 @@ def repair(dsn: str) -> Repaired:
             take_migration_lock(connection)
             _at_head(connection)
             before = drift.repair(connection)
-            connection.exec_driver_sql(FILTER_INDEXES)  # a superuser's: the filters' index, where missing
+            leakproof.build(connection)  # a superuser's: the leakproof operators' indexes, where missing
             connection.commit()
     finally:
         engine.dispose()

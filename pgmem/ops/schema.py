@@ -96,7 +96,9 @@ messages = Table(
     Index("messages_sent_from_idx", "namespace", "sent_from", "seq"),
     Index("messages_content_hash_idx", "namespace", "content_hash"),
     Index("messages_send_to_idx", "send_to", postgresql_using="gin"),
-    Index("messages_tsv_idx", "tsv", postgresql_using="gin"),
+    # Keyword search, usable under row-level security: the operator class's pgmem.@@ is leakproof
+    # (migration 0027; only where a superuser migrated, else the default operator class).
+    Index("messages_tsv_idx", "tsv", postgresql_using="gin", postgresql_ops={"tsv": "pgmem.tsvector_match_ops"}),
     # Metadata filters' equalities, usable under row-level security: the operator class's containment is
     # leakproof (migration 0016; only where a superuser migrated).
     Index(

@@ -10,6 +10,7 @@ make such databases (a real stamp that lies, and a migrated database taken apart
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import psycopg
 import pytest
@@ -224,7 +225,8 @@ def test_each_difference_is_named_then_repaired_keeping_the_data(dsn: str, singl
     ):
         assert f"\n  {category} (" in result.stdout, (category, result.stdout)
     checks = {c.name: c for c in run_checks(dsn, embedder=False)}
-    assert [c for c in CATEGORIES if checks[c].status == "fail"] == [c for c in CATEGORIES if c != "metadata filters"]
+    unbroken = ("metadata filters", "keyword search")
+    assert [c for c in CATEGORIES if checks[c].status == "fail"] == [c for c in CATEGORIES if c not in unbroken]
     assert "pgmem.memories: row-level security not forced" in checks["row-level security"].found
     assert "migrate --repair" in checks["grants"].advice
 
@@ -295,24 +297,50 @@ def test_verifying_takes_any_role_repairing_the_owner(dsn: str, single_database:
             conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
-def test_metadata_filters_without_a_superuser_are_a_warning_until_one_migrates(dsn: str, single_database: bool) -> None:
-    """What migration 0016 leaves where a role that is not a superuser migrated: containment as a plain SQL
-    function, no operator class, no index for it. Not drift; a superuser's `pgmem migrate` builds them."""
+def _as_a_lesser_role_migrates(conn: psycopg.Connection[Any]) -> None:
+    """Migrations 0016 and 0027 as a role that is not a superuser leaves them (from a superuser's)."""
+    for statement in (
+        "DROP INDEX pgmem.messages_metadata_idx",
+        "DROP INDEX pgmem.items_value_idx",
+        "CREATE INDEX items_value_idx ON pgmem.items USING gin (value jsonb_path_ops)",
+        "DROP OPERATOR FAMILY pgmem.jsonb_contains_ops USING gin",
+        "CREATE OR REPLACE FUNCTION pgmem.jsonb_contains(jsonb, jsonb) RETURNS boolean"
+        " LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS 'SELECT $1 @> $2'",
+        "DROP INDEX pgmem.messages_tsv_idx",
+        "CREATE INDEX messages_tsv_idx ON pgmem.messages USING gin (tsv)",
+        "DROP OPERATOR FAMILY pgmem.tsvector_match_ops USING gin",
+        "CREATE OR REPLACE FUNCTION pgmem.ts_match(tsvector, tsquery) RETURNS boolean"
+        " LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS 'SELECT $1 @@ $2'",
+    ):
+        conn.execute(statement)  # type: ignore[call-overload]
+
+
+def test_leakproof_operators_without_a_superuser_are_a_warning_until_one_migrates(
+    dsn: str, single_database: bool
+) -> None:
+    """What migrations 0016 and 0027 leave where a role that is not a superuser migrated: containment and the
+    keyword match as plain SQL functions, no operator classes, the indexes in the fallback classes or none.
+    Not drift; a superuser's `pgmem migrate` builds them. A missing fallback index is drift, repaired."""
     needs_own_database(single_database)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("DROP INDEX pgmem.messages_metadata_idx")
-        conn.execute("DROP INDEX pgmem.items_value_idx")
-        conn.execute("CREATE INDEX items_value_idx ON pgmem.items USING gin (value jsonb_path_ops)")
-        conn.execute("DROP OPERATOR FAMILY pgmem.jsonb_contains_ops USING gin")
-        conn.execute(
-            "CREATE OR REPLACE FUNCTION pgmem.jsonb_contains(jsonb, jsonb) RETURNS boolean"
-            " LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS 'SELECT $1 @> $2'"
-        )
+        _as_a_lesser_role_migrates(conn)
+        conn.execute("DROP INDEX pgmem.messages_tsv_idx")
+    found = migrate.verify(dsn)
+    assert [(d.category, d.subject) for d in found.drift] == [("keyword search", "pgmem.messages_tsv_idx")]
+    repaired = migrate.repair(dsn)  # as a superuser: the fallback index, then the leakproof one over it
+    assert [(d.category, d.subject) for d in repaired.before.drift] == [("keyword search", "pgmem.messages_tsv_idx")]
+    assert repaired.after.differences == ()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        _as_a_lesser_role_migrates(conn)
     found = migrate.verify(dsn)
     assert found.drift == ()
-    assert [(d.category, d.severity) for d in found.warnings] == [("metadata filters", "warning")]
-    assert "run `pgmem migrate` once as a superuser" in found.warnings[0].detail
+    assert [(d.category, d.severity) for d in found.warnings] == [
+        ("metadata filters", "warning"),
+        ("keyword search", "warning"),
+    ]
+    assert all("run `pgmem migrate` once as a superuser" in w.detail for w in found.warnings)
+    assert "pgmem.messages_tsv_idx uses tsvector_ops" in found.warnings[1].detail
     checks = {c.name: c for c in run_checks(dsn, embedder=False)}
-    assert checks["metadata filters"].status == "warn"
-    assert migrate.upgrade(dsn) == SCHEMA_REVISION  # as a superuser: FILTER_INDEXES
+    assert checks["metadata filters"].status == checks["keyword search"].status == "warn"
+    assert migrate.upgrade(dsn) == SCHEMA_REVISION  # as a superuser: pgmem.ops.leakproof.build
     assert migrate.verify(dsn).differences == ()

@@ -65,16 +65,27 @@ def test_an_owner_that_is_not_a_superuser_migrates_and_uses_a_fresh_database(adm
     _grant_app_role(admin_dsn, owner_dsn)
     found = migrate.verify(owner_dsn)
     assert found.drift == ()
-    # What only a superuser may build (0016's index for metadata filters) is a warning, nothing else.
-    assert [w.category for w in found.warnings] == ["metadata filters"]
+    # What only a superuser may build (the indexes of 0016's metadata filters and 0027's keyword search) is
+    # a warning, nothing else.
+    assert [w.category for w in found.warnings] == ["metadata filters", "keyword search"]
     with pgmem.connect(owner_dsn, namespace="team") as client:
-        assert client.messages.add("m", Message(content="hello", cause_by="Talk"))
+        assert client.messages.add("m", Message(content="hello", cause_by="Talk", metadata={"k": 1}))
         assert [m.content for m in client.messages.last("m", 5)] == ["hello"]
+        # the operators over SQL functions: the same answers, without the index
+        assert [m.content for m in client.messages.search_text("m", "hello")] == ["hello"]
+        assert [h.message.content for h in client.vectors.keyword_search("hello", metadata={"k": 1})] == ["hello"]
         client.queues.push("q", Message(content="job"))
         [item] = client.queues.claim("q")
         assert item.message.content == "job"
         client.queues.ack(item)
         assert client.queues.claim("q") == []
+    # A superuser's next migration declares the functions leakproof and builds the indexes they serve.
+    params = conninfo_to_dict(admin_dsn)
+    params["dbname"] = conninfo_to_dict(owner_dsn)["dbname"]
+    assert migrate.upgrade(make_conninfo(**params)) == SCHEMA_REVISION
+    assert migrate.verify(owner_dsn).warnings == ()
+    with pgmem.connect(owner_dsn, namespace="team") as client:
+        assert [m.content for m in client.messages.search_text("m", "hello")] == ["hello"]
 
 
 def test_the_doorbell_reader_puts_pgmem_admin_back(owner_dsn: str) -> None:

@@ -39,7 +39,7 @@ def keyword_hits_sql(f: SearchFilters) -> sql.Composed:
     score). Parameters: ns, text, k, the filters' and, without a memory, scope_n."""
     terms: list[sql.Composable] = [
         sql.SQL("m.namespace = %(ns)s"),
-        sql.SQL("m.tsv @@ pgmem.fts_query(%(text)s)"),
+        sql.SQL("m.tsv OPERATOR(pgmem.@@) pgmem.fts_query(%(text)s)"),
     ]
     terms += entry_filters(f, "te", "m")
     if f.memory is not None:
