@@ -269,6 +269,38 @@ def test_revision_0026_keys_the_items_and_history_there_by_their_paths(dsn: str)
     _alembic(dsn, "upgrade", "head")
 
 
+_TSV_OPCLASS = """
+SELECT o.opcname::text FROM pg_index AS i JOIN pg_opclass AS o ON o.oid = i.indclass[0]
+WHERE i.indexrelid = 'pgmem.messages_tsv_idx'::regclass"""
+
+
+def test_revision_0027_rebuilds_the_keyword_index_over_the_messages_there(dsn: str) -> None:
+    """Messages written before 0027 are in the rebuilt index (its operator class serves pgmem.@@) and are
+    found by keyword; the downgrade gives the index its default operator class back, the messages unchanged."""
+    _alembic(dsn, "downgrade", "0026")
+    with psycopg.connect(dsn) as conn:  # as the owner: the code of 0027 does not run on 0026
+        conn.execute(
+            "INSERT INTO pgmem.messages (namespace, id, content, content_hash)"
+            " VALUES ('test', 'z', 'a zeppelin over the harbour', sha256('a zeppelin over the harbour'))"
+        )
+        conn.execute("INSERT INTO pgmem.memories (namespace, key) VALUES ('test', 'm') ON CONFLICT DO NOTHING")
+        conn.execute(
+            "INSERT INTO pgmem.memory_entries (namespace, memory, message_id, cause_by) VALUES ('test', 'm', 'z', '')"
+        )
+        assert conn.execute(_TSV_OPCLASS).fetchone() == ("tsvector_ops",)
+    _alembic(dsn, "upgrade", "head")
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute(_TSV_OPCLASS).fetchone() == ("tsvector_match_ops",)
+    with pgmem.connect(dsn, namespace="test", min_size=0, max_size=1, migrate=False) as client:
+        assert [m.id for m in client.messages.search_text("m", "zeppelin")] == ["z"]
+    _alembic(dsn, "downgrade", "0026")
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute(_TSV_OPCLASS).fetchone() == ("tsvector_ops",)
+        assert conn.execute("SELECT to_regprocedure('pgmem.ts_match(tsvector,tsquery)')").fetchone() == (None,)
+        assert conn.execute("SELECT count(*) FROM pgmem.messages WHERE id = 'z'").fetchone() == (1,)
+    _alembic(dsn, "upgrade", "head")
+
+
 def test_connect_without_migrate_refuses_an_empty_database(empty_dsn: str) -> None:
     with pytest.raises(pgmem.SchemaOutOfDate):
         pgmem.connect(empty_dsn, migrate=False)
