@@ -183,9 +183,11 @@ FOR UPDATE;
 
 -- name: forget_select_subject
 -- Every message whose metadata has the top-level key "subject" equal to the string %(subject)s
--- (metadata @> {"subject": ...}). No index: it reads the namespace's messages (forget is rare).
+-- (metadata @> {"subject": ...}), through pgmem.@> (migration 0016: leakproof where a superuser migrated),
+-- which messages_metadata_idx serves under row-level security: the built-in @> read every message of the
+-- namespace.
 SELECT id FROM pgmem.messages
-WHERE namespace = %(ns)s AND metadata @> jsonb_build_object('subject', %(subject)s::text)
+WHERE namespace = %(ns)s AND metadata OPERATOR(pgmem.@>) jsonb_build_object('subject', %(subject)s::text)
 ORDER BY id
 FOR UPDATE;
 
