@@ -13,11 +13,21 @@ from psycopg import AsyncConnection
 from pgmem._async.executor import AsyncBlock, AsyncExecutor
 from pgmem.errors import InvalidInput
 from pgmem.planning import statements
-from pgmem.planning.merge_rows import PendingMergeRow, UndecidedRow
+from pgmem.planning.merge_rows import BatchMergeRow, PendingMergeRow, UndecidedRow
 from pgmem.planning.search import MAX_K, EmbeddingModel, SearchHit, model_of
 from pgmem.planning.search.filters import check_k
 
-__all__ = ["MergeBusy", "boost", "check_boost", "decide", "lock", "merge_waiting", "settle", "settle_memory"]
+__all__ = [
+    "MergeBusy",
+    "boost",
+    "check_boost",
+    "decide",
+    "decide_batch",
+    "lock",
+    "merge_waiting",
+    "settle",
+    "settle_memory",
+]
 
 M = statements.load("merging")
 #: At most this many undecided entries are decided by one look-up (the rest by the next one).
@@ -61,6 +71,55 @@ async def decide(
     row = await block.one(M["merge_near"], params)
     assert row is not None  # the statement always returns one row
     return (None if row[0] is None else str(row[0])), bool(row[1])
+
+
+async def decide_batch(
+    block: AsyncBlock, memory: str, message_ids: Sequence[str], model: EmbeddingModel, within: float
+) -> dict[str, tuple[str | None, bool]]:
+    """:func:`decide` (``pending=True``) for each of ``message_ids`` in order, in two statements: one
+    look-up for the batch (``merge_near_batch``), the decisions made here as one by one each would see the
+    ones before it (an entry merges into the nearest of its decided neighbour and the earlier entries
+    that stayed; the oldest among equals), and one write (``merge_near_apply``). Under the merge lock.
+    Returns ``{message id: (survivor, embedded)}`` for each id, as :func:`decide` returns them (an id whose
+    entry is not waiting: ``(None, False)``)."""
+    ids = list(message_ids)
+    params: dict[str, Any] = {
+        "ns": block.namespace,
+        "memory": memory,
+        "ids": ids,
+        "model": model.id,
+        "distance": model.distance,
+        "within": within,
+    }
+    rows = [BatchMergeRow._make(r) for r in await block.rows(M["merge_near_batch"], params)]
+    position = {i: n for n, i in enumerate(ids, start=1)}
+    staying: dict[int, tuple[int, str]] = {}  # batch position: (seq, id) of the entries decided to stay
+    decided: dict[str, tuple[str | None, bool]] = dict.fromkeys(ids, (None, False))
+    merged: list[str] = []
+    survivors: list[str] = []
+    for row in rows:
+        if not row.embedded:
+            decided[row.id] = (None, False)
+            continue
+        # (distance, seq, id): merge_near's ORDER BY d, seq
+        found: list[tuple[float, int, str]] = []
+        if row.near_id is not None:
+            found.append((float(row.near_distance or 0.0), int(row.near_seq or 0), row.near_id))
+        earlier = zip(row.earlier, row.earlier_distances, strict=True)
+        found += [(float(d), *staying[o]) for o, d in earlier if o in staying]
+        if found:
+            survivor = min(found)[2]
+            merged.append(row.id)
+            survivors.append(survivor)
+            decided[row.id] = (survivor, True)
+        else:
+            staying[position[row.id]] = (row.seq, row.id)
+            decided[row.id] = (None, True)
+    if merged or staying:
+        kept = [i for _, i in staying.values()]
+        apply = {"ns": block.namespace, "memory": memory, "merged": merged, "survivors": survivors, "kept": kept}
+        await block.one(M["merge_near_apply"], apply)
+    return decided
 
 
 class MergeBusy(Exception):  # noqa: N818 - a signal to the embedder, never raised to a caller

@@ -372,8 +372,9 @@ class AsyncMessageWrites(AsyncMessageBase):
         connection: AsyncConnection[Any] | None,
     ) -> RememberedBatch:
         """add_many with ``merge="near"``: the batch stored in one statement under the memory's merge lock,
-        its new entries waiting for their merge (no look-up takes them for neighbours), then decided one by
-        one in batch order, as :meth:`remember` decides its one (each look-up sees the decisions before it)."""
+        its new entries waiting for their merge (no look-up takes them for neighbours), then decided in batch
+        order as :meth:`remember` decides its one, each seeing the decisions before it (one look-up and one
+        write for the batch: :func:`pgmem._async.merging.decide_batch`)."""
         from pgmem._async import merging  # the vector wing, as in remember
 
         registry = self._client.vectors.registry
@@ -402,7 +403,7 @@ class AsyncMessageWrites(AsyncMessageBase):
                     assert found is not None  # an aggregate: always one row
                     added, embeds = [str(i) for i in found[0]], list(found[1])
                     undecided = given is not None and AddedManyVectorRow._make(found).undecided
-                    decided = {i: await merging.decide(block, memory, i, chosen, within, pending=True) for i in added}
+                    decided = await merging.decide_batch(block, memory, added, chosen, within)
                     if given is not None:  # held entries waiting for their merge: the vectors given decide them
                         for held in dict.fromkeys(i for i in columns["id"] if i not in decided):
                             survivor, _ = await merging.decide(block, memory, held, chosen, within, pending=True)

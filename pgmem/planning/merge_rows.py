@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["PendingMergeRow", "UndecidedRow"]
+__all__ = ["BatchMergeRow", "PendingMergeRow", "UndecidedRow"]
 
 
 class PendingMergeRow(NamedTuple):
@@ -29,3 +29,18 @@ class UndecidedRow(NamedTuple):
     dimension: int
     kind: str
     distance: str
+
+
+class BatchMergeRow(NamedTuple):
+    """``merge_near_batch`` (sql/merging.sql): a batch's entry waiting for its merge, its nearest decided
+    neighbour within the bound (None: none), and the earlier entries of the batch within it (their
+    1-based positions in the batch, and distances)."""
+
+    id: str
+    embedded: bool
+    seq: int
+    near_id: str | None
+    near_distance: float | None
+    near_seq: int | None
+    earlier: list[int]
+    earlier_distances: list[float]

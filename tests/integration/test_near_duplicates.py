@@ -360,3 +360,73 @@ def test_metagpt_long_term_storage_merges_a_batch(client: pgmem.Client, dsn: str
         ("the deploy runs on Fridays", 2),
         ("lunch is at one", 2),
     ]
+
+
+@pytest.mark.parametrize(("distance", "threshold"), [("cosine", 0.97), ("l2", -0.35), ("inner_product", 0.9)])
+def test_a_batch_decides_as_merging_adds_one_by_one(dsn: str, distance: str, threshold: float) -> None:
+    """add_many(merge="near") decides its batch in one look-up and one write; the same messages added one
+    by one with merge="near" (each look-up seeing the decisions before it) are the reference: the same
+    entries, in the same order, with the same seen counts, the same answers, the same messages kept.
+    Random batches near each other and near what the memory holds, with exact copies (ties: the oldest)."""
+    rng = np.random.default_rng({"cosine": 1, "l2": 2, "inner_product": 3}[distance])
+    for round_ in range(4):
+        old = rng.normal(size=(30, 6))
+        bases = np.concatenate([old[rng.choice(30, 4)], rng.normal(size=(6, 6))])
+        picks = rng.choice(len(bases), 40)
+        vectors = bases[picks] + rng.normal(0, 0.02, (40, 6)) * (rng.random((40, 1)) < 0.7)
+        if distance == "inner_product":  # its scores grow with the norm: unit vectors keep them comparable
+            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+            old /= np.linalg.norm(old, axis=1, keepdims=True)
+        held = [pgmem.Message(content=f"old {round_} {i}") for i in range(30)]
+        batch = [pgmem.Message(content=f"new {round_} {i}") for i in range(40)]
+        answers = {}
+        for namespace in ("batch", "one-by-one"):
+            with pgmem.connect(dsn, namespace=namespace, max_size=1) as client:
+                memory = f"m{round_}"
+                client.vectors.enable(memory, Precomputed("given", 6), distance=distance)
+                client.messages.add_many(memory, held, embeddings=old)
+                if namespace == "batch":
+                    told = client.messages.add_many(
+                        memory, batch, embeddings=vectors, merge="near", threshold=threshold
+                    )
+                    answers[namespace] = [(r.id, r.added, r.merged) for r in told.remembered]
+                else:
+                    answers[namespace] = []
+                    for message, vector in zip(batch, vectors, strict=True):
+                        r = client.messages.remember(memory, message, threshold=threshold, embedding=vector)
+                        answers[namespace].append((r.id, r.added, r.merged))
+        merged = sum(1 for _, _, m in answers["batch"] if m)
+        assert 5 < merged < 40, merged  # the batch merges into the memory and into itself, not everything
+        assert answers["batch"] == answers["one-by-one"], round_
+        assert _entries(dsn, f"m{round_}", "batch") == _entries(dsn, f"m{round_}", "one-by-one")
+        with psycopg.connect(dsn) as conn:
+            kept = [
+                conn.execute(
+                    "SELECT array_agg(content ORDER BY content) FROM pgmem.messages WHERE namespace = %s", (ns,)
+                ).fetchone()
+                for ns in ("batch", "one-by-one")
+            ]
+        assert kept[0] == kept[1]
+
+
+def test_a_batch_breaks_ties_for_the_oldest(client: pgmem.Client, dsn: str) -> None:
+    """Equally near neighbours (l2 distances of exactly 1): the oldest wins, whether it is in the memory or
+    an earlier entry of the batch that stayed, as merging adds one by one decide."""
+    client.vectors.enable("t", Precomputed("given", 3), distance="l2")
+    x = pgmem.Message(content="x")
+    client.messages.add_many("t", [x], embeddings=[[1.0, 0.0, 10.0]])
+    contents = ["y", "z", "y1", "y2", "w"]
+    vectors = [[-1.0, 0.0, 10.0], [0.0, 0.0, 10.0], [0.0, 5.0, 11.0], [0.0, 5.0, 9.0], [0.0, 5.0, 10.0]]
+    # y stays (2 from x); z is 1 from x and from y: x, the older; y1 and y2 stay (2 apart, far from the
+    # rest); w is 1 from each: y1, the older of the two.
+    batch = [pgmem.Message(content=c) for c in contents]
+    told = client.messages.add_many("t", batch, embeddings=vectors, merge="near", threshold=-1.5)
+    by_id = {m.id: m.content for m in [x, *batch]}
+    assert [(by_id[r.id], r.merged) for r in told.remembered] == [
+        ("y", False),
+        ("x", True),
+        ("y1", False),
+        ("y2", False),
+        ("y1", True),
+    ]
+    assert _entries(dsn, "t") == [("x", 2, True), ("y", 1, False), ("y1", 2, True), ("y2", 1, False)]

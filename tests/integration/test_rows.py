@@ -18,7 +18,7 @@ from psycopg.pq import ExecStatus
 
 from pgmem._sync.retention import RetentionPolicy
 from pgmem.planning import statements
-from pgmem.planning.merge_rows import PendingMergeRow, UndecidedRow
+from pgmem.planning.merge_rows import BatchMergeRow, PendingMergeRow, UndecidedRow
 from pgmem.planning.rows import (
     QUEUE_ITEM_ROW,
     ActionFlowRow,
@@ -70,6 +70,7 @@ ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("messages", "add_many_merging"): AddedManyRow._fields,
     ("messages", "add_many_merging_vector"): AddedManyVectorRow._fields,
     ("merging", "undecided_memory"): UndecidedRow._fields,
+    ("merging", "merge_near_batch"): BatchMergeRow._fields,
     ("merging", "undecided_namespace"): UndecidedRow._fields,
     ("merging", "undecided_of"): UndecidedRow._fields,
     **{
