@@ -151,18 +151,19 @@ CASE %(distance)s::text
 END
 
 -- name: merge_near_batch
--- merge_near's look-up for a batch at once (add_many(merge="near"), under merge_lock): for each entry of
--- the messages %(ids)s (in batch order) still waiting for its merge, whether it has a vector of model
--- %(model)s, its seq, the nearest decided entry of the memory within %(within)s (the oldest among
--- equals, as merge_near; none of the batch, which all wait), and the earlier entries of the batch within
--- %(within)s of it (their positions in %(ids)s, 1-based, and distances). The caller decides them in order
+-- merge_near's look-up for a batch at once (add_many(merge="near"), the embedder's and the recovery's
+-- merges of a memory, under merge_lock): for each entry of the messages %(ids)s (in order) still waiting
+-- for its merge, whether it has a vector of model %(model)s, its seq, the nearest decided entry of the
+-- memory within its bound (%(withins)s, by position: the oldest among equals, as merge_near; none of the
+-- batch, which all wait), and the earlier entries of the batch within that bound of it (their positions
+-- in %(ids)s, 1-based, and distances). The caller decides them in order
 -- (pgmem._async.merging.decide_batch): an entry merges into the nearest of that neighbour and the earlier
 -- ones that stayed, as merge_near one by one would, and merge_near_apply writes it. The memory's vectors
 -- are read once (merge_near read them once per entry: at 5,000 entries 3.5 ms each).
 -- Rows: pgmem.planning.merge_rows.BatchMergeRow.
 WITH b AS MATERIALIZED (
-    SELECT x.id, x.ord, me.seq, coalesce(v.embedding, v.embedding_half::vector) AS v
-    FROM unnest(%(ids)s::text[]) WITH ORDINALITY AS x(id, ord)
+    SELECT x.id, x.ord, x.within, me.seq, coalesce(v.embedding, v.embedding_half::vector) AS v
+    FROM unnest(%(ids)s::text[], %(withins)s::float8[]) WITH ORDINALITY AS x(id, within, ord)
     JOIN pgmem.memory_entries AS me
       ON me.namespace = %(ns)s AND me.memory = %(memory)s AND me.message_id = x.id AND me.merge_within IS NOT NULL
     LEFT JOIN pgmem.embeddings AS v ON v.namespace = %(ns)s AND v.model_id = %(model)s AND v.message_id = x.id
@@ -178,14 +179,14 @@ FROM b
 LEFT JOIN LATERAL (
     SELECT d.message_id, d.seq, d.d
     FROM (SELECT a.message_id, a.seq, {{merge_distance}} AS d FROM old AS a) AS d
-    WHERE b.v IS NOT NULL AND d.d <= %(within)s::float8
+    WHERE b.v IS NOT NULL AND d.d <= b.within
     ORDER BY d.d, d.seq
     LIMIT 1
 ) AS n ON true
 LEFT JOIN LATERAL (
     SELECT array_agg(d.ord ORDER BY d.ord) AS ords, array_agg(d.d ORDER BY d.ord) AS ds
     FROM (SELECT a.ord, {{merge_distance}} AS d FROM b AS a WHERE a.ord < b.ord AND a.v IS NOT NULL) AS d
-    WHERE b.v IS NOT NULL AND d.d <= %(within)s::float8
+    WHERE b.v IS NOT NULL AND d.d <= b.within
 ) AS p ON true
 ORDER BY b.ord;
 

@@ -5,6 +5,7 @@ run these, so one rule decides either way (README, "Near-duplicates")."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -75,9 +76,10 @@ def decide(
 
 
 def decide_batch(
-    block: Block, memory: str, message_ids: Sequence[str], model: EmbeddingModel, within: float
+    block: Block, memory: str, message_ids: Sequence[str], model: EmbeddingModel, within: float | Sequence[float]
 ) -> dict[str, tuple[str | None, bool]]:
-    """:func:`decide` (``pending=True``) for each of ``message_ids`` in order, in two statements: one
+    """:func:`decide` (``pending=True``) for each of ``message_ids`` in order, each with its bound
+    (``within``: one for all, or one each), in two statements: one
     look-up for the batch (``merge_near_batch``), the decisions made here as one by one each would see the
     ones before it (an entry merges into the nearest of its decided neighbour and the earlier entries
     that stayed; the oldest among equals), and one write (``merge_near_apply``). Under the merge lock.
@@ -88,9 +90,9 @@ def decide_batch(
         "ns": block.namespace,
         "memory": memory,
         "ids": ids,
+        "withins": [within] * len(ids) if isinstance(within, int | float) else list(within),
         "model": model.id,
         "distance": model.distance,
-        "within": within,
     }
     rows = [BatchMergeRow._make(r) for r in block.rows(M["merge_near_batch"], params)]
     position = {i: n for n, i in enumerate(ids, start=1)}
@@ -150,14 +152,13 @@ def merge_waiting(
             if not block.scalar(M["merge_try_lock"], {"ns": block.namespace, "memory": memory}):
                 raise MergeBusy(memories)
     left: list[str] = []
-    locked: str | None = None
-    for row in waiting:
-        if row.memory != locked:
-            lock(block, row.memory)  # held already when not waiting: re-entrant, and checks isolation
-            locked = row.memory
-        survivor, _ = decide(block, row.memory, row.message_id, model, row.merge_within, pending=True)
-        if survivor is not None and row.memory not in left:
-            left.append(row.memory)
+    for memory, rows in itertools.groupby(waiting, key=lambda row: row.memory):
+        entries = list(rows)
+        lock(block, memory)  # held already when not waiting: re-entrant, and checks isolation
+        ids, withins = [r.message_id for r in entries], [r.merge_within for r in entries]
+        decided = decide_batch(block, memory, ids, model, withins)
+        if any(survivor is not None for survivor, _ in decided.values()):
+            left.append(memory)
     return left
 
 
@@ -175,20 +176,18 @@ def settle(
     memories an entry left, the memories left busy)."""
     left: list[str] = []
     busy: list[str] = []
-    locked = held
-    for row in sorted(undecided, key=lambda r: r.memory):  # stable: memory order within each
-        if row.memory in busy:
-            continue
-        if row.memory != locked:
+    for memory, rows in itertools.groupby(sorted(undecided, key=lambda r: r.memory), key=lambda r: r.memory):
+        entries = list(rows)  # stable: memory order
+        if memory != held:
             if wait:
-                lock(block, row.memory)
-            elif not _try_lock(block, row.memory):
-                busy.append(row.memory)
+                lock(block, memory)
+            elif not _try_lock(block, memory):
+                busy.append(memory)
                 continue
-            locked = row.memory
-        survivor, _ = decide(block, row.memory, row.message_id, model_of(row), row.merge_within, pending=True)
-        if survivor is not None and row.memory not in left:
-            left.append(row.memory)
+        ids, withins = [r.message_id for r in entries], [r.merge_within for r in entries]
+        decided = decide_batch(block, memory, ids, model_of(entries[0]), withins)
+        if any(survivor is not None for survivor, _ in decided.values()):
+            left.append(memory)
     return left, busy
 
 

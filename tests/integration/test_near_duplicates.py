@@ -430,3 +430,30 @@ def test_a_batch_breaks_ties_for_the_oldest(client: pgmem.Client, dsn: str) -> N
         ("y1", True),
     ]
     assert _entries(dsn, "t") == [("x", 2, True), ("y", 1, False), ("y1", 2, True), ("y2", 1, False)]
+
+
+def test_the_embedders_merges_decide_as_adds_with_the_vector_at_hand(dsn: str) -> None:
+    """Merges left to the embedder (no vector at the add), each with its own threshold, decided when it
+    stores the vectors (one look-up and one write per memory): the same entries and seen counts as the
+    same adds made where the vector was at hand (each decided at once, in order)."""
+    rng = np.random.default_rng(5)
+    facts = [FACT, "Bob moved to Paris last spring", "The deploy key rotates every month"]
+    order = rng.permutation([(f, i) for f in range(3) for i in range(6)])
+    messages = [(f"{facts[f]}, noted by agent {i}", float(rng.choice([0.88, 0.92, 0.96]))) for f, i in order]
+    hashing = HashingEmbedder()
+    with (
+        pgmem.connect(dsn, namespace="later", max_size=2) as embedding,
+        pgmem.connect(dsn, namespace="later", max_size=2, embedder=Precomputed(hashing.model, 384)) as writer,
+        pgmem.connect(dsn, namespace="at-hand", max_size=2) as reference,
+    ):
+        embedding.vectors.enable("facts")
+        reference.vectors.enable("facts")
+        for content, threshold in messages:
+            assert writer.messages.remember("facts", pgmem.Message(content=content), threshold=threshold).pending
+            reference.messages.remember("facts", pgmem.Message(content=content), threshold=threshold)
+        embedding.vectors.kick()
+        embedding.vectors.wait()
+        assert embedding.vectors.pending("facts") == {}
+    decided = _entries(dsn, "facts", "later")
+    assert decided == _entries(dsn, "facts", "at-hand")
+    assert 3 <= len(decided) < len(messages)  # some merged, some stayed apart
