@@ -78,12 +78,12 @@ async def decide_batch(
     block: AsyncBlock, memory: str, message_ids: Sequence[str], model: EmbeddingModel, within: float | Sequence[float]
 ) -> dict[str, tuple[str | None, bool]]:
     """:func:`decide` (``pending=True``) for each of ``message_ids`` in order, each with its bound
-    (``within``: one for all, or one each), in two statements: one
-    look-up for the batch (``merge_near_batch``), the decisions made here as one by one each would see the
-    ones before it (an entry merges into the nearest of its decided neighbour and the earlier entries
-    that stayed; the oldest among equals), and one write (``merge_near_apply``). Under the merge lock.
-    Returns ``{message id: (survivor, embedded)}`` for each id, as :func:`decide` returns them (an id whose
-    entry is not waiting: ``(None, False)``)."""
+    (``within``: one for all, or one each), in two statements: one look-up for the batch
+    (``merge_near_batch``), the decisions made here as one by one each would see the ones before it (an
+    entry merges into the nearest of its decided neighbour and the earlier entries that stayed; the oldest
+    among equals), and one write (``merge_near_apply``). Under the merge lock. Returns ``{message id:
+    (survivor, embedded)}`` for each id, as :func:`decide` returns them (an id whose entry is not waiting,
+    or has no vector yet: ``(None, False)``)."""
     ids = list(message_ids)
     params: dict[str, Any] = {
         "ns": block.namespace,
@@ -100,8 +100,7 @@ async def decide_batch(
     merged: list[str] = []
     survivors: list[str] = []
     for row in rows:
-        if not row.embedded:
-            decided[row.id] = (None, False)
+        if not row.embedded:  # it waits for the embedder
             continue
         # (distance, seq, id): merge_near's ORDER BY d, seq
         found: list[tuple[float, int, str]] = []
