@@ -7,7 +7,9 @@ A namespace holding a memory of ``--big`` messages (real texts of ../shared/data
 the application's role (``pgmem_app``, which the namespace's policy binds). ``search_text``'s statement
 runs as pgmem has it, matching with ``pgmem.@@`` (leakproof: ``messages_tsv_idx`` serves it), beside the
 same statement with the built-in ``@@`` (what it ran before 0027: not leakproof, so the policy comes first
-and every message of the namespace is read), interleaved; then the public calls. Queries: a word in no
+and every message of the namespace is read), interleaved; then the public calls; then hybrid search of
+the 50-message memory, its statement beside the same with the candidates' messages joined as before (a
+hash of every message of the namespace). Queries: a word in no
 message, one in 5 messages, one in about 1% of them, one in every message (each text gets " report").
 ``--busy N``: N CPU-bound processes beside it, as other agents on the same cores.
 """
@@ -22,9 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from pgvector.psycopg import register_vector
 
 import pgmem
 from benchmarks._common import bench_database, busy_processes, texts, timed_together, write_json
+from pgmem._sync.searcher import Searcher
 from pgmem.planning import statements
 
 #: (label, query): how many of the big memory's messages hold it.
@@ -108,7 +112,59 @@ def main() -> None:
                 results["calls"] = calls
                 for name, t in calls.items():
                     print(f"{name:<70} p50 {t['p50_us'] / 1000:8.2f} ms  p99 {t['p99_us'] / 1000:8.2f} ms")
+                results["hybrid"] = _hybrid(client, raw, args.iterations)
     write_json(args.out, results)
+
+
+#: The fused candidates' join with their messages before the probe per candidate (and fused inlined).
+_JOINED = "JOIN pgmem.messages m ON m.namespace = %(ns)s AND m.id = f.id "
+_PROBED = (
+    "CROSS JOIN LATERAL (SELECT * FROM pgmem.messages AS x WHERE x.namespace = %(ns)s AND x.id = f.id OFFSET 0) AS m "
+)
+
+
+def _hybrid(client: pgmem.Client, raw: psycopg.Connection[Any], iterations: int) -> dict[str, Any]:
+    """Hybrid search of the 50-message memory (vectors on) beside the big one: the statement pgmem runs,
+    each candidate's message by one index probe, beside it joined as before (the planner hashed every
+    message of the namespace), as pgmem_app, interleaved."""
+    client.vectors.enable("small")
+    client.vectors.flush()
+    raw.execute("RESET ROLE")
+    raw.execute("ANALYZE pgmem.embeddings")
+    raw.execute("SET ROLE pgmem_app")
+    register_vector(raw)
+    plans: list[Any] = []
+    execute = Searcher._execute
+
+    def spy(self: Searcher, plan: Any, connection: Any) -> Any:
+        plans.append(plan)
+        return execute(self, plan, connection)
+
+    out: dict[str, Any] = {}
+    for label, query in QUERIES[:3]:
+        Searcher._execute = spy  # type: ignore[method-assign]
+        try:
+            client.vectors.hybrid_search(f"{query} note", memory="small", k=10)
+        finally:
+            Searcher._execute = execute  # type: ignore[method-assign]
+        plan = plans.pop()
+        probed = plan.statement if isinstance(plan.statement, str) else plan.statement.decode()
+        joined = probed.replace(_PROBED, _JOINED).replace("fused AS MATERIALIZED", "fused AS")
+        assert joined != probed
+        params = plan.params[0]
+        assert raw.execute(probed, params).fetchall() == raw.execute(joined, params).fetchall()
+        timings = timed_together(
+            {
+                "probed": lambda s=probed, p=params: raw.execute(s, p).fetchall(),
+                "joined (before)": lambda s=joined, p=params: raw.execute(s, p).fetchall(),
+            },
+            iterations=iterations,
+            warmup=2,
+        )
+        out[label] = timings
+        new, old = timings["probed"]["p50_us"], timings["joined (before)"]["p50_us"]
+        print(f"hybrid_search small, {label:<34} probed {new / 1000:8.2f} ms  before {old / 1000:8.2f} ms")
+    return out
 
 
 if __name__ == "__main__":
